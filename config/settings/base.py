@@ -1,0 +1,207 @@
+"""Sluice settings. Everything deployment-specific comes from environment variables (README lists
+them); there is no local_settings file. Unknown SLUICE_* variables are refused."""
+
+from pathlib import Path
+
+import dj_database_url
+
+from config.env import (
+    env_bool,
+    env_choice,
+    env_int,
+    env_list,
+    env_reject_unknown,
+    env_str,
+)
+
+BASE_DIR = Path(__file__).resolve().parent.parent.parent
+
+KNOWN_ENV = {
+    "SLUICE_DEBUG",
+    "SLUICE_SECRET_KEY",
+    "SLUICE_ALLOWED_HOSTS",
+    "SLUICE_CSRF_TRUSTED_ORIGINS",
+    "SLUICE_PORT",
+    "SLUICE_WEB_CONCURRENCY",
+    "SLUICE_EMAIL_BACKEND",
+    "SLUICE_DEFAULT_FROM_EMAIL",
+    "SLUICE_EMAIL_HOST",
+    "SLUICE_EMAIL_PORT",
+    "SLUICE_EMAIL_HOST_USER",
+    "SLUICE_EMAIL_HOST_PASSWORD",
+    "SLUICE_EMAIL_USE_TLS",
+    "SLUICE_INVITATION_TTL_HOURS",
+    "SLUICE_RESERVATION_TTL_SECONDS",
+    "SLUICE_REDIS_TIMEOUT_MS",
+    "SLUICE_PUBLIC_URL",
+    "SLUICE_STRIPE_API_BASE",
+    "SLUICE_STRIPE_WEBHOOK_SECRET",
+    "SLUICE_DUNNING_GRACE_DAYS",
+    "SLUICE_SECURE_COOKIES",
+    "SLUICE_LOG_LEVEL",
+}
+env_reject_unknown("SLUICE_", KNOWN_ENV)
+
+DEBUG = env_bool("SLUICE_DEBUG", False)
+# Required in production; only a development server may fall back to a throwaway key.
+SECRET_KEY = env_str("SLUICE_SECRET_KEY", "dev-only-insecure-key") if DEBUG else env_str(
+    "SLUICE_SECRET_KEY"
+)
+
+ALLOWED_HOSTS = env_list("SLUICE_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
+CSRF_TRUSTED_ORIGINS = env_list("SLUICE_CSRF_TRUSTED_ORIGINS", [])
+PUBLIC_URL = env_str("SLUICE_PUBLIC_URL", "http://127.0.0.1:8000").rstrip("/")
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "sluice",
+    "orgs",
+    "quotas",
+    "billing",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "config.urls"
+WSGI_APPLICATION = "config.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# PostgreSQL only: the same SQL runs in development, tests and production.
+DATABASES = {"default": dj_database_url.parse(env_str("DATABASE_URL"), conn_max_age=60)}
+if DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
+    from django.core.exceptions import ImproperlyConfigured
+
+    raise ImproperlyConfigured("DATABASE_URL must point at PostgreSQL.")
+DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+REDIS_URL = env_str("REDIS_URL")
+# Short timeouts: authorize must never hang on a dead Redis (see quotas/limiter).
+REDIS_TIMEOUT_SECONDS = env_int("SLUICE_REDIS_TIMEOUT_MS", 50, minimum=1) / 1000
+
+CACHES = {
+    "default": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": REDIS_URL,
+        "KEY_PREFIX": "sluice-cache",
+    }
+}
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "/static/"
+STATIC_ROOT = BASE_DIR / ".sluice" / "static"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+WHITENOISE_USE_FINDERS = True
+
+SECURE_COOKIES = env_bool("SLUICE_SECURE_COOKIES", not DEBUG)
+SESSION_COOKIE_SECURE = SECURE_COOKIES
+CSRF_COOKIE_SECURE = SECURE_COOKIES
+SESSION_COOKIE_HTTPONLY = True
+X_FRAME_OPTIONS = "DENY"
+
+EMAIL_BACKEND = env_str("SLUICE_EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+DEFAULT_FROM_EMAIL = env_str("SLUICE_DEFAULT_FROM_EMAIL", "Sluice <no-reply@sluice.dev>")
+EMAIL_HOST = env_str("SLUICE_EMAIL_HOST", "localhost")
+EMAIL_PORT = env_int("SLUICE_EMAIL_PORT", 25)
+EMAIL_HOST_USER = env_str("SLUICE_EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = env_str("SLUICE_EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = env_bool("SLUICE_EMAIL_USE_TLS", False)
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "sluice.auth.OperatorTokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "sluice.api.exception_handler",
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "PAGE_SIZE": 50,
+    "UNAUTHENTICATED_USER": None,
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Sluice API",
+    "DESCRIPTION": "Waitlist, quotas, admission and billing for the fast inference tier.",
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "COMPONENT_SPLIT_REQUEST": True,
+}
+
+CELERY_BROKER_URL = REDIS_URL
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TIMEZONE = "UTC"
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BEAT_SCHEDULE: dict = {}
+
+INVITATION_TTL_HOURS = env_int("SLUICE_INVITATION_TTL_HOURS", 72, minimum=1)
+RESERVATION_TTL_SECONDS = env_int("SLUICE_RESERVATION_TTL_SECONDS", 600, minimum=1)
+DUNNING_GRACE_DAYS = env_int("SLUICE_DUNNING_GRACE_DAYS", 7, minimum=0)
+STRIPE_API_KEY = env_str("STRIPE_API_KEY", "")
+STRIPE_API_BASE = env_str("SLUICE_STRIPE_API_BASE", "https://api.stripe.com")
+STRIPE_WEBHOOK_SECRET = env_str("SLUICE_STRIPE_WEBHOOK_SECRET", "")
+WEB_CONCURRENCY = env_int("SLUICE_WEB_CONCURRENCY", 2, minimum=1)
+LOG_LEVEL = env_choice("SLUICE_LOG_LEVEL", "INFO", {"DEBUG", "INFO", "WARNING", "ERROR"})
+
+LOGIN_URL = "/portal/login/"
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": LOG_LEVEL},
+}

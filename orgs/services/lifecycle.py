@@ -1,0 +1,135 @@
+"""The organization lifecycle: one function per transition, all through `_org_transition`.
+
+    applied -> in_review -> approved -> active <-> suspended
+        \\          \\-> rejected -> applied (re-application)
+    approved / active / suspended / rejected -> offboarded
+"""
+
+from django.db import transaction
+from django.utils import timezone
+from django.utils.text import slugify
+
+from orgs.models import Organization, OrgStatus, SuspensionReason
+from orgs.services.audit import Actor, audit_record
+from sluice.errors import Conflict, IllegalTransition
+from sluice.events import org_changed_on_commit
+
+S = OrgStatus
+
+# action -> (states it may start from, state it leads to)
+TRANSITIONS: dict[str, tuple[frozenset[str], str]] = {
+    "review_start": (frozenset({S.APPLIED}), S.IN_REVIEW),
+    "approve": (frozenset({S.IN_REVIEW}), S.APPROVED),
+    "reject": (frozenset({S.APPLIED, S.IN_REVIEW}), S.REJECTED),
+    "admit": (frozenset({S.APPROVED}), S.ACTIVE),
+    "suspend": (frozenset({S.ACTIVE}), S.SUSPENDED),
+    "restore": (frozenset({S.SUSPENDED}), S.ACTIVE),
+    "offboard": (frozenset({S.APPROVED, S.ACTIVE, S.SUSPENDED, S.REJECTED}), S.OFFBOARDED),
+    "reapply": (frozenset({S.REJECTED}), S.APPLIED),
+}
+
+
+def org_allowed_actions(*, org: Organization) -> list[str]:
+    return [action for action, (sources, _) in TRANSITIONS.items() if org.status in sources]
+
+
+def _org_transition(
+    *, org: Organization, action: str, actor: Actor, reason: str = "",
+    suspension_reason: str = "",
+) -> Organization:
+    sources, target = TRANSITIONS[action]
+    # Lock the row: two operators clicking at once must not both pass the source-state check.
+    locked = Organization.objects.select_for_update().get(pk=org.pk)
+    if locked.status not in sources:
+        raise IllegalTransition(
+            f"Cannot {action.replace('_', ' ')} an organization that is {locked.status}.",
+            details={"status": locked.status, "action": action,
+                     "allowed_from": sorted(sources)},
+        )
+    before = {"status": locked.status, "suspension_reason": locked.suspension_reason}
+    locked.status = target
+    locked.suspension_reason = suspension_reason
+    locked.status_changed_at = timezone.now()
+    locked.save(update_fields=["status", "suspension_reason", "status_changed_at", "updated_at"])
+    audit_record(
+        actor=actor, action=f"org.{action}", target=locked, org=locked, before=before,
+        after={"status": target, "suspension_reason": suspension_reason}, reason=reason,
+    )
+    org_changed_on_commit(org_id=locked.pk, action=action)
+    # Keep the caller's instance in step with the database.
+    org.status, org.suspension_reason = locked.status, locked.suspension_reason
+    org.status_changed_at = locked.status_changed_at
+    return locked
+
+
+def _unique_slug(name: str) -> str:
+    base = slugify(name)[:70] or "org"
+    slug, n = base, 1
+    while Organization.objects.filter(slug=slug).exists():
+        n += 1
+        slug = f"{base}-{n}"
+    return slug
+
+
+@transaction.atomic
+def org_create(*, name: str, actor: Actor, slug: str = "") -> Organization:
+    name = name.strip()
+    if not name:
+        raise Conflict("An organization needs a name.", code="invalid_name")
+    if slug and Organization.objects.filter(slug=slug).exists():
+        raise Conflict(f"The slug {slug!r} is taken.", code="slug_taken")
+    org = Organization.objects.create(name=name, slug=slug or _unique_slug(name))
+    audit_record(actor=actor, action="org.create", target=org, org=org,
+                 after={"name": org.name, "status": org.status})
+    return org
+
+
+@transaction.atomic
+def org_review_start(*, org: Organization, actor: Actor) -> Organization:
+    return _org_transition(org=org, action="review_start", actor=actor)
+
+
+@transaction.atomic
+def org_approve(*, org: Organization, actor: Actor, reason: str = "") -> Organization:
+    return _org_transition(org=org, action="approve", actor=actor, reason=reason)
+
+
+@transaction.atomic
+def org_reject(*, org: Organization, actor: Actor, reason: str = "") -> Organization:
+    return _org_transition(org=org, action="reject", actor=actor, reason=reason)
+
+
+@transaction.atomic
+def org_admit(*, org: Organization, actor: Actor, reason: str = "") -> Organization:
+    return _org_transition(org=org, action="admit", actor=actor, reason=reason)
+
+
+@transaction.atomic
+def org_suspend(
+    *, org: Organization, actor: Actor, reason: str = "",
+    cause: str = SuspensionReason.OPERATOR,
+) -> Organization:
+    """Suspension keeps API keys but stops traffic: authorize checks the org's status."""
+    return _org_transition(
+        org=org, action="suspend", actor=actor, reason=reason, suspension_reason=cause
+    )
+
+
+@transaction.atomic
+def org_restore(*, org: Organization, actor: Actor, reason: str = "") -> Organization:
+    return _org_transition(org=org, action="restore", actor=actor, reason=reason)
+
+
+@transaction.atomic
+def org_offboard(*, org: Organization, actor: Actor, reason: str = "") -> Organization:
+    from quotas.services import allocations_end_for_org  # quotas depends on orgs, not back
+
+    org = _org_transition(org=org, action="offboard", actor=actor, reason=reason)
+    # Offboarding returns the org's guarantees to its pools.
+    allocations_end_for_org(org=org, actor=actor, reason="organization offboarded")
+    return org
+
+
+@transaction.atomic
+def org_reapply(*, org: Organization, actor: Actor, reason: str = "") -> Organization:
+    return _org_transition(org=org, action="reapply", actor=actor, reason=reason)

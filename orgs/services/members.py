@@ -1,0 +1,127 @@
+from datetime import timedelta
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.mail import send_mail
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from orgs.models import Invitation, Membership, Organization, Role
+from orgs.services.audit import Actor, audit_record
+from sluice.errors import Conflict, NotFound
+from sluice.secrets import secret_issue, secret_matches, secret_parse_lookup
+
+User = get_user_model()
+INVITATION_KIND = "inv"
+
+
+def _ensure_an_owner_remains(*, org: Organization, losing: Membership) -> None:
+    if losing.role != Role.OWNER:
+        return
+    owners = Membership.objects.filter(org=org, role=Role.OWNER).exclude(pk=losing.pk)
+    if not owners.exists():
+        raise Conflict("An organization must keep at least one owner.", code="last_owner")
+
+
+@transaction.atomic
+def membership_add(*, org: Organization, user, role: str, actor: Actor) -> Membership:
+    try:
+        with transaction.atomic():
+            membership = Membership.objects.create(org=org, user=user, role=role)
+    except IntegrityError:
+        raise Conflict(f"{user} is already a member of {org}.", code="already_member") from None
+    audit_record(actor=actor, action="membership.add", target=membership, org=org,
+                 after={"user": user.get_username(), "role": role})
+    return membership
+
+
+@transaction.atomic
+def membership_role_change(*, membership: Membership, role: str, actor: Actor) -> Membership:
+    membership = Membership.objects.select_for_update().get(pk=membership.pk)
+    # Lock every owner row of the org too: two concurrent demotions must not leave zero owners.
+    list(Membership.objects.select_for_update().filter(org_id=membership.org_id,
+                                                       role=Role.OWNER).order_by("pk"))
+    if role != Role.OWNER:
+        _ensure_an_owner_remains(org=membership.org, losing=membership)
+    before = {"role": membership.role}
+    membership.role = role
+    membership.save(update_fields=["role"])
+    audit_record(actor=actor, action="membership.role_change", target=membership,
+                 org=membership.org, before=before, after={"role": role})
+    return membership
+
+
+@transaction.atomic
+def membership_remove(*, membership: Membership, actor: Actor) -> None:
+    membership = Membership.objects.select_for_update().get(pk=membership.pk)
+    list(Membership.objects.select_for_update().filter(org_id=membership.org_id,
+                                                       role=Role.OWNER).order_by("pk"))
+    _ensure_an_owner_remains(org=membership.org, losing=membership)
+    audit_record(actor=actor, action="membership.remove", target=membership,
+                 org=membership.org,
+                 before={"user": membership.user.get_username(), "role": membership.role})
+    membership.delete()
+
+
+def _invitation_email(*, invitation: Invitation, token: str) -> None:
+    link = f"{settings.PUBLIC_URL}/portal/invitations/{token}/"
+    send_mail(
+        subject=f"You are invited to {invitation.org.name} on Sluice",
+        message=(
+            f"You have been invited to join {invitation.org.name} as {invitation.role}.\n\n"
+            f"Accept the invitation: {link}\n\n"
+            f"The link expires at {invitation.expires_at:%Y-%m-%d %H:%M} UTC."
+        ),
+        from_email=None,
+        recipient_list=[invitation.email],
+    )
+
+
+@transaction.atomic
+def invitation_create(
+    *, org: Organization, email: str, role: str, actor: Actor
+) -> tuple[Invitation, str]:
+    """Returns the invitation and its token, which is emailed and never stored in clear."""
+    issued = secret_issue(kind=INVITATION_KIND)
+    invitation = Invitation.objects.create(
+        org=org, email=email.strip().lower(), role=role, lookup=issued.lookup,
+        token_digest=issued.digest,
+        invited_by=actor if isinstance(actor, User) else None,
+        expires_at=timezone.now() + timedelta(hours=settings.INVITATION_TTL_HOURS),
+    )
+    audit_record(actor=actor, action="invitation.create", target=invitation, org=org,
+                 after={"email": invitation.email, "role": role})
+    transaction.on_commit(lambda: _invitation_email(invitation=invitation,
+                                                    token=issued.plaintext))
+    return invitation, issued.plaintext
+
+
+@transaction.atomic
+def invitation_revoke(*, invitation: Invitation, actor: Actor) -> Invitation:
+    invitation = Invitation.objects.select_for_update().get(pk=invitation.pk)
+    if invitation.accepted_at or invitation.revoked_at:
+        raise Conflict("This invitation is no longer pending.", code="invitation_not_pending")
+    invitation.revoked_at = timezone.now()
+    invitation.save(update_fields=["revoked_at"])
+    audit_record(actor=actor, action="invitation.revoke", target=invitation, org=invitation.org)
+    return invitation
+
+
+@transaction.atomic
+def invitation_accept(*, token: str, user) -> Membership:
+    lookup = secret_parse_lookup(token, kind=INVITATION_KIND)
+    invitation = (
+        Invitation.objects.select_for_update().filter(lookup=lookup).first() if lookup else None
+    )
+    # Unknown, forged and expired tokens look the same from outside.
+    if invitation is None or not secret_matches(token, invitation.token_digest):
+        raise NotFound("This invitation link is not valid.", code="invitation_invalid")
+    if not invitation.is_pending():
+        raise NotFound("This invitation has expired or was already used.",
+                       code="invitation_invalid")
+    membership = membership_add(org=invitation.org, user=user, role=invitation.role, actor=user)
+    invitation.accepted_at = timezone.now()
+    invitation.accepted_by = user
+    invitation.save(update_fields=["accepted_at", "accepted_by"])
+    audit_record(actor=user, action="invitation.accept", target=invitation, org=invitation.org)
+    return membership

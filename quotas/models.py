@@ -1,0 +1,198 @@
+from decimal import ROUND_FLOOR, Decimal
+
+from django.db import models
+from django.db.models import F, Q
+from django.utils import timezone
+
+from orgs.models import Organization
+
+
+class Tier(models.TextChoices):
+    FAST = "fast", "Fast"
+    STANDARD = "standard", "Standard"
+
+
+class LimiterFailurePolicy(models.TextChoices):
+    FAIL_CLOSED = "fail_closed", "Fail closed (refuse traffic)"
+    FAIL_OPEN = "fail_open", "Fail open (local per-process limit)"
+
+
+class CapacityPool(models.Model):
+    """One model in one region on one tier: a finite fleet measured in output tokens/s."""
+
+    model = models.CharField(max_length=100)
+    region = models.CharField(max_length=50)
+    tier = models.CharField(max_length=16, choices=Tier.choices, default=Tier.FAST)
+    capacity_tps = models.PositiveIntegerField()
+    # Share of capacity that may be promised as guarantees; the rest is headroom for bursts.
+    guaranteeable_ratio = models.DecimalField(max_digits=4, decimal_places=3,
+                                              default=Decimal("0.900"))
+    limiter_failure_policy = models.CharField(
+        max_length=16, choices=LimiterFailurePolicy.choices,
+        default=LimiterFailurePolicy.FAIL_CLOSED,
+    )
+    # The fast tier's promise. A request delivered slower than the floor, or whose first token
+    # came later than the ceiling, is not premium-eligible (billed at list price only).
+    speed_floor_output_tps = models.PositiveIntegerField(default=300)
+    ttft_ceiling_ms = models.PositiveIntegerField(default=2000)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["model", "region", "tier"]
+        constraints = [
+            models.UniqueConstraint(fields=["model", "region", "tier"], name="pool_unique"),
+            models.CheckConstraint(
+                name="pool_ratio_in_range",
+                condition=Q(guaranteeable_ratio__gt=0) & Q(guaranteeable_ratio__lte=1),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.model} · {self.region} · {self.tier}"
+
+    @staticmethod
+    def guaranteeable_for(capacity_tps: int, ratio: Decimal) -> int:
+        # Floor: a fractional token/s of guarantee is never promised.
+        return int((Decimal(capacity_tps) * ratio).to_integral_value(rounding=ROUND_FLOOR))
+
+    @property
+    def guaranteeable_tps(self) -> int:
+        return self.guaranteeable_for(self.capacity_tps, self.guaranteeable_ratio)
+
+
+class AllocationStatus(models.TextChoices):
+    ACTIVE = "active", "Active"
+    ENDED = "ended", "Ended"
+
+
+class Allocation(models.Model):
+    """What one org may use of one pool. Only ACTIVE allocations count against the pool."""
+
+    org = models.ForeignKey(Organization, on_delete=models.PROTECT, related_name="allocations")
+    pool = models.ForeignKey(CapacityPool, on_delete=models.PROTECT, related_name="allocations")
+    guaranteed_tps = models.PositiveIntegerField()
+    burst_tps = models.PositiveIntegerField()
+    daily_tokens = models.PositiveBigIntegerField()
+    max_concurrency = models.PositiveIntegerField()
+    status = models.CharField(max_length=16, choices=AllocationStatus.choices,
+                              default=AllocationStatus.ACTIVE)
+    valid_from = models.DateTimeField(default=timezone.now)
+    valid_until = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["pool_id", "org_id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["org", "pool"], condition=Q(status="active"),
+                name="allocation_one_active_per_org_pool",
+            ),
+            models.CheckConstraint(name="allocation_burst_ge_guaranteed",
+                                   condition=Q(burst_tps__gte=F("guaranteed_tps"))),
+            models.CheckConstraint(name="allocation_guaranteed_positive",
+                                   condition=Q(guaranteed_tps__gt=0)),
+            models.CheckConstraint(name="allocation_concurrency_positive",
+                                   condition=Q(max_concurrency__gt=0)),
+            models.CheckConstraint(
+                name="allocation_validity_ordered",
+                condition=Q(valid_until__isnull=True) | Q(valid_until__gt=F("valid_from")),
+            ),
+        ]
+        indexes = [models.Index(fields=["pool", "status"], name="allocation_pool_status")]
+
+    def __str__(self) -> str:
+        return f"{self.org} in {self.pool}: {self.guaranteed_tps} TPS"
+
+
+class GatewayToken(models.Model):
+    """A gateway's own credential for the hook API (`Authorization: Bearer gw_...`)."""
+
+    name = models.CharField(max_length=100)
+    lookup = models.CharField(max_length=12, unique=True)
+    digest = models.CharField(max_length=64)
+    created_by = models.ForeignKey(
+        "auth.User", on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class UsageStatus(models.TextChoices):
+    COMPLETED = "completed", "Completed"
+    FAILED = "failed", "Failed"
+    CANCELLED = "cancelled", "Cancelled"
+
+
+class UsageEvent(models.Model):
+    """One inference request as the gateway reported it. `request_id` makes ingestion
+    idempotent: a retried report hits the unique constraint and is acknowledged as duplicate."""
+
+    request_id = models.CharField(max_length=128, unique=True)
+    org = models.ForeignKey(Organization, on_delete=models.PROTECT, related_name="+")
+    pool = models.ForeignKey(CapacityPool, on_delete=models.PROTECT, related_name="+")
+    api_key = models.ForeignKey("orgs.ApiKey", on_delete=models.PROTECT, null=True,
+                                blank=True, related_name="+")
+    status = models.CharField(max_length=16, choices=UsageStatus.choices)
+    input_tokens = models.PositiveBigIntegerField()
+    output_tokens = models.PositiveBigIntegerField()
+    started_at = models.DateTimeField()
+    first_token_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField()
+    # Derived at ingestion: the fast tier's promise, per request.
+    ttft_ms = models.PositiveIntegerField(null=True, blank=True)
+    output_tps = models.FloatField(null=True, blank=True)
+    premium_eligible = models.BooleanField(default=True)
+    # True when no live reservation was found (expired, or admitted while failing open).
+    unreserved = models.BooleanField(default=False)
+    received_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["org", "started_at"], name="usage_org_started"),
+        ]
+
+    def __str__(self) -> str:
+        return self.request_id
+
+
+class UsageHourly(models.Model):
+    """Hourly rollup per org x pool x API key, updated in the same transaction as the events.
+    Billing rates these rows, so premium-eligible tokens are kept apart from the others."""
+
+    org = models.ForeignKey(Organization, on_delete=models.PROTECT, related_name="+")
+    pool = models.ForeignKey(CapacityPool, on_delete=models.PROTECT, related_name="+")
+    api_key = models.ForeignKey("orgs.ApiKey", on_delete=models.PROTECT, null=True,
+                                blank=True, related_name="+")
+    hour = models.DateTimeField()
+    requests = models.PositiveBigIntegerField(default=0)
+    errors = models.PositiveBigIntegerField(default=0)
+    input_tokens = models.PositiveBigIntegerField(default=0)
+    output_tokens = models.PositiveBigIntegerField(default=0)
+    premium_input_tokens = models.PositiveBigIntegerField(default=0)
+    premium_output_tokens = models.PositiveBigIntegerField(default=0)
+    ttft_ms_total = models.PositiveBigIntegerField(default=0)
+    ttft_count = models.PositiveBigIntegerField(default=0)
+    decode_ms_total = models.PositiveBigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["org", "pool", "api_key", "hour"], nulls_distinct=False,
+                name="usage_hourly_unique",
+            ),
+            models.CheckConstraint(
+                name="usage_hourly_premium_le_total",
+                condition=Q(premium_input_tokens__lte=F("input_tokens"))
+                & Q(premium_output_tokens__lte=F("output_tokens")),
+            ),
+        ]
+        indexes = [models.Index(fields=["org", "hour"], name="usage_hourly_org_hour")]
+
+    def __str__(self) -> str:
+        return f"{self.org_id}/{self.pool_id}/{self.api_key_id} @ {self.hour:%Y-%m-%d %H}:00"

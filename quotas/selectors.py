@@ -1,0 +1,64 @@
+from dataclasses import dataclass
+
+from django.db.models import Count, Q, QuerySet, Sum
+from django.utils import timezone
+
+from quotas.models import Allocation, AllocationStatus, CapacityPool
+
+
+def allocations_in_force(*, now=None) -> QuerySet[Allocation]:
+    """Allocations that count against their pool: active and not past their end."""
+    now = now or timezone.now()
+    return Allocation.objects.filter(status=AllocationStatus.ACTIVE).filter(
+        Q(valid_until__isnull=True) | Q(valid_until__gt=now)
+    )
+
+
+def pool_guaranteed_tps(*, pool: CapacityPool, excluding: Allocation | None = None) -> int:
+    qs = allocations_in_force().filter(pool=pool)
+    if excluding is not None:
+        qs = qs.exclude(pk=excluding.pk)
+    return qs.aggregate(total=Sum("guaranteed_tps"))["total"] or 0
+
+
+@dataclass(frozen=True)
+class PoolCapacitySummary:
+    pool_id: int
+    name: str
+    capacity_tps: int
+    guaranteeable_tps: int
+    guaranteed_tps: int
+    free_tps: int
+    org_count: int
+
+    @property
+    def guaranteed_share(self) -> float:
+        return self.guaranteed_tps / self.capacity_tps if self.capacity_tps else 0.0
+
+
+def _summary(pool: CapacityPool, guaranteed: int, orgs: int) -> PoolCapacitySummary:
+    return PoolCapacitySummary(
+        pool_id=pool.pk, name=str(pool), capacity_tps=pool.capacity_tps,
+        guaranteeable_tps=pool.guaranteeable_tps, guaranteed_tps=guaranteed,
+        free_tps=max(pool.guaranteeable_tps - guaranteed, 0), org_count=orgs,
+    )
+
+
+def pool_capacity_summary(*, pool: CapacityPool) -> PoolCapacitySummary:
+    agg = allocations_in_force().filter(pool=pool).aggregate(
+        total=Sum("guaranteed_tps"), orgs=Count("org", distinct=True)
+    )
+    return _summary(pool, agg["total"] or 0, agg["orgs"])
+
+
+def pool_capacity_summaries() -> list[PoolCapacitySummary]:
+    """Every pool in one query."""
+    now = timezone.now()
+    in_force = Q(allocations__status=AllocationStatus.ACTIVE) & (
+        Q(allocations__valid_until__isnull=True) | Q(allocations__valid_until__gt=now)
+    )
+    pools = CapacityPool.objects.annotate(
+        guaranteed=Sum("allocations__guaranteed_tps", filter=in_force),
+        orgs=Count("allocations__org", filter=in_force, distinct=True),
+    )
+    return [_summary(p, p.guaranteed or 0, p.orgs) for p in pools]

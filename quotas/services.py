@@ -1,0 +1,196 @@
+"""Every state change of pools and allocations.
+
+The capacity invariant — the sum of guarantees in force never exceeds the pool's guaranteeable
+capacity — is kept by locking the pool row before reading the sum. Every path that raises a
+guarantee or lowers capacity takes that lock, so concurrent grants serialize on it and each sees
+the others' committed guarantees.
+"""
+
+from datetime import datetime, timedelta
+from decimal import Decimal
+
+from django.db import transaction
+from django.utils import timezone
+
+from orgs.models import Organization, OrgStatus
+from orgs.services.audit import Actor, audit_record
+from quotas.errors import CapacityBelowGuarantees, CapacityExhausted
+from quotas.models import Allocation, AllocationStatus, CapacityPool
+from quotas.selectors import pool_guaranteed_tps
+from sluice.errors import Conflict, DomainError
+from sluice.events import limits_changed_on_commit
+
+# An allocation can be prepared for an org about to be admitted, and kept while it is suspended.
+ORG_STATES_HOLDING_ALLOCATIONS = frozenset({OrgStatus.APPROVED, OrgStatus.ACTIVE,
+                                            OrgStatus.SUSPENDED})
+
+
+def _pool_lock(pool: CapacityPool) -> CapacityPool:
+    return CapacityPool.objects.select_for_update().get(pk=pool.pk)
+
+
+def _allocation_snapshot(a: Allocation) -> dict:
+    return {
+        "guaranteed_tps": a.guaranteed_tps, "burst_tps": a.burst_tps,
+        "daily_tokens": a.daily_tokens, "max_concurrency": a.max_concurrency,
+        "status": a.status,
+        "valid_until": a.valid_until.isoformat() if a.valid_until else None,
+    }
+
+
+def _check_limits(*, guaranteed_tps: int, burst_tps: int, daily_tokens: int,
+                  max_concurrency: int, pool: CapacityPool) -> None:
+    errors = {}
+    if guaranteed_tps < 1:
+        errors["guaranteed_tps"] = ["Must be at least 1."]
+    if burst_tps < guaranteed_tps:
+        errors["burst_tps"] = ["Must be at least guaranteed_tps."]
+    if burst_tps > pool.capacity_tps:
+        errors["burst_tps"] = [f"Cannot exceed the pool's capacity ({pool.capacity_tps})."]
+    if daily_tokens < 1:
+        errors["daily_tokens"] = ["Must be at least 1."]
+    if max_concurrency < 1:
+        errors["max_concurrency"] = ["Must be at least 1."]
+    if errors:
+        raise DomainError("The allocation is invalid.", code="invalid_allocation",
+                          details={"fields": errors})
+
+
+def _check_room(*, pool: CapacityPool, asked_tps: int, excluding: Allocation | None) -> None:
+    guaranteed = pool_guaranteed_tps(pool=pool, excluding=excluding)
+    if guaranteed + asked_tps > pool.guaranteeable_tps:
+        raise CapacityExhausted(pool=pool, asked_tps=asked_tps,
+                                guaranteeable_tps=pool.guaranteeable_tps,
+                                guaranteed_tps=guaranteed)
+
+
+@transaction.atomic
+def pool_create(*, model: str, region: str, tier: str, capacity_tps: int,
+                guaranteeable_ratio: Decimal, actor: Actor,
+                limiter_failure_policy: str | None = None) -> CapacityPool:
+    if CapacityPool.objects.filter(model=model, region=region, tier=tier).exists():
+        raise Conflict(f"A pool for {model} in {region} ({tier}) exists already.",
+                       code="pool_exists")
+    pool = CapacityPool(model=model, region=region, tier=tier, capacity_tps=capacity_tps,
+                        guaranteeable_ratio=guaranteeable_ratio)
+    if limiter_failure_policy:
+        pool.limiter_failure_policy = limiter_failure_policy
+    pool.save()
+    audit_record(actor=actor, action="pool.create", target=pool,
+                 after={"capacity_tps": capacity_tps, "ratio": str(guaranteeable_ratio)})
+    return pool
+
+
+@transaction.atomic
+def pool_capacity_set(*, pool: CapacityPool, capacity_tps: int, actor: Actor,
+                      guaranteeable_ratio: Decimal | None = None,
+                      reason: str = "") -> CapacityPool:
+    pool = _pool_lock(pool)
+    ratio = pool.guaranteeable_ratio if guaranteeable_ratio is None else guaranteeable_ratio
+    new_guaranteeable = CapacityPool.guaranteeable_for(capacity_tps, ratio)
+    guaranteed = pool_guaranteed_tps(pool=pool)
+    if new_guaranteeable < guaranteed:
+        raise CapacityBelowGuarantees(pool=pool, new_guaranteeable_tps=new_guaranteeable,
+                                      guaranteed_tps=guaranteed)
+    before = {"capacity_tps": pool.capacity_tps, "ratio": str(pool.guaranteeable_ratio)}
+    pool.capacity_tps, pool.guaranteeable_ratio = capacity_tps, ratio
+    pool.save(update_fields=["capacity_tps", "guaranteeable_ratio", "updated_at"])
+    audit_record(actor=actor, action="pool.capacity_set", target=pool, before=before,
+                 after={"capacity_tps": capacity_tps, "ratio": str(ratio)}, reason=reason)
+    for org_id in pool.allocations.filter(status=AllocationStatus.ACTIVE).values_list(
+        "org_id", flat=True
+    ):
+        limits_changed_on_commit(org_id=org_id)
+    return pool
+
+
+@transaction.atomic
+def allocation_grant(*, org: Organization, pool: CapacityPool, guaranteed_tps: int,
+                     burst_tps: int, daily_tokens: int, max_concurrency: int, actor: Actor,
+                     valid_until: datetime | None = None, reason: str = "") -> Allocation:
+    # Lock the pool row: concurrent grants must see each other's guarantees.
+    pool = _pool_lock(pool)
+    org = Organization.objects.get(pk=org.pk)
+    if org.status not in ORG_STATES_HOLDING_ALLOCATIONS:
+        raise Conflict(f"{org.name} is {org.status} and cannot hold an allocation.",
+                       code="org_not_eligible")
+    _check_limits(guaranteed_tps=guaranteed_tps, burst_tps=burst_tps,
+                  daily_tokens=daily_tokens, max_concurrency=max_concurrency, pool=pool)
+    if Allocation.objects.filter(org=org, pool=pool, status=AllocationStatus.ACTIVE).exists():
+        raise Conflict(f"{org.name} already has an allocation in {pool}; change it instead.",
+                       code="allocation_exists")
+    _check_room(pool=pool, asked_tps=guaranteed_tps, excluding=None)
+    allocation = Allocation.objects.create(
+        org=org, pool=pool, guaranteed_tps=guaranteed_tps, burst_tps=burst_tps,
+        daily_tokens=daily_tokens, max_concurrency=max_concurrency, valid_until=valid_until,
+    )
+    audit_record(actor=actor, action="allocation.grant", target=allocation, org=org,
+                 after=_allocation_snapshot(allocation), reason=reason)
+    limits_changed_on_commit(org_id=org.pk)
+    return allocation
+
+
+@transaction.atomic
+def allocation_change(*, allocation: Allocation, actor: Actor, guaranteed_tps: int | None = None,
+                      burst_tps: int | None = None, daily_tokens: int | None = None,
+                      max_concurrency: int | None = None, valid_until: datetime | None = None,
+                      reason: str = "") -> Allocation:
+    pool = _pool_lock(allocation.pool)
+    allocation = Allocation.objects.select_for_update().get(pk=allocation.pk)
+    if allocation.status != AllocationStatus.ACTIVE:
+        raise Conflict("Only active allocations can be changed.", code="allocation_ended")
+    before = _allocation_snapshot(allocation)
+    g = allocation.guaranteed_tps if guaranteed_tps is None else guaranteed_tps
+    b = allocation.burst_tps if burst_tps is None else burst_tps
+    d = allocation.daily_tokens if daily_tokens is None else daily_tokens
+    c = allocation.max_concurrency if max_concurrency is None else max_concurrency
+    _check_limits(guaranteed_tps=g, burst_tps=b, daily_tokens=d, max_concurrency=c, pool=pool)
+    if g > allocation.guaranteed_tps:
+        _check_room(pool=pool, asked_tps=g, excluding=allocation)
+    allocation.guaranteed_tps, allocation.burst_tps = g, b
+    allocation.daily_tokens, allocation.max_concurrency = d, c
+    if valid_until is not None:
+        allocation.valid_until = valid_until
+    allocation.save()
+    audit_record(actor=actor, action="allocation.change", target=allocation,
+                 org=allocation.org, before=before, after=_allocation_snapshot(allocation),
+                 reason=reason)
+    limits_changed_on_commit(org_id=allocation.org_id)
+    return allocation
+
+
+@transaction.atomic
+def allocation_end(*, allocation: Allocation, actor: Actor, reason: str = "") -> Allocation:
+    allocation = Allocation.objects.select_for_update().get(pk=allocation.pk)
+    if allocation.status != AllocationStatus.ACTIVE:
+        raise Conflict("This allocation has already ended.", code="allocation_ended")
+    before = _allocation_snapshot(allocation)
+    allocation.status = AllocationStatus.ENDED
+    now = timezone.now()
+    if allocation.valid_until is None or allocation.valid_until > now:
+        allocation.valid_until = max(now, allocation.valid_from + timedelta(seconds=1))
+    allocation.save(update_fields=["status", "valid_until", "updated_at"])
+    audit_record(actor=actor, action="allocation.end", target=allocation, org=allocation.org,
+                 before=before, after=_allocation_snapshot(allocation), reason=reason)
+    limits_changed_on_commit(org_id=allocation.org_id)
+    return allocation
+
+
+def allocations_end_for_org(*, org: Organization, actor: Actor, reason: str) -> int:
+    ended = 0
+    for allocation in Allocation.objects.filter(org=org, status=AllocationStatus.ACTIVE):
+        allocation_end(allocation=allocation, actor=actor, reason=reason)
+        ended += 1
+    return ended
+
+
+def allocations_expire(*, now: datetime | None = None) -> int:
+    """End allocations past valid_until (beat task). Each in its own transaction."""
+    now = now or timezone.now()
+    expired = Allocation.objects.filter(status=AllocationStatus.ACTIVE, valid_until__lte=now)
+    count = 0
+    for allocation in expired:
+        allocation_end(allocation=allocation, actor="celery:allocations_expire",
+                       reason="valid_until reached")
+        count += 1
+    return count

@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class SluiceConfig(AppConfig):
+    name = "sluice"
+    verbose_name = "Sluice core"

@@ -1,0 +1,43 @@
+"""Domain errors. Services raise these; sluice.api maps them to one HTTP error format.
+
+Each error carries a stable machine-readable `code`, an HTTP status and optional structured
+`details`, so the REST API, the admin and the portal all report the same failure the same way.
+"""
+
+
+class DomainError(Exception):
+    status = 400
+    code = "invalid"
+
+    def __init__(self, message: str, *, details: dict | None = None, code: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.details = details or {}
+        if code is not None:
+            self.code = code
+
+
+class NotFound(DomainError):
+    """Also used for "exists but belongs to another org": both look the same from outside."""
+
+    status = 404
+    code = "not_found"
+
+
+class PermissionDenied(DomainError):
+    status = 403
+    code = "permission_denied"
+
+
+class Conflict(DomainError):
+    status = 409
+    code = "conflict"
+
+
+class IllegalTransition(Conflict):
+    code = "illegal_transition"
+
+
+class Unprocessable(DomainError):
+    status = 422
+    code = "unprocessable"

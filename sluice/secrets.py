@@ -1,0 +1,42 @@
+"""Prefixed secrets (API keys, gateway and operator tokens), shown once and stored as a hash.
+
+Format: `<kind>_<lookup>_<secret>`. `lookup` is a short random id stored in clear and indexed, so
+verification is one indexed query followed by a constant-time comparison of SHA-256 digests.
+SHA-256 (not a slow password hash) is right here: the secret has 256 bits of entropy, so there is
+nothing to brute-force, and authorize must stay fast.
+"""
+
+import hashlib
+import hmac
+import secrets
+from dataclasses import dataclass
+
+LOOKUP_LENGTH = 12
+
+
+@dataclass(frozen=True)
+class IssuedSecret:
+    plaintext: str  # returned to the caller once, never stored
+    lookup: str
+    digest: str
+
+
+def secret_digest(plaintext: str) -> str:
+    return hashlib.sha256(plaintext.encode()).hexdigest()
+
+
+def secret_issue(*, kind: str) -> IssuedSecret:
+    lookup = secrets.token_hex(LOOKUP_LENGTH // 2)
+    plaintext = f"{kind}_{lookup}_{secrets.token_urlsafe(32)}"
+    return IssuedSecret(plaintext=plaintext, lookup=lookup, digest=secret_digest(plaintext))
+
+
+def secret_parse_lookup(plaintext: str, *, kind: str) -> str | None:
+    parts = plaintext.split("_", 2)
+    if len(parts) != 3 or parts[0] != kind or len(parts[1]) != LOOKUP_LENGTH:
+        return None
+    return parts[1]
+
+
+def secret_matches(plaintext: str, digest: str) -> bool:
+    return hmac.compare_digest(secret_digest(plaintext), digest)
