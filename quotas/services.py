@@ -29,6 +29,14 @@ def _pool_lock(pool: CapacityPool) -> CapacityPool:
     return CapacityPool.objects.select_for_update().get(pk=pool.pk)
 
 
+def _pool_orgs_changed(pool: CapacityPool) -> None:
+    """Every org with an allocation in the pool gets its limits republished after commit."""
+    org_ids = pool.allocations.filter(status=AllocationStatus.ACTIVE).values_list("org_id",
+                                                                                  flat=True)
+    for org_id in org_ids:
+        limits_changed_on_commit(org_id=org_id)
+
+
 def _allocation_snapshot(a: Allocation) -> dict:
     return {
         "guaranteed_tps": a.guaranteed_tps, "burst_tps": a.burst_tps,
@@ -92,15 +100,37 @@ def pool_capacity_set(*, pool: CapacityPool, capacity_tps: int, actor: Actor,
     if new_guaranteeable < guaranteed:
         raise CapacityBelowGuarantees(pool=pool, new_guaranteeable_tps=new_guaranteeable,
                                       guaranteed_tps=guaranteed)
+    if (capacity_tps, ratio) == (pool.capacity_tps, pool.guaranteeable_ratio):
+        return pool
     before = {"capacity_tps": pool.capacity_tps, "ratio": str(pool.guaranteeable_ratio)}
     pool.capacity_tps, pool.guaranteeable_ratio = capacity_tps, ratio
     pool.save(update_fields=["capacity_tps", "guaranteeable_ratio", "updated_at"])
     audit_record(actor=actor, action="pool.capacity_set", target=pool, before=before,
                  after={"capacity_tps": capacity_tps, "ratio": str(ratio)}, reason=reason)
-    for org_id in pool.allocations.filter(status=AllocationStatus.ACTIVE).values_list(
-        "org_id", flat=True
-    ):
-        limits_changed_on_commit(org_id=org_id)
+    _pool_orgs_changed(pool)
+    return pool
+
+
+@transaction.atomic
+def pool_settings_set(*, pool: CapacityPool, actor: Actor, capacity_tps: int,
+                      guaranteeable_ratio: Decimal, limiter_failure_policy: str,
+                      speed_floor_output_tps: int, ttft_ceiling_ms: int) -> CapacityPool:
+    """Everything an operator edits on a pool; capacity goes through `pool_capacity_set`."""
+    pool = pool_capacity_set(pool=pool, capacity_tps=capacity_tps, actor=actor,
+                             guaranteeable_ratio=guaranteeable_ratio)
+    before = {"limiter_failure_policy": pool.limiter_failure_policy,
+              "speed_floor_output_tps": pool.speed_floor_output_tps,
+              "ttft_ceiling_ms": pool.ttft_ceiling_ms}
+    after = {"limiter_failure_policy": limiter_failure_policy,
+             "speed_floor_output_tps": speed_floor_output_tps,
+             "ttft_ceiling_ms": ttft_ceiling_ms}
+    if before != after:
+        for field, value in after.items():
+            setattr(pool, field, value)
+        pool.save(update_fields=[*after, "updated_at"])
+        audit_record(actor=actor, action="pool.settings_set", target=pool, before=before,
+                     after=after)
+        _pool_orgs_changed(pool)
     return pool
 
 

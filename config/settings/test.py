@@ -20,3 +20,5 @@ STORAGES = {
 # Tasks run in-process after commit, so tests see their effects without a worker.
 CELERY_TASK_ALWAYS_EAGER = True
 CELERY_TASK_EAGER_PROPAGATES = True
+# Serve static files from the finders; no collectstatic in tests.
+WHITENOISE_AUTOREFRESH = True

@@ -85,6 +85,20 @@ def org_create(*, name: str, actor: Actor, slug: str = "") -> Organization:
 
 
 @transaction.atomic
+def org_rename(*, org: Organization, name: str, actor: Actor) -> Organization:
+    org = Organization.objects.select_for_update().get(pk=org.pk)
+    name = name.strip()
+    if not name:
+        raise Conflict("An organization needs a name.", code="invalid_name")
+    before = {"name": org.name}
+    org.name = name
+    org.save(update_fields=["name", "updated_at"])
+    audit_record(actor=actor, action="org.rename", target=org, org=org, before=before,
+                 after={"name": name})
+    return org
+
+
+@transaction.atomic
 def org_review_start(*, org: Organization, actor: Actor) -> Organization:
     return _org_transition(org=org, action="review_start", actor=actor)
 

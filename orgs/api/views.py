@@ -1,0 +1,245 @@
+"""Organizations over REST. Operators see every org; members see only their own (others: 404).
+
+Views parse input, call one selector or service, render. Business rules live in the services.
+"""
+
+from django.contrib.auth import get_user_model
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers, status
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from orgs import services
+from orgs.models import KEY_MANAGERS, MEMBER_MANAGERS, Membership, OrgStatus, Role
+from orgs.selectors import (
+    operator_require,
+    org_api_key_get,
+    org_api_keys,
+    org_get_for_user,
+    org_members,
+    org_membership_get,
+    org_require_role,
+    orgs_visible_to,
+)
+from orgs.services.lifecycle import TRANSITIONS, org_allowed_actions
+from sluice.pagination import paginate
+
+ALL_ROLES = frozenset(Role.values)
+
+
+class OrgOutput(serializers.Serializer):
+    id = serializers.IntegerField()
+    name = serializers.CharField()
+    slug = serializers.CharField()
+    status = serializers.ChoiceField(choices=OrgStatus.choices)
+    suspension_reason = serializers.CharField()
+    status_changed_at = serializers.DateTimeField()
+    created_at = serializers.DateTimeField()
+    allowed_actions = serializers.SerializerMethodField()
+
+    def get_allowed_actions(self, org) -> list[str]:
+        return org_allowed_actions(org=org)
+
+
+class OrgListApi(APIView):
+    class FilterSerializer(serializers.Serializer):
+        status = serializers.ChoiceField(choices=OrgStatus.choices, required=False)
+        search = serializers.CharField(required=False, max_length=100)
+
+    class InputSerializer(serializers.Serializer):
+        name = serializers.CharField(max_length=200)
+        slug = serializers.SlugField(max_length=80, required=False)
+
+    @extend_schema(parameters=[FilterSerializer], responses=OrgOutput(many=True))
+    def get(self, request):
+        filters = self.FilterSerializer(data=request.query_params)
+        filters.is_valid(raise_exception=True)
+        orgs = orgs_visible_to(user=request.user).order_by("name", "id")
+        if "status" in filters.validated_data:
+            orgs = orgs.filter(status=filters.validated_data["status"])
+        if "search" in filters.validated_data:
+            orgs = orgs.filter(name__icontains=filters.validated_data["search"])
+        return paginate(request, self, orgs, OrgOutput)
+
+    @extend_schema(request=InputSerializer, responses={201: OrgOutput})
+    def post(self, request):
+        operator_require(user=request.user, perm="orgs.add_organization")
+        data = self.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        org = services.org_create(actor=request.user, **data.validated_data)
+        return Response(OrgOutput(org).data, status=status.HTTP_201_CREATED)
+
+
+class OrgDetailApi(APIView):
+    @extend_schema(responses=OrgOutput)
+    def get(self, request, org_id: int):
+        return Response(OrgOutput(org_get_for_user(user=request.user, org_id=org_id)).data)
+
+
+TRANSITION_SERVICES = {
+    "review_start": services.org_review_start,
+    "approve": services.org_approve,
+    "reject": services.org_reject,
+    "admit": services.org_admit,
+    "suspend": services.org_suspend,
+    "restore": services.org_restore,
+    "offboard": services.org_offboard,
+    "reapply": services.org_reapply,
+}
+assert set(TRANSITION_SERVICES) == set(TRANSITIONS)
+
+
+class OrgTransitionApi(APIView):
+    class InputSerializer(serializers.Serializer):
+        action = serializers.ChoiceField(choices=sorted(TRANSITION_SERVICES))
+        reason = serializers.CharField(max_length=2000, required=False, default="")
+
+    @extend_schema(request=InputSerializer, responses=OrgOutput,
+                   description="Move the organization through its lifecycle. An action that is "
+                   "not legal from the current state answers 409 `illegal_transition`.")
+    def post(self, request, org_id: int):
+        org = org_get_for_user(user=request.user, org_id=org_id)
+        operator_require(user=request.user, perm="orgs.change_organization")
+        data = self.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        service = TRANSITION_SERVICES[data.validated_data["action"]]
+        if data.validated_data["action"] == "review_start":
+            org = service(org=org, actor=request.user)
+        else:
+            org = service(org=org, actor=request.user, reason=data.validated_data["reason"])
+        return Response(OrgOutput(org).data)
+
+
+class MemberOutput(serializers.Serializer):
+    id = serializers.IntegerField()
+    email = serializers.CharField(source="user.email")
+    role = serializers.ChoiceField(choices=Role.choices)
+    created_at = serializers.DateTimeField()
+
+
+class MemberListApi(APIView):
+    class InputSerializer(serializers.Serializer):
+        email = serializers.EmailField()
+        role = serializers.ChoiceField(choices=Role.choices)
+
+    @extend_schema(responses=MemberOutput(many=True))
+    def get(self, request, org_id: int):
+        org = org_get_for_user(user=request.user, org_id=org_id)
+        return paginate(request, self, org_members(org=org), MemberOutput)
+
+    @extend_schema(request=InputSerializer, responses={201: MemberOutput},
+                   description="Add an existing user by email (operators and org owners/admins).")
+    def post(self, request, org_id: int):
+        org = org_get_for_user(user=request.user, org_id=org_id)
+        org_require_role(user=request.user, org=org, roles=MEMBER_MANAGERS,
+                         perm="orgs.add_membership")
+        data = self.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        user = get_user_model().objects.filter(email__iexact=data.validated_data["email"]).first()
+        if user is None:
+            raise serializers.ValidationError(
+                {"email": ["No user with this email; send an invitation instead."]})
+        membership = services.membership_add(org=org, user=user, actor=request.user,
+                                             role=data.validated_data["role"])
+        return Response(MemberOutput(membership).data, status=status.HTTP_201_CREATED)
+
+
+class MemberDetailApi(APIView):
+    class InputSerializer(serializers.Serializer):
+        role = serializers.ChoiceField(choices=Role.choices)
+
+    def _member(self, request, org_id: int, member_id: int) -> Membership:
+        org = org_get_for_user(user=request.user, org_id=org_id)
+        membership = org_membership_get(org=org, membership_id=member_id)
+        org_require_role(user=request.user, org=org, roles=MEMBER_MANAGERS,
+                         perm="orgs.change_membership")
+        return membership
+
+    @extend_schema(request=InputSerializer, responses=MemberOutput)
+    def patch(self, request, org_id: int, member_id: int):
+        membership = self._member(request, org_id, member_id)
+        data = self.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        membership = services.membership_role_change(
+            membership=membership, role=data.validated_data["role"], actor=request.user)
+        return Response(MemberOutput(membership).data)
+
+    @extend_schema(responses={204: None})
+    def delete(self, request, org_id: int, member_id: int):
+        services.membership_remove(membership=self._member(request, org_id, member_id),
+                                   actor=request.user)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class InvitationOutput(serializers.Serializer):
+    id = serializers.IntegerField()
+    email = serializers.EmailField()
+    role = serializers.CharField()
+    expires_at = serializers.DateTimeField()
+
+
+class InvitationCreateApi(APIView):
+    class InputSerializer(serializers.Serializer):
+        email = serializers.EmailField()
+        role = serializers.ChoiceField(choices=Role.choices)
+
+    @extend_schema(request=InputSerializer, responses={201: InvitationOutput},
+                   description="Emails an invitation link that expires; the token is not "
+                   "returned and is stored only as a hash.")
+    def post(self, request, org_id: int):
+        org = org_get_for_user(user=request.user, org_id=org_id)
+        org_require_role(user=request.user, org=org, roles=MEMBER_MANAGERS,
+                         perm="orgs.add_invitation")
+        data = self.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        invitation, _token = services.invitation_create(org=org, actor=request.user,
+                                                        **data.validated_data)
+        return Response(InvitationOutput(invitation).data, status=status.HTTP_201_CREATED)
+
+
+class ApiKeyOutput(serializers.Serializer):
+    id = serializers.IntegerField()
+    name = serializers.CharField()
+    prefix = serializers.CharField(source="display_prefix")
+    created_by = serializers.CharField(source="created_by.email", default=None)
+    created_at = serializers.DateTimeField()
+    expires_at = serializers.DateTimeField(allow_null=True)
+    revoked_at = serializers.DateTimeField(allow_null=True)
+    last_used_at = serializers.DateTimeField(allow_null=True)
+
+
+class ApiKeyCreatedOutput(ApiKeyOutput):
+    secret = serializers.CharField(help_text="The full key. Shown once; Sluice keeps a hash.")
+
+
+class ApiKeyListApi(APIView):
+    class InputSerializer(serializers.Serializer):
+        name = serializers.CharField(max_length=100)
+        expires_at = serializers.DateTimeField(required=False, allow_null=True)
+
+    @extend_schema(responses=ApiKeyOutput(many=True))
+    def get(self, request, org_id: int):
+        org = org_get_for_user(user=request.user, org_id=org_id)
+        return paginate(request, self, org_api_keys(org=org), ApiKeyOutput)
+
+    @extend_schema(request=InputSerializer, responses={201: ApiKeyCreatedOutput})
+    def post(self, request, org_id: int):
+        org = org_get_for_user(user=request.user, org_id=org_id)
+        org_require_role(user=request.user, org=org, roles=KEY_MANAGERS, perm="orgs.add_apikey")
+        data = self.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        key, secret = services.api_key_create(org=org, actor=request.user,
+                                              **data.validated_data)
+        body = ApiKeyOutput(key).data | {"secret": secret}
+        return Response(body, status=status.HTTP_201_CREATED)
+
+
+class ApiKeyRevokeApi(APIView):
+    @extend_schema(request=None, responses=ApiKeyOutput)
+    def post(self, request, org_id: int, key_id: int):
+        org = org_get_for_user(user=request.user, org_id=org_id)
+        key = org_api_key_get(org=org, key_id=key_id)
+        org_require_role(user=request.user, org=org, roles=KEY_MANAGERS,
+                         perm="orgs.change_apikey")
+        key = services.api_key_revoke(key=key, actor=request.user)
+        return Response(ApiKeyOutput(key).data)

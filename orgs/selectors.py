@@ -1,0 +1,80 @@
+"""Reads, always scoped to what the asking user may see.
+
+An org the user may not see raises NotFound, exactly like one that does not exist: "can't see it"
+and "doesn't exist" must be indistinguishable from outside.
+"""
+
+from django.db.models import QuerySet
+
+from orgs.models import ApiKey, AuditEvent, Invitation, Membership, Organization
+from sluice.errors import NotFound, PermissionDenied
+
+
+def user_is_operator(user) -> bool:
+    return bool(user and user.is_authenticated and user.is_staff and user.is_active)
+
+
+def operator_require(*, user, perm: str) -> None:
+    """Staff may read everything; changing things needs the model permission (support staff
+    are read-only, see the console's groups)."""
+    if not (user_is_operator(user) and user.has_perm(perm)):
+        raise PermissionDenied("This action needs operator permissions.",
+                               code="operator_permission_required")
+
+
+def orgs_visible_to(*, user) -> QuerySet[Organization]:
+    if user_is_operator(user):
+        return Organization.objects.all()
+    return Organization.objects.filter(memberships__user=user)
+
+
+def org_get_for_user(*, user, org_id: int) -> Organization:
+    org = orgs_visible_to(user=user).filter(pk=org_id).first()
+    if org is None:
+        raise NotFound("No such organization.")
+    return org
+
+
+def membership_role(*, user, org: Organization) -> str | None:
+    return (Membership.objects.filter(user=user, org=org).values_list("role", flat=True)
+            .first())
+
+
+def org_require_role(*, user, org: Organization, roles: frozenset[str], perm: str) -> None:
+    """Members need one of `roles`; operators need the model permission `perm`."""
+    if user_is_operator(user):
+        operator_require(user=user, perm=perm)
+        return
+    if membership_role(user=user, org=org) not in roles:
+        raise PermissionDenied("Your role in this organization does not allow this.",
+                               code="role_not_allowed")
+
+
+def org_members(*, org: Organization) -> QuerySet[Membership]:
+    return Membership.objects.filter(org=org).select_related("user").order_by("created_at")
+
+
+def org_membership_get(*, org: Organization, membership_id: int) -> Membership:
+    membership = org_members(org=org).filter(pk=membership_id).first()
+    if membership is None:
+        raise NotFound("No such member.")
+    return membership
+
+
+def org_api_keys(*, org: Organization) -> QuerySet[ApiKey]:
+    return ApiKey.objects.filter(org=org).select_related("created_by")
+
+
+def org_api_key_get(*, org: Organization, key_id: int) -> ApiKey:
+    key = org_api_keys(org=org).filter(pk=key_id).first()
+    if key is None:
+        raise NotFound("No such API key.")
+    return key
+
+
+def org_invitations(*, org: Organization) -> QuerySet[Invitation]:
+    return Invitation.objects.filter(org=org).select_related("invited_by")
+
+
+def org_audit_events(*, org: Organization) -> QuerySet[AuditEvent]:
+    return AuditEvent.objects.filter(org=org).select_related("actor")

@@ -1,0 +1,73 @@
+from django.contrib import admin
+
+from quotas import services
+from quotas.models import Allocation, CapacityPool
+from quotas.selectors import pool_capacity_summary
+from sluice.admin import ServiceAdminMixin, run_service_on_each
+
+
+@admin.register(CapacityPool)
+class CapacityPoolAdmin(ServiceAdminMixin, admin.ModelAdmin):
+    list_display = ["__str__", "capacity_tps", "guaranteeable_ratio", "guaranteed",
+                    "limiter_failure_policy"]
+    readonly_fields = ["summary"]
+
+    @admin.display(description="Guaranteed / guaranteeable TPS")
+    def guaranteed(self, pool):
+        summary = pool_capacity_summary(pool=pool)
+        return f"{summary.guaranteed_tps:,} / {summary.guaranteeable_tps:,}"
+
+    @admin.display(description="Capacity summary")
+    def summary(self, pool):
+        s = pool_capacity_summary(pool=pool)
+        return (f"{s.guaranteed_tps:,} of {s.guaranteeable_tps:,} guaranteeable TPS promised "
+                f"to {s.org_count} orgs; {s.free_tps:,} free")
+
+    def get_readonly_fields(self, request, obj=None):
+        return ["model", "region", "tier", "summary"] if obj else []
+
+    def service_save(self, *, request, obj, data, change):
+        if change:
+            return services.pool_settings_set(
+                pool=obj, actor=request.user, capacity_tps=data["capacity_tps"],
+                guaranteeable_ratio=data["guaranteeable_ratio"],
+                limiter_failure_policy=data["limiter_failure_policy"],
+                speed_floor_output_tps=data["speed_floor_output_tps"],
+                ttft_ceiling_ms=data["ttft_ceiling_ms"])
+        return services.pool_create(
+            actor=request.user, model=data["model"], region=data["region"], tier=data["tier"],
+            capacity_tps=data["capacity_tps"], guaranteeable_ratio=data["guaranteeable_ratio"],
+            limiter_failure_policy=data["limiter_failure_policy"])
+
+
+@admin.register(Allocation)
+class AllocationAdmin(ServiceAdminMixin, admin.ModelAdmin):
+    list_display = ["org", "pool", "guaranteed_tps", "burst_tps", "daily_tokens",
+                    "max_concurrency", "status", "valid_until"]
+    list_filter = ["status", "pool"]
+    search_fields = ["org__name"]
+    raw_id_fields = ["org"]
+    list_select_related = ["org", "pool"]
+    show_full_result_count = False
+    actions = ["end"]
+
+    def get_fields(self, request, obj=None):
+        limits = ["guaranteed_tps", "burst_tps", "daily_tokens", "max_concurrency",
+                  "valid_until"]
+        return ["org", "pool", *limits] if obj is None else ["org", "pool", "status", *limits]
+
+    def get_readonly_fields(self, request, obj=None):
+        return ["org", "pool", "status"] if obj else []
+
+    def service_save(self, *, request, obj, data, change):
+        limits = {k: data[k] for k in ("guaranteed_tps", "burst_tps", "daily_tokens",
+                                       "max_concurrency", "valid_until")}
+        if change:
+            return services.allocation_change(allocation=obj, actor=request.user, **limits)
+        return services.allocation_grant(org=data["org"], pool=data["pool"],
+                                         actor=request.user, **limits)
+
+    @admin.action(description="End selected allocations", permissions=["change"])
+    def end(self, request, queryset):
+        run_service_on_each(self, request, queryset, services.allocation_end, "Ended",
+                            arg="allocation")

@@ -1,0 +1,206 @@
+"""Pools and allocations over REST. Operators manage them; org members read their own
+allocations (another org's: 404)."""
+
+from decimal import Decimal
+
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers, status
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from orgs.models import Organization
+from orgs.selectors import operator_require, org_get_for_user, user_is_operator
+from quotas import services
+from quotas.models import Allocation, AllocationStatus, CapacityPool, LimiterFailurePolicy, Tier
+from quotas.selectors import pool_capacity_summaries, pool_capacity_summary
+from sluice.errors import NotFound
+from sluice.pagination import paginate
+
+
+class PoolOutput(serializers.Serializer):
+    id = serializers.IntegerField()
+    model = serializers.CharField()
+    region = serializers.CharField()
+    tier = serializers.CharField()
+    capacity_tps = serializers.IntegerField()
+    guaranteeable_ratio = serializers.DecimalField(max_digits=4, decimal_places=3)
+    guaranteeable_tps = serializers.IntegerField()
+    limiter_failure_policy = serializers.CharField()
+    speed_floor_output_tps = serializers.IntegerField()
+    ttft_ceiling_ms = serializers.IntegerField()
+
+
+class PoolSummaryOutput(serializers.Serializer):
+    pool_id = serializers.IntegerField()
+    name = serializers.CharField()
+    capacity_tps = serializers.IntegerField()
+    guaranteeable_tps = serializers.IntegerField()
+    guaranteed_tps = serializers.IntegerField()
+    free_tps = serializers.IntegerField()
+    org_count = serializers.IntegerField()
+
+
+def _pool_get(pool_id: int) -> CapacityPool:
+    pool = CapacityPool.objects.filter(pk=pool_id).first()
+    if pool is None:
+        raise NotFound("No such pool.")
+    return pool
+
+
+class PoolListApi(APIView):
+    class InputSerializer(serializers.Serializer):
+        model = serializers.CharField(max_length=100)
+        region = serializers.CharField(max_length=50)
+        tier = serializers.ChoiceField(choices=Tier.choices, default=Tier.FAST)
+        capacity_tps = serializers.IntegerField(min_value=1)
+        guaranteeable_ratio = serializers.DecimalField(
+            max_digits=4, decimal_places=3, min_value=Decimal("0.001"), max_value=Decimal("1"))
+        limiter_failure_policy = serializers.ChoiceField(
+            choices=LimiterFailurePolicy.choices, required=False)
+
+    @extend_schema(responses=PoolSummaryOutput(many=True),
+                   description="Every pool with its capacity summary (operators).")
+    def get(self, request):
+        operator_require(user=request.user, perm="quotas.view_capacitypool")
+        return Response(PoolSummaryOutput(pool_capacity_summaries(), many=True).data)
+
+    @extend_schema(request=InputSerializer, responses={201: PoolOutput})
+    def post(self, request):
+        operator_require(user=request.user, perm="quotas.add_capacitypool")
+        data = self.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        pool = services.pool_create(actor=request.user, **data.validated_data)
+        return Response(PoolOutput(pool).data, status=status.HTTP_201_CREATED)
+
+
+class PoolDetailApi(APIView):
+    @extend_schema(responses=PoolSummaryOutput)
+    def get(self, request, pool_id: int):
+        operator_require(user=request.user, perm="quotas.view_capacitypool")
+        return Response(PoolSummaryOutput(pool_capacity_summary(pool=_pool_get(pool_id))).data)
+
+
+class PoolCapacityApi(APIView):
+    class InputSerializer(serializers.Serializer):
+        capacity_tps = serializers.IntegerField(min_value=1)
+        guaranteeable_ratio = serializers.DecimalField(
+            max_digits=4, decimal_places=3, min_value=Decimal("0.001"), max_value=Decimal("1"),
+            required=False)
+        reason = serializers.CharField(max_length=2000, required=False, default="")
+
+    @extend_schema(request=InputSerializer, responses=PoolSummaryOutput,
+                   description="Change capacity. Lowering it below what is guaranteed answers "
+                   "422 `capacity_below_guarantees` with the excess.")
+    def post(self, request, pool_id: int):
+        operator_require(user=request.user, perm="quotas.change_capacitypool")
+        pool = _pool_get(pool_id)
+        data = self.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        pool = services.pool_capacity_set(pool=pool, actor=request.user, **data.validated_data)
+        return Response(PoolSummaryOutput(pool_capacity_summary(pool=pool)).data)
+
+
+class AllocationOutput(serializers.Serializer):
+    id = serializers.IntegerField()
+    org = serializers.IntegerField(source="org_id")
+    pool = serializers.IntegerField(source="pool_id")
+    guaranteed_tps = serializers.IntegerField()
+    burst_tps = serializers.IntegerField()
+    daily_tokens = serializers.IntegerField()
+    max_concurrency = serializers.IntegerField()
+    status = serializers.CharField()
+    valid_from = serializers.DateTimeField()
+    valid_until = serializers.DateTimeField(allow_null=True)
+
+
+class _LimitsInput(serializers.Serializer):
+    guaranteed_tps = serializers.IntegerField(min_value=1)
+    burst_tps = serializers.IntegerField(min_value=1)
+    daily_tokens = serializers.IntegerField(min_value=1)
+    max_concurrency = serializers.IntegerField(min_value=1, max_value=100_000)
+    valid_until = serializers.DateTimeField(required=False, allow_null=True)
+    reason = serializers.CharField(max_length=2000, required=False, default="")
+
+    def validate(self, attrs):
+        g, b = attrs.get("guaranteed_tps"), attrs.get("burst_tps")
+        if g is not None and b is not None and b < g:
+            raise serializers.ValidationError({"burst_tps": ["Must be at least guaranteed_tps."]})
+        return attrs
+
+
+class AllocationListApi(APIView):
+    class FilterSerializer(serializers.Serializer):
+        org = serializers.IntegerField(required=False)
+        pool = serializers.IntegerField(required=False)
+        status = serializers.ChoiceField(choices=AllocationStatus.choices, required=False)
+
+    class InputSerializer(_LimitsInput):
+        org = serializers.PrimaryKeyRelatedField(queryset=Organization.objects.all())
+        pool = serializers.PrimaryKeyRelatedField(queryset=CapacityPool.objects.all())
+
+    @extend_schema(parameters=[FilterSerializer], responses=AllocationOutput(many=True),
+                   description="Operators see every allocation; members see their orgs' only.")
+    def get(self, request):
+        filters = self.FilterSerializer(data=request.query_params)
+        filters.is_valid(raise_exception=True)
+        allocations = Allocation.objects.order_by("pk")
+        if not user_is_operator(request.user):
+            allocations = allocations.filter(org__memberships__user=request.user)
+        for field, value in filters.validated_data.items():
+            allocations = allocations.filter(**{field: value})
+        return paginate(request, self, allocations, AllocationOutput)
+
+    @extend_schema(request=InputSerializer, responses={201: AllocationOutput},
+                   description="Grant an allocation. If the pool cannot guarantee it, answers "
+                   "422 `capacity_exhausted` with `details.free_tps`.")
+    def post(self, request):
+        operator_require(user=request.user, perm="quotas.add_allocation")
+        data = self.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        allocation = services.allocation_grant(actor=request.user, **data.validated_data)
+        return Response(AllocationOutput(allocation).data, status=status.HTTP_201_CREATED)
+
+
+def _allocation_get(request, allocation_id: int) -> Allocation:
+    allocation = Allocation.objects.filter(pk=allocation_id).first()
+    if allocation is None:
+        raise NotFound("No such allocation.")
+    org_get_for_user(user=request.user, org_id=allocation.org_id)  # 404 for other orgs
+    return allocation
+
+
+class AllocationDetailApi(APIView):
+    class InputSerializer(_LimitsInput):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            for field in self.fields.values():
+                field.required = False
+
+    @extend_schema(responses=AllocationOutput)
+    def get(self, request, allocation_id: int):
+        return Response(AllocationOutput(_allocation_get(request, allocation_id)).data)
+
+    @extend_schema(request=InputSerializer, responses=AllocationOutput)
+    def patch(self, request, allocation_id: int):
+        allocation = _allocation_get(request, allocation_id)
+        operator_require(user=request.user, perm="quotas.change_allocation")
+        data = self.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        allocation = services.allocation_change(allocation=allocation, actor=request.user,
+                                                **data.validated_data)
+        return Response(AllocationOutput(allocation).data)
+
+
+class AllocationEndApi(APIView):
+    class InputSerializer(serializers.Serializer):
+        reason = serializers.CharField(max_length=2000, required=False, default="")
+
+    @extend_schema(request=InputSerializer, responses=AllocationOutput)
+    def post(self, request, allocation_id: int):
+        allocation = _allocation_get(request, allocation_id)
+        operator_require(user=request.user, perm="quotas.change_allocation")
+        data = self.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        allocation = services.allocation_end(allocation=allocation, actor=request.user,
+                                             **data.validated_data)
+        return Response(AllocationOutput(allocation).data)

@@ -1,0 +1,70 @@
+"""Org A never reads or changes org B's data: every org-scoped endpoint answers 404 to A's
+owner for B's objects, exactly as for objects that do not exist."""
+
+import pytest
+
+from orgs.models import Membership
+from orgs.services import api_key_create
+from tests.factories import AllocationFactory
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def b_objects(two_orgs):
+    _, b = two_orgs
+    key, _ = api_key_create(org=b.org, name="b-key", actor=b.owner)
+    member = Membership.objects.get(org=b.org)
+    allocation = AllocationFactory(org=b.org)
+    return {"org": b.org.pk, "key": key.pk, "member": member.pk, "allocation": allocation.pk}
+
+
+def org_scoped_requests(ids):
+    org = ids["org"]
+    return [
+        ("get", f"/api/v1/orgs/{org}/", None),
+        ("post", f"/api/v1/orgs/{org}/transitions/", {"action": "suspend"}),
+        ("get", f"/api/v1/orgs/{org}/members/", None),
+        ("post", f"/api/v1/orgs/{org}/members/", {"email": "a@b.c", "role": "viewer"}),
+        ("patch", f"/api/v1/orgs/{org}/members/{ids['member']}/", {"role": "viewer"}),
+        ("delete", f"/api/v1/orgs/{org}/members/{ids['member']}/", None),
+        ("post", f"/api/v1/orgs/{org}/invitations/", {"email": "a@b.c", "role": "viewer"}),
+        ("get", f"/api/v1/orgs/{org}/api-keys/", None),
+        ("post", f"/api/v1/orgs/{org}/api-keys/", {"name": "stolen"}),
+        ("post", f"/api/v1/orgs/{org}/api-keys/{ids['key']}/revoke/", None),
+        ("get", f"/api/v1/allocations/{ids['allocation']}/", None),
+        ("patch", f"/api/v1/allocations/{ids['allocation']}/", {"guaranteed_tps": 1}),
+        ("post", f"/api/v1/allocations/{ids['allocation']}/end/", {}),
+    ]
+
+
+def test_every_org_scoped_endpoint_hides_other_orgs(two_orgs, b_objects):
+    a, _ = two_orgs
+    for method, url, body in org_scoped_requests(b_objects):
+        response = getattr(a.client, method)(url, body, format="json")
+        assert response.status_code == 404, (method, url, response.status_code)
+        assert response.json()["error"]["code"] == "not_found"
+
+
+def test_b_objects_untouched(two_orgs, b_objects):
+    a, b = two_orgs
+    for method, url, body in org_scoped_requests(b_objects):
+        getattr(a.client, method)(url, body, format="json")
+    b.org.refresh_from_db()
+    assert b.org.status == "active"
+    assert b.org.api_keys.filter(revoked_at__isnull=True).count() == 1
+    assert Membership.objects.filter(org=b.org).count() == 1
+
+
+def test_allocation_list_is_scoped(two_orgs, b_objects):
+    a, _ = two_orgs
+    AllocationFactory(org=a.org)
+    results = a.client.get("/api/v1/allocations/").json()["results"]
+    assert [r["org"] for r in results] == [a.org.pk]
+
+
+def test_anonymous_gets_401_everywhere(anon_client, b_objects):
+    for method, url, body in org_scoped_requests(b_objects):
+        response = getattr(anon_client, method)(url, body, format="json")
+        assert response.status_code in (401, 403), url
+        assert response.json()["error"]["code"] in ("not_authenticated", "authentication_failed")

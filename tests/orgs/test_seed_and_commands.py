@@ -1,0 +1,45 @@
+import pytest
+from django.core.management import call_command
+from rest_framework.test import APIClient
+
+from orgs.models import AuditEvent, Organization, OrgStatus
+from quotas.models import Allocation, CapacityPool
+from quotas.selectors import pool_capacity_summary
+from tests.factories import OperatorFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def snapshot():
+    return (
+        sorted(Organization.objects.values_list("name", "status")),
+        sorted(Allocation.objects.values_list("org__name", "guaranteed_tps", "status")),
+        AuditEvent.objects.count(),
+    )
+
+
+def test_seed_demo_covers_every_state_and_is_idempotent():
+    call_command("seed_demo")
+    first = snapshot()
+    call_command("seed_demo")
+    assert snapshot() == first
+    assert {s for _, s in first[0]} == set(OrgStatus.values)
+    pool = CapacityPool.objects.get(model="gpt-5.6-sol", region="us-east")
+    summary = pool_capacity_summary(pool=pool)
+    assert (summary.capacity_tps, summary.guaranteeable_tps) == (120_000, 108_000)
+    assert summary.guaranteed_tps <= summary.guaranteeable_tps
+    active = Organization.objects.filter(status=OrgStatus.ACTIVE)
+    assert all(Allocation.objects.filter(org=o, status="active").exists() for o in active)
+
+
+def test_operator_token_authenticates_scripts(capsys):
+    operator = OperatorFactory(email="ops@sluice.dev")
+    call_command("operator_token_create", operator.email, name="deploy script")
+    token = capsys.readouterr().out.strip().splitlines()[-1]
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
+    assert client.get("/api/v1/orgs/").status_code == 200
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {token[:-2]}xx")
+    response = client.get("/api/v1/orgs/")
+    assert response.status_code == 401
+    assert response.json()["error"]["code"] == "authentication_failed"

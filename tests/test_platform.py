@@ -1,0 +1,66 @@
+"""Cross-cutting: health probes, the OpenAPI schema, the error format, settings strictness."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+pytestmark = pytest.mark.django_db
+
+
+def test_healthz(anon_client):
+    assert anon_client.get("/healthz").json() == {"status": "ok"}
+
+
+def test_readyz_checks_postgres_and_redis(anon_client):
+    response = anon_client.get("/readyz")
+    assert response.status_code == 200
+    assert response.json()["checks"] == {"postgres": "ok", "redis": "ok"}
+
+
+def test_readyz_reports_a_dead_redis(anon_client, settings):
+    settings.REDIS_URL = "redis://127.0.0.1:1/0"  # nothing listens on port 1
+    response = anon_client.get("/readyz")
+    assert response.status_code == 503
+    assert response.json()["checks"]["redis"].startswith("ConnectionError")
+
+
+def test_openapi_schema_documents_every_endpoint(operator_client):
+    response = operator_client.get("/api/schema/")
+    assert response.status_code == 200
+    schema = yaml.safe_load(response.content)
+    paths = schema["paths"]
+    for path in ["/api/v1/orgs/", "/api/v1/orgs/{org_id}/transitions/", "/api/v1/pools/",
+                 "/api/v1/allocations/", "/api/v1/orgs/{org_id}/api-keys/"]:
+        assert path in paths, path
+
+
+def test_docs_page_is_served_without_a_cdn(operator_client):
+    page = operator_client.get("/api/docs/").content.decode()
+    assert "swagger-ui" in page
+    assert "cdn" not in page.lower()
+
+
+def test_malformed_json_is_a_400_in_the_error_format(operator_client):
+    response = operator_client.generic("POST", "/api/v1/orgs/", "{not json",
+                                       content_type="application/json")
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "malformed_request"
+
+
+def test_unknown_sluice_variable_is_refused():
+    env = {**os.environ, "SLUICE_DEBGU": "1", "DJANGO_SETTINGS_MODULE": "config.settings.test"}
+    result = subprocess.run([sys.executable, "-c", "import django; django.setup()"], env=env,
+                            capture_output=True, text=True, check=False)
+    assert result.returncode != 0
+    assert "SLUICE_DEBGU" in result.stderr
+
+
+def test_malformed_boolean_is_refused():
+    env = {**os.environ, "SLUICE_SECURE_COOKIES": "sometimes",
+           "DJANGO_SETTINGS_MODULE": "config.settings.test"}
+    result = subprocess.run([sys.executable, "-c", "import django; django.setup()"], env=env,
+                            capture_output=True, text=True, check=False)
+    assert "is not a boolean" in result.stderr
