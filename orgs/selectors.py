@@ -78,3 +78,10 @@ def org_invitations(*, org: Organization) -> QuerySet[Invitation]:
 
 def org_audit_events(*, org: Organization) -> QuerySet[AuditEvent]:
     return AuditEvent.objects.filter(org=org).select_related("actor")
+
+
+def org_invitation_get(*, org: Organization, invitation_id: int) -> Invitation:
+    invitation = org_invitations(org=org).filter(pk=invitation_id).first()
+    if invitation is None:
+        raise NotFound("No such invitation.")
+    return invitation

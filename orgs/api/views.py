@@ -16,6 +16,8 @@ from orgs.selectors import (
     org_api_key_get,
     org_api_keys,
     org_get_for_user,
+    org_invitation_get,
+    org_invitations,
     org_members,
     org_membership_get,
     org_require_role,
@@ -175,13 +177,23 @@ class InvitationOutput(serializers.Serializer):
     id = serializers.IntegerField()
     email = serializers.EmailField()
     role = serializers.CharField()
+    created_at = serializers.DateTimeField()
     expires_at = serializers.DateTimeField()
+    accepted_at = serializers.DateTimeField(allow_null=True)
+    revoked_at = serializers.DateTimeField(allow_null=True)
 
 
-class InvitationCreateApi(APIView):
+class InvitationListApi(APIView):
     class InputSerializer(serializers.Serializer):
         email = serializers.EmailField()
         role = serializers.ChoiceField(choices=Role.choices)
+
+    @extend_schema(responses=InvitationOutput(many=True))
+    def get(self, request, org_id: int):
+        org = org_get_for_user(user=request.user, org_id=org_id)
+        org_require_role(user=request.user, org=org, roles=MEMBER_MANAGERS,
+                         perm="orgs.view_invitation")
+        return paginate(request, self, org_invitations(org=org), InvitationOutput)
 
     @extend_schema(request=InputSerializer, responses={201: InvitationOutput},
                    description="Emails an invitation link that expires; the token is not "
@@ -195,6 +207,32 @@ class InvitationCreateApi(APIView):
         invitation, _token = services.invitation_create(org=org, actor=request.user,
                                                         **data.validated_data)
         return Response(InvitationOutput(invitation).data, status=status.HTTP_201_CREATED)
+
+
+class InvitationRevokeApi(APIView):
+    @extend_schema(request=None, responses=InvitationOutput)
+    def post(self, request, org_id: int, invitation_id: int):
+        org = org_get_for_user(user=request.user, org_id=org_id)
+        invitation = org_invitation_get(org=org, invitation_id=invitation_id)
+        org_require_role(user=request.user, org=org, roles=MEMBER_MANAGERS,
+                         perm="orgs.change_invitation")
+        invitation = services.invitation_revoke(invitation=invitation, actor=request.user)
+        return Response(InvitationOutput(invitation).data)
+
+
+class InvitationAcceptApi(APIView):
+    class InputSerializer(serializers.Serializer):
+        token = serializers.CharField(max_length=200)
+
+    @extend_schema(request=InputSerializer, responses={201: MemberOutput},
+                   description="The signed-in user joins the org named by the emailed token. "
+                   "Unknown, expired and used tokens all answer 404 `invitation_invalid`.")
+    def post(self, request):
+        data = self.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        membership = services.invitation_accept(token=data.validated_data["token"],
+                                                user=request.user)
+        return Response(MemberOutput(membership).data, status=status.HTTP_201_CREATED)
 
 
 class ApiKeyOutput(serializers.Serializer):

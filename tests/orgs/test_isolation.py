@@ -4,7 +4,7 @@ owner for B's objects, exactly as for objects that do not exist."""
 import pytest
 
 from orgs.models import Membership
-from orgs.services import api_key_create
+from orgs.services import api_key_create, invitation_create
 from tests.factories import AllocationFactory
 
 pytestmark = pytest.mark.django_db
@@ -16,7 +16,9 @@ def b_objects(two_orgs):
     key, _ = api_key_create(org=b.org, name="b-key", actor=b.owner)
     member = Membership.objects.get(org=b.org)
     allocation = AllocationFactory(org=b.org)
-    return {"org": b.org.pk, "key": key.pk, "member": member.pk, "allocation": allocation.pk}
+    invitation, _ = invitation_create(org=b.org, email="x@b.test", role="viewer", actor=b.owner)
+    return {"org": b.org.pk, "key": key.pk, "member": member.pk, "allocation": allocation.pk,
+            "invitation": invitation.pk}
 
 
 def org_scoped_requests(ids):
@@ -29,6 +31,8 @@ def org_scoped_requests(ids):
         ("patch", f"/api/v1/orgs/{org}/members/{ids['member']}/", {"role": "viewer"}),
         ("delete", f"/api/v1/orgs/{org}/members/{ids['member']}/", None),
         ("post", f"/api/v1/orgs/{org}/invitations/", {"email": "a@b.c", "role": "viewer"}),
+        ("get", f"/api/v1/orgs/{org}/invitations/", None),
+        ("post", f"/api/v1/orgs/{org}/invitations/{ids['invitation']}/revoke/", None),
         ("get", f"/api/v1/orgs/{org}/api-keys/", None),
         ("post", f"/api/v1/orgs/{org}/api-keys/", {"name": "stolen"}),
         ("post", f"/api/v1/orgs/{org}/api-keys/{ids['key']}/revoke/", None),

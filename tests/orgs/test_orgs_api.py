@@ -132,3 +132,57 @@ def test_org_list_is_scoped_and_query_count_is_flat(two_orgs, django_assert_num_
         body = a.client.get("/api/v1/orgs/").json()
     assert body["count"] == 6
     assert b.org.pk not in [o["id"] for o in body["results"]]
+
+
+def _invite(client, org, email="dev@example.com", role="developer") -> int:
+    response = client.post(f"/api/v1/orgs/{org.pk}/invitations/", {"email": email,
+                                                                     "role": role},
+                           format="json")
+    assert response.status_code == 201
+    return response.json()["id"]
+
+
+def _emailed_token(message) -> str:
+    link = next(w for w in message.body.split() if "/invitations/" in w)
+    return link.rstrip("/").split("/")[-1]
+
+
+def test_invitation_accept_joins_once(two_orgs, django_capture_on_commit_callbacks):
+    a, _ = two_orgs
+    with django_capture_on_commit_callbacks(execute=True):
+        _invite(a.client, a.org)
+    token = _emailed_token(mail.outbox[0])
+    newcomer = UserFactory(email="dev@example.com")
+    from rest_framework.test import APIClient
+    client = APIClient()
+    client.force_authenticate(newcomer)
+    response = client.post("/api/v1/invitations/accept/", {"token": token}, format="json")
+    assert response.status_code == 201
+    assert response.json()["role"] == "developer"
+    again = client.post("/api/v1/invitations/accept/", {"token": token}, format="json")
+    assert again.status_code == 404
+    assert again.json()["error"]["code"] == "invitation_invalid"
+    forged = client.post("/api/v1/invitations/accept/", {"token": token[:-3] + "abc"},
+                         format="json")
+    assert forged.status_code == 404
+    assert Membership.objects.filter(org=a.org, user=newcomer).count() == 1
+
+
+def test_expired_or_revoked_invitation_cannot_be_used(two_orgs,
+                                                      django_capture_on_commit_callbacks):
+    from django.utils import timezone
+    a, _ = two_orgs
+    with django_capture_on_commit_callbacks(execute=True):
+        invitation_id = _invite(a.client, a.org)
+    with django_capture_on_commit_callbacks(execute=True):
+        _invite(a.client, a.org, email="late@example.com")
+    token, token2 = (_emailed_token(m) for m in mail.outbox)
+    revoke = a.client.post(f"/api/v1/orgs/{a.org.pk}/invitations/{invitation_id}/revoke/")
+    assert revoke.json()["revoked_at"]
+    Invitation.objects.filter(email="late@example.com").update(expires_at=timezone.now())
+    from rest_framework.test import APIClient
+    client = APIClient()
+    client.force_authenticate(UserFactory())
+    for t in (token, token2):
+        response = client.post("/api/v1/invitations/accept/", {"token": t}, format="json")
+        assert response.status_code == 404
