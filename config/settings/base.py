@@ -186,6 +186,8 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TIMEZONE = "UTC"
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BEAT_SCHEDULE: dict = {}
+# Repairs limiter state whose publish was lost while Redis (and so the broker) was down.
+CELERY_BEAT_SCHEDULE["limiter-sync"] = {"task": "quotas.tasks.limiter_sync", "schedule": 300.0}
 
 INVITATION_TTL_HOURS = env_int("SLUICE_INVITATION_TTL_HOURS", 72, minimum=1)
 RESERVATION_TTL_SECONDS = env_int("SLUICE_RESERVATION_TTL_SECONDS", 600, minimum=1)

@@ -1,0 +1,170 @@
+"""Parsing of hook API bodies. Hand-written rather than DRF serializers because it runs on
+every inference request; every malformed field is reported at once, in the shared error format
+(`fields`), and nothing is written."""
+
+import json
+import re
+from dataclasses import dataclass
+from datetime import datetime
+
+REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+MAX_TOKENS = 10_000_000
+MAX_EVENTS = 1000
+USAGE_STATUSES = ("completed", "failed", "cancelled")
+
+
+class BadInput(Exception):
+    def __init__(self, message: str, *, code: str = "invalid_input", fields: dict | None = None):
+        super().__init__(message)
+        self.code, self.message, self.fields = code, message, fields
+
+
+def json_body(raw: bytes) -> object:
+    try:
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BadInput(f"The body is not JSON: {exc}", code="malformed_request") from exc
+
+
+class _Fields:
+    """Collects per-field errors while reading one JSON object."""
+
+    def __init__(self, body: object):
+        if not isinstance(body, dict):
+            raise BadInput("The body must be a JSON object.", code="malformed_request")
+        self.body, self.errors = body, {}
+
+    def _fail(self, name: str, message: str) -> None:
+        self.errors[name] = [message]
+
+    def text(self, name: str, *, pattern=None, max_length=256, required=True) -> str | None:
+        value = self.body.get(name)
+        if value is None:
+            if required:
+                self._fail(name, "This field is required.")
+            return None
+        if not isinstance(value, str) or not value or len(value) > max_length:
+            self._fail(name, f"Must be a non-empty string of at most {max_length} characters.")
+        elif pattern is not None and not pattern.match(value):
+            self._fail(name, "Must be 1-128 characters of A-Z a-z 0-9 . _ : -")
+        else:
+            return value
+        return None
+
+    def integer(self, name: str, *, minimum: int) -> int | None:
+        value = self.body.get(name)
+        if type(value) is not int or not minimum <= value <= MAX_TOKENS:
+            self._fail(name, f"Must be an integer from {minimum} to {MAX_TOKENS}.")
+            return None
+        return value
+
+    def boolean(self, name: str) -> bool:
+        value = self.body.get(name, False)
+        if not isinstance(value, bool):
+            self._fail(name, "Must be true or false.")
+            return False
+        return value
+
+    def moment(self, name: str, *, required=True) -> datetime | None:
+        value = self.body.get(name)
+        if value is None:
+            if required:
+                self._fail(name, "This field is required.")
+            return None
+        try:
+            parsed = datetime.fromisoformat(value) if isinstance(value, str) else None
+        except ValueError:
+            parsed = None
+        if parsed is None or parsed.tzinfo is None:
+            self._fail(name, "Must be an ISO 8601 timestamp with a time zone.")
+            return None
+        return parsed
+
+    def choice(self, name: str, choices: tuple[str, ...]) -> str | None:
+        value = self.body.get(name)
+        if value not in choices:
+            self._fail(name, f"Must be one of: {', '.join(choices)}.")
+            return None
+        return value
+
+
+@dataclass(frozen=True)
+class AuthorizeInput:
+    request_id: str
+    api_key: str
+    model: str
+    region: str | None
+    input_tokens: int
+    max_output_tokens: int
+    dry_run: bool
+
+
+def authorize_input(body: object) -> AuthorizeInput:
+    f = _Fields(body)
+    parsed = AuthorizeInput(
+        request_id=f.text("request_id", pattern=REQUEST_ID, max_length=128),
+        api_key=f.text("api_key"), model=f.text("model", max_length=100),
+        region=f.text("region", max_length=50, required=False),
+        input_tokens=f.integer("input_tokens", minimum=0),
+        max_output_tokens=f.integer("max_output_tokens", minimum=1),
+        dry_run=f.boolean("dry_run"),
+    )
+    if f.errors:
+        raise BadInput("The request is invalid.", fields=f.errors)
+    return parsed
+
+
+@dataclass(frozen=True)
+class UsageInput:
+    request_id: str
+    reservation_id: str | None
+    input_tokens: int
+    output_tokens: int
+    status: str
+    started_at: datetime
+    first_token_at: datetime | None
+    finished_at: datetime
+
+
+def _usage_event(body: object) -> tuple[UsageInput | None, dict]:
+    f = _Fields(body)
+    event = UsageInput(
+        request_id=f.text("request_id", pattern=REQUEST_ID, max_length=128),
+        reservation_id=f.text("reservation_id", max_length=128, required=False),
+        input_tokens=f.integer("input_tokens", minimum=0),
+        output_tokens=f.integer("output_tokens", minimum=0),
+        status=f.choice("status", USAGE_STATUSES),
+        started_at=f.moment("started_at"), first_token_at=f.moment("first_token_at",
+                                                                   required=False),
+        finished_at=f.moment("finished_at"),
+    )
+    if not f.errors:
+        first = event.first_token_at or event.started_at
+        if not event.started_at <= first <= event.finished_at:
+            f.errors["finished_at"] = ["Need started_at <= first_token_at <= finished_at."]
+    return (None if f.errors else event), f.errors
+
+
+def usage_input(body: object) -> list[UsageInput]:
+    """One event, or {"events": [...]} with 1 to MAX_EVENTS events. All or nothing."""
+    batched = isinstance(body, dict) and "events" in body
+    if batched:
+        items = body["events"]
+        if not isinstance(items, list) or not 1 <= len(items) <= MAX_EVENTS:
+            raise BadInput("The request is invalid.", fields={
+                "events": [f"Must be a list of 1 to {MAX_EVENTS} events."]})
+    else:
+        items = [body]
+    events, errors = [], {}
+    for index, item in enumerate(items):
+        try:
+            event, item_errors = _usage_event(item)
+        except BadInput as exc:
+            event, item_errors = None, {"non_field_errors": [exc.message]}
+        if item_errors:
+            errors[str(index)] = item_errors
+        events.append(event)
+    if errors:
+        fields = errors["0"] if not batched else {"events": errors}
+        raise BadInput("The request is invalid.", fields=fields)
+    return events

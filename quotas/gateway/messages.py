@@ -1,0 +1,21 @@
+"""Status and human message for every authorize refusal code."""
+
+REFUSALS: dict[str, tuple[int, str]] = {
+    "invalid_api_key": (401, "The API key is unknown, revoked or expired, or has no access to "
+                             "this model."),
+    "org_not_active": (403, "The organization is not active (waitlisted, suspended or "
+                            "offboarded)."),
+    "payment_required": (403, "The organization is suspended for non-payment."),
+    "no_allocation": (403, "The organization has no allocation in this pool."),
+    "spend_cap_reached": (403, "The organization's monthly spend cap is reached."),
+    "request_id_conflict": (409, "This request_id is already used by another organization."),
+    "concurrency_exceeded": (429, "Too many concurrent requests for this organization."),
+    "daily_quota_exhausted": (429, "The organization's daily token quota is used up until "
+                                   "00:00 UTC."),
+    "tps_exceeded": (429, "The organization's tokens-per-second budget is exhausted (a request "
+                          "larger than the whole budget never fits: lower max_output_tokens)."),
+    "pool_capacity_exhausted": (429, "The pool has no spare capacity to lend for a burst."),
+}
+
+LIMITER_UNAVAILABLE = ("The admission engine is unreachable and this pool fails closed; "
+                       "retry shortly.")

@@ -1,0 +1,53 @@
+"""Reservation ids: opaque to gateways, but they carry the pool, org and API key they were
+issued for, signed with the secret key and bound to the request_id.
+
+A usage report that quotes its reservation_id can therefore be attributed even when Redis no
+longer holds the reservation (it expired, Redis was flushed, or it was admitted while failing
+open), and a gateway cannot bill one org's request to another by editing the id.
+"""
+
+import hashlib
+import hmac
+import re
+from dataclasses import dataclass
+from functools import cache
+
+from django.conf import settings
+
+_FORMAT = re.compile(r"^rsv_(\d{1,18})_(\d{1,18})_(\d{0,18})_([0-9a-f]{20})$")
+
+
+@dataclass(frozen=True)
+class ReservationRef:
+    pool_id: int
+    org_id: int
+    api_key_id: int | None
+
+
+@cache
+def _signing_key() -> bytes:
+    return hashlib.sha256(b"sluice.reservation:" + settings.SECRET_KEY.encode()).digest()
+
+
+def _signature(pool_id: int, org_id: int, key_part: str, request_id: str) -> str:
+    message = f"{pool_id}.{org_id}.{key_part}.{request_id}".encode()
+    return hmac.new(_signing_key(), message, hashlib.sha256).hexdigest()[:20]
+
+
+def reservation_id_issue(*, pool_id: int, org_id: int, api_key_id: int | None,
+                         request_id: str) -> str:
+    key_part = "" if api_key_id is None else str(api_key_id)
+    return f"rsv_{pool_id}_{org_id}_{key_part}_" \
+           f"{_signature(pool_id, org_id, key_part, request_id)}"
+
+
+def reservation_id_parse(reservation_id: str, *, request_id: str) -> ReservationRef | None:
+    """The reference, or None when the id is malformed or was issued for another request."""
+    match = _FORMAT.match(reservation_id)
+    if match is None:
+        return None
+    pool, org, key_part, signature = match.groups()
+    expected = _signature(int(pool), int(org), key_part, request_id)
+    if not hmac.compare_digest(signature, expected):
+        return None
+    return ReservationRef(int(pool), int(org), int(key_part) if key_part else None)

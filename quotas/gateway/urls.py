@@ -1,0 +1,10 @@
+from django.urls import path
+
+from quotas.gateway import schema, views
+
+app_name = "gateway"
+
+urlpatterns = [
+    path("authorize", schema.documented_by(schema.AuthorizeSchema)(views.authorize),
+         name="authorize"),
+]

@@ -1,0 +1,42 @@
+"""The limiter's clock. Tests freeze and advance it (UTC day rollover, reservation expiry)
+instead of sleeping; production reads the wall clock."""
+
+from datetime import UTC, datetime, timedelta
+
+
+class Clock:
+    def __init__(self) -> None:
+        self._frozen: datetime | None = None
+
+    def now(self) -> datetime:
+        return self._frozen or datetime.now(UTC)
+
+    def freeze(self, at: datetime) -> None:
+        self._frozen = at
+
+    def advance(self, **delta: float) -> None:
+        self._frozen = self.now() + timedelta(**delta)
+
+    def unfreeze(self) -> None:
+        self._frozen = None
+
+
+clock = Clock()
+
+
+def epoch_ms(at: datetime) -> int:
+    return int(at.timestamp() * 1000)
+
+
+def day_stamp(at: datetime) -> str:
+    return at.astimezone(UTC).strftime("%Y%m%d")
+
+
+def month_stamp(at: datetime) -> str:
+    return at.astimezone(UTC).strftime("%Y%m")
+
+
+def ms_until_next_utc_day(at: datetime) -> int:
+    at = at.astimezone(UTC)
+    midnight = (at + timedelta(days=1)).replace(hour=0, minute=0, second=0, microsecond=0)
+    return int((midnight - at).total_seconds() * 1000)

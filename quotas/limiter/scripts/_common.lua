@@ -1,0 +1,48 @@
+-- Shared by every script (prepended by quotas/limiter/scripts.py).
+--
+-- All keys of one pool share the hash tag {p<pool_id>}, so a script touches exactly one Redis
+-- Cluster slot. KEYS[1] is always "{p<id>}:keys"; the org-specific keys are derived from its tag
+-- because the org is only known after the API-key lookup (same slot, so Cluster-safe).
+local PREFIX = string.match(KEYS[1], '^({p%d+})')
+
+local function key(...)
+  return table.concat({PREFIX, ...}, ':')
+end
+
+local function num(value, default)
+  if value == false or value == nil then return default end
+  return tonumber(value)
+end
+
+-- A token bucket's level now, from its stored level and timestamp (a missing bucket is full).
+local function refill(level, at, rate, capacity, now)
+  if level == false or level == nil then return capacity end
+  local elapsed = math.max(0, now - tonumber(at))
+  return math.min(capacity, tonumber(level) + elapsed * rate / 1000)
+end
+
+-- The org's buckets and the pool's headroom bucket, refilled to `now`.
+local function buckets_read(org, now)
+  local limits = redis.call('HMGET', key('org', org), 'gr', 'gc', 'br', 'bc')
+  local gr, gc = num(limits[1], 0), num(limits[2], 0)
+  local br, bc = num(limits[3], 0), num(limits[4], 0)
+  local tb = redis.call('HMGET', key('tb', org), 'g', 'b', 't')
+  local pool = redis.call('HMGET', key('pool'), 'hr', 'hc')
+  local hr, hc = num(pool[1], 0), num(pool[2], 0)
+  local hb = redis.call('HMGET', key('hb'), 'l', 't')
+  return {
+    gr = gr, gc = gc, br = br, bc = bc, hr = hr, hc = hc,
+    g = refill(tb[1], tb[3], gr, gc, now),
+    b = refill(tb[2], tb[3], br, bc, now),
+    h = refill(hb[1], hb[2], hr, hc, now),
+  }
+end
+
+local DAY_MS = 86400000
+
+local function buckets_write(org, s, now)
+  redis.call('HSET', key('tb', org), 'g', s.g, 'b', s.b, 't', now)
+  redis.call('PEXPIRE', key('tb', org), DAY_MS)
+  redis.call('HSET', key('hb'), 'l', s.h, 't', now)
+  redis.call('PEXPIRE', key('hb'), DAY_MS)
+end

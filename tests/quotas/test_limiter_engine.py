@@ -1,0 +1,160 @@
+"""The admission engine against real Redis: every limit, idempotency, expiry, settlement."""
+
+from datetime import timedelta
+
+import pytest
+
+from quotas.limiter.engine import Settlement, limiter_authorize, limiter_settle
+from tests.quotas.conftest import tenant_create
+
+pytestmark = pytest.mark.django_db
+
+
+def authorize(t, request_id, *, input_tokens=50, max_output_tokens=50, **kwargs):
+    return limiter_authorize(pool_id=t.pool.pk, api_key=kwargs.pop("api_key", t.plaintext),
+                             request_id=request_id, input_tokens=input_tokens,
+                             max_output_tokens=max_output_tokens, **kwargs)
+
+
+def test_allowed_request_reserves_input_plus_max_output_and_reports_headers(tenant):
+    d = authorize(tenant, "r1", input_tokens=30, max_output_tokens=70)
+    assert d.outcome == "allowed"
+    assert (d.org_id, d.api_key_id, d.reserved_tokens) == (tenant.org.pk, tenant.key.pk, 100)
+    # Bucket: 100 TPS x 10 s, burst adds nothing here.
+    assert (d.tokens_limit, d.tokens_remaining, d.tokens_reset_ms) == (1000, 900, 1000)
+    assert (d.day_limit, d.day_remaining) == (100_000, 99_900)
+    assert (d.requests_limit, d.requests_remaining) == (5, 4)
+    assert d.day_reset_ms == 12 * 3600 * 1000
+
+
+def test_same_request_id_returns_the_same_reservation_without_debiting(tenant):
+    first = authorize(tenant, "r1")
+    again = authorize(tenant, "r1", input_tokens=999)
+    assert again.outcome == "duplicate" and again.reserved_tokens == first.reserved_tokens
+    assert again.day_remaining == first.day_remaining
+    assert again.requests_remaining == first.requests_remaining
+
+
+def test_dry_run_consumes_nothing(tenant):
+    assert authorize(tenant, "r1", dry_run=True).outcome == "allowed"
+    assert authorize(tenant, "r2").day_remaining == 99_900
+
+
+def test_unknown_key_is_refused(tenant):
+    assert authorize(tenant, "r1", api_key="sk_000000000000_nope").outcome == "invalid_api_key"
+
+
+def test_concurrency_cap_and_expiry_frees_the_slot(tenant, limiter_clock, settings):
+    settings.RESERVATION_TTL_SECONDS = 60
+    for i in range(5):
+        assert authorize(tenant, f"r{i}", input_tokens=1, max_output_tokens=1).allowed
+    denied = authorize(tenant, "r5", input_tokens=1, max_output_tokens=1)
+    assert denied.outcome == "concurrency_exceeded"
+    assert 1 <= denied.retry_after_ms <= 1000
+    limiter_clock.advance(seconds=61)
+    assert authorize(tenant, "r6", input_tokens=1, max_output_tokens=1).outcome == "allowed"
+
+
+def test_settlement_frees_the_slot_and_refunds(tenant):
+    for i in range(5):
+        authorize(tenant, f"r{i}", input_tokens=100, max_output_tokens=100)
+    assert limiter_settle(pool_id=tenant.pool.pk, settlements=[
+        Settlement(request_id="r0", org_id=tenant.org.pk, tokens=20)]) == 1
+    d = authorize(tenant, "r5", input_tokens=1, max_output_tokens=1)
+    assert d.outcome == "allowed"
+    assert d.day_remaining == 100_000 - 4 * 200 - 20 - 2
+    assert d.tokens_remaining == 1000 - 4 * 200 - 20 - 2
+
+
+def test_settlement_is_idempotent(tenant):
+    authorize(tenant, "r1", input_tokens=100, max_output_tokens=100)
+    s = [Settlement(request_id="r1", org_id=tenant.org.pk, tokens=20)]
+    assert limiter_settle(pool_id=tenant.pool.pk, settlements=s) == 1
+    assert limiter_settle(pool_id=tenant.pool.pk, settlements=s) == 0
+    assert authorize(tenant, "r2", input_tokens=1, max_output_tokens=1).day_remaining == \
+        100_000 - 20 - 2
+
+
+def test_excess_usage_is_debited_and_unreserved_usage_counted(tenant):
+    authorize(tenant, "r1", input_tokens=10, max_output_tokens=10)
+    limiter_settle(pool_id=tenant.pool.pk, settlements=[
+        Settlement(request_id="r1", org_id=tenant.org.pk, tokens=50),
+        Settlement(request_id="never-authorized", org_id=tenant.org.pk, tokens=30)])
+    d = authorize(tenant, "r2", input_tokens=1, max_output_tokens=1)
+    assert d.day_remaining == 100_000 - 50 - 30 - 2
+
+
+def test_daily_quota_and_utc_day_rollover(limiter, limiter_clock):
+    t = tenant_create(guaranteed_tps=1000, burst_tps=1000, daily_tokens=250,
+                      max_concurrency=50)
+    assert authorize(t, "r1", input_tokens=100, max_output_tokens=100).allowed
+    denied = authorize(t, "r2", input_tokens=50, max_output_tokens=1)
+    assert denied.outcome == "daily_quota_exhausted"
+    assert denied.retry_after_ms == 12 * 3600 * 1000
+    limiter_clock.advance(hours=12)  # 00:00 UTC next day
+    assert authorize(t, "r3", input_tokens=100, max_output_tokens=100).allowed
+
+
+def test_tps_bucket_refills_at_the_guaranteed_rate(tenant, limiter_clock):
+    for i in range(10):
+        assert authorize(tenant, f"r{i}").allowed  # 10 x 100 tokens = the 1,000-token bucket
+        limiter_settle(pool_id=tenant.pool.pk, settlements=[
+            Settlement(request_id=f"r{i}", org_id=tenant.org.pk, tokens=100)])
+    denied = authorize(tenant, "r10")
+    assert denied.outcome == "tps_exceeded" and denied.retry_after_ms == 1000
+    limiter_clock.advance(seconds=1)
+    assert authorize(tenant, "r11").allowed
+
+
+def test_request_larger_than_the_bucket_is_refused_without_retry_hint(tenant):
+    d = authorize(tenant, "r1", input_tokens=900, max_output_tokens=200)
+    assert d.outcome == "tps_exceeded" and d.retry_after_ms is None
+
+
+def test_burst_borrows_from_pool_headroom_and_never_past_capacity(limiter, limiter_clock):
+    from tests.factories import PoolFactory
+
+    pool = PoolFactory(capacity_tps=1000)  # guaranteeable 900
+    a = tenant_create(pool=pool, guaranteed_tps=400, burst_tps=600, daily_tokens=10**9,
+                      max_concurrency=1000, sync=False)
+    b = tenant_create(pool=pool, guaranteed_tps=400, burst_tps=600, daily_tokens=10**9,
+                      max_concurrency=1000)
+    # Headroom = 1000 - 800 = 200 TPS, a 2,000-token bucket shared by both orgs' bursts.
+    assert authorize(a, "a1", input_tokens=4000, max_output_tokens=1500).allowed  # borrows 1500
+    d = authorize(b, "b1", input_tokens=4000, max_output_tokens=1000)  # needs 1000, 500 left
+    assert d.outcome == "pool_capacity_exhausted" and d.retry_after_ms == 2500
+    assert authorize(b, "b2", input_tokens=4000, max_output_tokens=500).allowed
+    # A's own burst bucket still has 500 but the pool has none: refused.
+    assert authorize(a, "a2", input_tokens=1, max_output_tokens=1).outcome == \
+        "pool_capacity_exhausted"
+
+
+def test_one_orgs_key_never_debits_another_org(limiter):
+    a = tenant_create(guaranteed_tps=100, burst_tps=100, daily_tokens=10_000,
+                      max_concurrency=5)
+    b = tenant_create(pool=a.pool, guaranteed_tps=100, burst_tps=100, daily_tokens=10_000,
+                      max_concurrency=5)
+    for i in range(5):
+        assert authorize(a, f"a{i}").org_id == a.org.pk
+    assert authorize(a, "a5").outcome == "concurrency_exceeded"
+    d = authorize(b, "b0")
+    assert (d.org_id, d.day_remaining, d.requests_remaining) == (b.org.pk, 9_900, 4)
+
+
+def test_request_id_reused_by_another_org_is_a_conflict(limiter):
+    a = tenant_create()
+    b = tenant_create(pool=a.pool)
+    assert authorize(a, "shared").allowed
+    assert authorize(b, "shared").outcome == "request_id_conflict"
+
+
+def test_expired_key_is_refused(tenant, limiter_clock):
+    from orgs.services.api_keys import api_key_create
+    from quotas.limiter.sync import limiter_sync_pool
+
+    key, plaintext = api_key_create(org=tenant.org, name="short", actor="test",
+                                    expires_at=limiter_clock.now() + timedelta(hours=1))
+    limiter_sync_pool(pool_id=tenant.pool.pk)
+    assert authorize(tenant, "r1", api_key=plaintext).allowed
+    limiter_clock.advance(hours=1)
+    assert authorize(tenant, "r2", api_key=plaintext).outcome == "invalid_api_key"
