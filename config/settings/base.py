@@ -177,6 +177,11 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
 }
+SPECTACULAR_SETTINGS["ENUM_NAME_OVERRIDES"] = {
+    "ApplicationStateEnum": "orgs.models.ApplicationState",
+    "WaveStateEnum": "quotas.models.WaveState",
+    "DecisionEnum": "orgs.models.Decision",
+}
 
 CELERY_BROKER_URL = REDIS_URL
 CELERY_RESULT_BACKEND = None

@@ -29,7 +29,7 @@ from orgs.models import (
 from orgs.services.audit import Actor, audit_record
 from orgs.services.lifecycle import org_approve, org_reapply, org_reject, org_review_start
 from quotas.models import CapacityPool, OrgPoolPreference, Tier
-from sluice.errors import Conflict, DomainError, IllegalTransition, Unprocessable
+from sluice.errors import Conflict, DomainError, IllegalTransition, NotFound, Unprocessable
 from sluice.events import application_changed_on_commit
 
 A = ApplicationState
@@ -285,8 +285,7 @@ def applications_decide_bulk(*, application_ids: list[int], decision: str, reaso
                 .order_by("pk"))
     missing = sorted(set(application_ids) - {a.pk for a in apps})
     if missing:
-        raise DomainError("Unknown applications.", code="not_found",
-                          details={"missing": missing})
+        raise NotFound("Unknown applications.", details={"missing": missing})
     decided, failures = [], {}
     for app in apps:
         try:
