@@ -15,4 +15,6 @@ urlpatterns = [
     path("api/v1/", include("quotas.api.urls")),
     path("api/gateway/v1/", include("quotas.gateway.urls")),
     path("metrics", metrics_view, name="metrics"),
+    path("api/v1/", include("orgs.api.applications")),
+    path("api/v1/", include("quotas.api.waves")),
 ]

@@ -191,3 +191,155 @@ class OperatorToken(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.user})"
+
+
+# --- Waitlist applications and vetting (issue 4) ---------------------------------------------
+
+
+class UseCase(models.TextChoices):
+    VOICE = "voice", "Voice"
+    AGENTS = "agents", "Agents"
+    CODING = "coding", "Coding"
+    CHAT = "chat", "Chat"
+    BATCH = "batch", "Batch"
+    OTHER = "other", "Other"
+
+
+class LatencySensitivity(models.TextChoices):
+    REALTIME = "realtime", "Real-time: a person waits on every token (voice, live agents)"
+    INTERACTIVE = "interactive", "Interactive: a person waits on the answer"
+    TOLERANT = "tolerant", "Tolerant: seconds do not matter much"
+    NONE = "none", "None: offline or batch work"
+
+
+class ApplicationState(models.TextChoices):
+    SUBMITTED = "submitted", "Submitted"
+    IN_REVIEW = "in_review", "In review"
+    INFO_REQUESTED = "info_requested", "More information requested"
+    APPROVED = "approved", "Approved (waitlisted)"
+    ADMITTED = "admitted", "Admitted"
+    REJECTED = "rejected", "Rejected"
+
+
+# An org may have at most one application in these states (a partial unique index enforces it).
+OPEN_APPLICATION_STATES = (
+    ApplicationState.SUBMITTED, ApplicationState.IN_REVIEW, ApplicationState.INFO_REQUESTED,
+    ApplicationState.APPROVED,
+)
+
+
+class Decision(models.TextChoices):
+    APPROVE = "approve", "Approve"
+    REJECT = "reject", "Reject"
+    REQUEST_INFO = "request_info", "Request more information"
+
+
+class Application(models.Model):
+    org = models.ForeignKey(Organization, on_delete=models.PROTECT, related_name="applications")
+    state = models.CharField(max_length=16, choices=ApplicationState.choices,
+                             default=ApplicationState.SUBMITTED)
+    legal_name = models.CharField(max_length=200)
+    website = models.URLField(max_length=300)
+    country = models.CharField(max_length=2, help_text="ISO 3166-1 alpha-2 code")
+    contact_name = models.CharField(max_length=200)
+    contact_email = models.EmailField()
+    use_case = models.CharField(max_length=16, choices=UseCase.choices)
+    use_case_description = models.TextField()
+    expected_peak_tps = models.PositiveIntegerField()
+    expected_daily_tokens = models.PositiveBigIntegerField()
+    latency_sensitivity = models.CharField(max_length=16, choices=LatencySensitivity.choices)
+    preferred_region = models.CharField(max_length=50)
+    submitted_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL,
+                                     null=True, related_name="+")
+    submitted_at = models.DateTimeField(default=timezone.now)
+    reviewer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True,
+                                 blank=True, related_name="+")
+    decision = models.CharField(max_length=16, choices=Decision.choices, blank=True, default="")
+    # Internal reason (audit, operators) and the part an operator chose to tell the org.
+    decision_reason = models.TextField(blank=True, default="")
+    shared_reason = models.TextField(blank=True, default="")
+    decided_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL,
+                                   null=True, blank=True, related_name="+")
+    decided_at = models.DateTimeField(null=True, blank=True)
+    # Operators may replace the computed priority score (orgs/scoring.py), always with a reason.
+    score_override = models.IntegerField(null=True, blank=True)
+    score_override_reason = models.TextField(blank=True, default="")
+    score_override_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL,
+                                          null=True, blank=True, related_name="+")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-submitted_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["org"], condition=Q(state__in=OPEN_APPLICATION_STATES),
+                name="application_one_open_per_org",
+            ),
+            models.CheckConstraint(name="application_state_valid",
+                                   condition=Q(state__in=ApplicationState.values)),
+            models.CheckConstraint(name="application_peak_tps_positive",
+                                   condition=Q(expected_peak_tps__gt=0)),
+            models.CheckConstraint(name="application_daily_tokens_positive",
+                                   condition=Q(expected_daily_tokens__gt=0)),
+            models.CheckConstraint(
+                name="application_override_has_reason",
+                condition=Q(score_override__isnull=True) | ~Q(score_override_reason=""),
+            ),
+        ]
+        indexes = [models.Index(fields=["state", "submitted_at"], name="application_state_sub")]
+
+    def __str__(self) -> str:
+        return f"Application #{self.pk} of {self.org}"
+
+    @property
+    def is_open(self) -> bool:
+        return self.state in OPEN_APPLICATION_STATES
+
+
+class CheckItem(models.TextChoices):
+    IDENTITY_VERIFIED = "identity_verified", "Identity verified"
+    USE_CASE_ACCEPTABLE = "use_case_acceptable", "Use case acceptable"
+    CONTACT_REACHABLE = "contact_reachable", "Contact reachable"
+    PAYMENT_METHOD_ON_FILE = "payment_method_on_file", "Payment method on file"
+
+
+# Approval needs these ticked. A payment method is ticked by billing (actor "stripe") once the
+# admitted org's Stripe customer has one, so it cannot gate approval.
+CHECKS_REQUIRED_FOR_APPROVAL = (
+    CheckItem.IDENTITY_VERIFIED, CheckItem.USE_CASE_ACCEPTABLE, CheckItem.CONTACT_REACHABLE,
+)
+
+
+class ApplicationCheck(models.Model):
+    application = models.ForeignKey(Application, on_delete=models.CASCADE,
+                                     related_name="checks")
+    item = models.CharField(max_length=32, choices=CheckItem.choices)
+    done = models.BooleanField(default=False)
+    done_by_label = models.CharField(max_length=100, blank=True, default="")
+    done_at = models.DateTimeField(null=True, blank=True)
+    note = models.TextField(blank=True, default="")
+
+    class Meta:
+        ordering = ["application_id", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["application", "item"],
+                                    name="application_check_unique_item"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.get_item_display()}: {'done' if self.done else 'open'}"
+
+
+class ApplicationNote(models.Model):
+    application = models.ForeignKey(Application, on_delete=models.CASCADE,
+                                     related_name="notes")
+    author = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True,
+                               related_name="+")
+    body = models.TextField()
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+
+    def __str__(self) -> str:
+        return f"Note on application #{self.application_id}"

@@ -196,3 +196,86 @@ class UsageHourly(models.Model):
 
     def __str__(self) -> str:
         return f"{self.org_id}/{self.pool_id}/{self.api_key_id} @ {self.hour:%Y-%m-%d %H}:00"
+
+
+# --- Rollout waves and the waitlist (issue 4) -------------------------------------------------
+
+
+class WaveState(models.TextChoices):
+    SCHEDULED = "scheduled", "Scheduled"
+    OPEN = "open", "Open"
+    CLOSED = "closed", "Closed"
+
+
+class RolloutWave(models.Model):
+    """Capacity added to a pool at `opens_at`, and the approved orgs it admits with the default
+    allocation. Opening is claimed with a conditional UPDATE (scheduled -> open), so it happens
+    once even if two workers try at the same time."""
+
+    pool = models.ForeignKey(CapacityPool, on_delete=models.PROTECT, related_name="waves")
+    name = models.CharField(max_length=200)
+    opens_at = models.DateTimeField()
+    closes_at = models.DateTimeField(null=True, blank=True)
+    capacity_tps = models.PositiveIntegerField(help_text="Tokens/s added to the pool on opening")
+    max_orgs = models.PositiveIntegerField()
+    guaranteed_tps = models.PositiveIntegerField()
+    burst_tps = models.PositiveIntegerField()
+    daily_tokens = models.PositiveBigIntegerField()
+    max_concurrency = models.PositiveIntegerField()
+    state = models.CharField(max_length=16, choices=WaveState.choices,
+                             default=WaveState.SCHEDULED)
+    opened_at = models.DateTimeField(null=True, blank=True)
+    closed_at = models.DateTimeField(null=True, blank=True)
+    admitted_count = models.PositiveIntegerField(default=0)
+    created_by = models.ForeignKey("auth.User", on_delete=models.SET_NULL, null=True,
+                                   blank=True, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["opens_at", "id"]
+        constraints = [
+            models.CheckConstraint(name="wave_state_valid",
+                                   condition=Q(state__in=WaveState.values)),
+            models.CheckConstraint(name="wave_max_orgs_positive", condition=Q(max_orgs__gt=0)),
+            models.CheckConstraint(name="wave_guaranteed_positive",
+                                   condition=Q(guaranteed_tps__gt=0)),
+            models.CheckConstraint(name="wave_burst_ge_guaranteed",
+                                   condition=Q(burst_tps__gte=F("guaranteed_tps"))),
+            models.CheckConstraint(name="wave_concurrency_positive",
+                                   condition=Q(max_concurrency__gt=0)),
+            models.CheckConstraint(
+                name="wave_closes_after_opens",
+                condition=Q(closes_at__isnull=True) | Q(closes_at__gt=F("opens_at")),
+            ),
+        ]
+        indexes = [models.Index(fields=["state", "opens_at"], name="wave_state_opens")]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.pool})"
+
+
+class PoolAdmission(models.Model):
+    """Per-pool waitlist settings. With `auto_admit` on, capacity freed in the pool (an
+    allocation ended or reduced) admits the next queued orgs with the default allocation of the
+    pool's latest opened wave. Off by default: operators usually prefer to admit in waves."""
+
+    pool = models.OneToOneField(CapacityPool, on_delete=models.CASCADE, primary_key=True,
+                                related_name="admission")
+    auto_admit = models.BooleanField(default=False)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"{self.pool}: auto-admission {'on' if self.auto_admit else 'off'}"
+
+
+class OrgPoolPreference(models.Model):
+    """The pool an org queues for. Set from the application's preferred region when exactly one
+    fast pool serves it, otherwise (or to change it) by an operator."""
+
+    org = models.OneToOneField(Organization, on_delete=models.CASCADE, primary_key=True,
+                               related_name="pool_preference")
+    pool = models.ForeignKey(CapacityPool, on_delete=models.PROTECT, related_name="+")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"{self.org} queues for {self.pool}"

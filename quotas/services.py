@@ -18,7 +18,7 @@ from quotas.errors import CapacityBelowGuarantees, CapacityExhausted
 from quotas.models import Allocation, AllocationStatus, CapacityPool
 from quotas.selectors import pool_guaranteed_tps
 from sluice.errors import Conflict, DomainError
-from sluice.events import limits_changed_on_commit
+from sluice.events import capacity_freed_on_commit, limits_changed_on_commit
 
 # An allocation can be prepared for an org about to be admitted, and kept while it is suspended.
 ORG_STATES_HOLDING_ALLOCATIONS = frozenset({OrgStatus.APPROVED, OrgStatus.ACTIVE,
@@ -177,6 +177,8 @@ def allocation_change(*, allocation: Allocation, actor: Actor, guaranteed_tps: i
     _check_limits(guaranteed_tps=g, burst_tps=b, daily_tokens=d, max_concurrency=c, pool=pool)
     if g > allocation.guaranteed_tps:
         _check_room(pool=pool, asked_tps=g, excluding=allocation)
+    if g < allocation.guaranteed_tps:
+        capacity_freed_on_commit(pool_id=pool.pk)
     allocation.guaranteed_tps, allocation.burst_tps = g, b
     allocation.daily_tokens, allocation.max_concurrency = d, c
     if valid_until is not None:
@@ -203,6 +205,7 @@ def allocation_end(*, allocation: Allocation, actor: Actor, reason: str = "") ->
     audit_record(actor=actor, action="allocation.end", target=allocation, org=allocation.org,
                  before=before, after=_allocation_snapshot(allocation), reason=reason)
     limits_changed_on_commit(org_id=allocation.org_id)
+    capacity_freed_on_commit(pool_id=allocation.pool_id)
     return allocation
 
 

@@ -4,6 +4,8 @@ from celery import shared_task
 
 from quotas.limiter.connection import LimiterUnavailable
 from quotas.limiter.sync import limiter_publish_org, limiter_sync_all
+from quotas.waves import pool_auto_admit as pool_auto_admit_service
+from quotas.waves import waves_open_due as waves_open_due_service
 
 
 @shared_task(autoretry_for=(LimiterUnavailable,), retry_backoff=True, retry_backoff_max=60,
@@ -17,3 +19,13 @@ def limiter_sync() -> dict[int, int]:
     """Beat: rebuild every pool, so a publish lost while Redis and the broker were both down is
     repaired within one period. Counters and buckets are left alone."""
     return limiter_sync_all()
+
+
+@shared_task
+def waves_open_due() -> int:
+    return waves_open_due_service()
+
+
+@shared_task
+def pool_auto_admit(*, pool_id: int) -> int:
+    return len(pool_auto_admit_service(pool_id=pool_id))

@@ -76,3 +76,10 @@ def exception_handler(exc, context):
     return Response(
         error_body(code=code, message=str(exc.detail)), status=exc.status_code, headers=headers
     )
+
+
+def validated_input(serializer_class, data) -> dict:
+    """Parse a view's input with its Input serializer; malformed input raises (-> 400)."""
+    serializer = serializer_class(data=data)
+    serializer.is_valid(raise_exception=True)
+    return serializer.validated_data

@@ -5,13 +5,48 @@ stops traffic within a second), and people get the emails the change calls for. 
 after the transaction commits, never inside it.
 """
 
+from functools import partial
+
 from django.db import transaction
+
+# Lifecycle actions that email the organization, and the template each one uses
+# (orgs/templates/orgs/email/<kind>.txt|.html).
+ORG_ACTION_EMAILS = {
+    "approve": "approved",
+    "admit": "admitted",
+    "reject": "rejected",
+    "suspend": "suspended",
+    "restore": "restored",
+}
 
 
 def org_changed_on_commit(*, org_id: int, action: str) -> None:
     from quotas.limiter.sync import limits_publish_org_later
 
     limits_publish_org_later(org_id=org_id)
+    kind = ORG_ACTION_EMAILS.get(action)
+    if kind:
+        from orgs.tasks import org_email_send
+
+        # The task renders after the commit, so the approved email's waitlist position and the
+        # rejected email's shared reason are the committed ones.
+        transaction.on_commit(partial(org_email_send.delay, org_id=org_id, kind=kind))
+
+
+def application_changed_on_commit(*, application_id: int, kind: str) -> None:
+    """Application emails that are not org transitions: received, info_requested."""
+    from orgs.tasks import application_email_send
+
+    transaction.on_commit(partial(application_email_send.delay, application_id=application_id,
+                                  kind=kind))
+
+
+def capacity_freed_on_commit(*, pool_id: int) -> None:
+    """An allocation ended or shrank: a pool with auto-admission admits the next queued orgs.
+    After the commit, so the admission's own transaction sees the freed capacity."""
+    from quotas.tasks import pool_auto_admit
+
+    transaction.on_commit(partial(pool_auto_admit.delay, pool_id=pool_id))
 
 
 def limits_changed_on_commit(*, org_id: int) -> None:

@@ -57,3 +57,13 @@ def redis_client():
     client.flushdb()
     yield client
     client.close()
+
+
+@pytest.fixture
+def published_limits(monkeypatch) -> list[int]:
+    """Org ids whose limits were pushed to the admission engine (a placeholder until the gateway
+    work lands; sluice.events imports it at call time, so this sees every publication)."""
+    published: list[int] = []
+    monkeypatch.setattr("quotas.limiter.sync.limits_publish_org_later",
+                        lambda *, org_id: published.append(org_id))
+    return published

@@ -1,10 +1,20 @@
+from datetime import timedelta
 from decimal import Decimal
 
 import factory
 from django.contrib.auth import get_user_model
+from django.utils import timezone
 
-from orgs.models import Membership, Organization, OrgStatus, Role
-from quotas.models import Allocation, CapacityPool
+from orgs.models import (
+    Application,
+    LatencySensitivity,
+    Membership,
+    Organization,
+    OrgStatus,
+    Role,
+    UseCase,
+)
+from quotas.models import Allocation, CapacityPool, RolloutWave
 
 PASSWORD = "correct-horse-battery"
 
@@ -64,3 +74,39 @@ class AllocationFactory(factory.django.DjangoModelFactory):
     burst_tps = 2_000
     daily_tokens = 50_000_000
     max_concurrency = 20
+
+
+class ApplicationFactory(factory.django.DjangoModelFactory):
+    """A bare application row (no checklist rows, no audit): for reads. Tests of the vetting
+    flow go through orgs.services.applications.application_submit instead."""
+
+    class Meta:
+        model = Application
+
+    org = factory.SubFactory(OrganizationFactory, status=OrgStatus.APPLIED)
+    legal_name = factory.LazyAttribute(lambda o: f"{o.org.name} Inc.")
+    website = "https://example.com"
+    country = "DE"
+    contact_name = "Ada Contact"
+    contact_email = factory.Sequence(lambda n: f"contact{n}@example.com")
+    use_case = UseCase.CHAT
+    use_case_description = "A chat assistant for our customers."
+    expected_peak_tps = 500
+    expected_daily_tokens = 20_000_000
+    latency_sensitivity = LatencySensitivity.INTERACTIVE
+    preferred_region = "us-east"
+
+
+class RolloutWaveFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = RolloutWave
+
+    pool = factory.SubFactory(PoolFactory)
+    name = factory.Sequence(lambda n: f"Wave {n}")
+    opens_at = factory.LazyFunction(lambda: timezone.now() + timedelta(days=7))
+    capacity_tps = 5_000
+    max_orgs = 10
+    guaranteed_tps = 500
+    burst_tps = 1_000
+    daily_tokens = 50_000_000
+    max_concurrency = 16

@@ -39,6 +39,7 @@ KNOWN_ENV = {
     "SLUICE_DUNNING_GRACE_DAYS",
     "SLUICE_SECURE_COOKIES",
     "SLUICE_LOG_LEVEL",
+    "SLUICE_REAPPLY_COOLING_OFF_DAYS",
 }
 env_reject_unknown("SLUICE_", KNOWN_ENV)
 
@@ -176,6 +177,11 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
 }
+SPECTACULAR_SETTINGS["ENUM_NAME_OVERRIDES"] = {
+    "ApplicationStateEnum": "orgs.models.ApplicationState",
+    "WaveStateEnum": "quotas.models.WaveState",
+    "DecisionEnum": "orgs.models.Decision",
+}
 
 CELERY_BROKER_URL = REDIS_URL
 CELERY_RESULT_BACKEND = None
@@ -188,9 +194,14 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BEAT_SCHEDULE: dict = {}
 # Repairs limiter state whose publish was lost while Redis (and so the broker) was down.
 CELERY_BEAT_SCHEDULE["limiter-sync"] = {"task": "quotas.tasks.limiter_sync", "schedule": 300.0}
+CELERY_BEAT_SCHEDULE["waves-open-due"] = {
+    "task": "quotas.tasks.waves_open_due", "schedule": 60.0,
+}
 
 INVITATION_TTL_HOURS = env_int("SLUICE_INVITATION_TTL_HOURS", 72, minimum=1)
 RESERVATION_TTL_SECONDS = env_int("SLUICE_RESERVATION_TTL_SECONDS", 600, minimum=1)
+# Days a rejected organization waits before it may apply again (0: at once).
+REAPPLY_COOLING_OFF_DAYS = env_int("SLUICE_REAPPLY_COOLING_OFF_DAYS", 30, minimum=0)
 DUNNING_GRACE_DAYS = env_int("SLUICE_DUNNING_GRACE_DAYS", 7, minimum=0)
 STRIPE_API_KEY = env_str("STRIPE_API_KEY", "")
 STRIPE_API_BASE = env_str("SLUICE_STRIPE_API_BASE", "https://api.stripe.com")

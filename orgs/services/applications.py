@@ -1,0 +1,332 @@
+"""Waitlist applications and vetting: apply, re-apply, checklist, reviewer, notes, decisions.
+
+Decisions move the organization through the lifecycle services (org_review_start, org_approve,
+org_reject, org_reapply), so the org's status and its application never disagree, and the
+status emails go out from one place (sluice.events.org_changed_on_commit). Every step is audited.
+"""
+
+import re
+from datetime import timedelta
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.utils import timezone
+
+from orgs.models import (
+    CHECKS_REQUIRED_FOR_APPROVAL,
+    OPEN_APPLICATION_STATES,
+    Application,
+    ApplicationCheck,
+    ApplicationNote,
+    ApplicationState,
+    CheckItem,
+    Decision,
+    Organization,
+    OrgStatus,
+)
+from orgs.services.audit import Actor, audit_record
+from orgs.services.lifecycle import org_approve, org_reapply, org_reject, org_review_start
+from quotas.models import CapacityPool, OrgPoolPreference, Tier
+from sluice.errors import Conflict, DomainError, IllegalTransition, NotFound, Unprocessable
+from sluice.events import application_changed_on_commit
+
+A = ApplicationState
+
+# What an applicant fills in (and may correct while the application waits for information).
+APPLICANT_FIELDS = (
+    "legal_name", "website", "country", "contact_name", "contact_email", "use_case",
+    "use_case_description", "expected_peak_tps", "expected_daily_tokens",
+    "latency_sensitivity", "preferred_region",
+)
+UNDECIDED_STATES = frozenset({A.SUBMITTED, A.IN_REVIEW, A.INFO_REQUESTED})
+COUNTRY_CODE = re.compile(r"^[A-Z]{2}$")
+
+
+def _user(actor: Actor):
+    return actor if isinstance(actor, AbstractBaseUser) and actor.is_authenticated else None
+
+
+def _snapshot(app: Application) -> dict:
+    return {"state": app.state, **{f: getattr(app, f) for f in APPLICANT_FIELDS}}
+
+
+def _validate(app: Application) -> None:
+    """Model validation (choices, lengths, URL, email) plus what the model cannot say; raised as
+    one 400 naming every bad field, so admin, seed and REST callers get the same answer."""
+    errors = {}
+    try:
+        app.full_clean(exclude=["org", "submitted_by", "reviewer", "decided_by",
+                                "score_override_by"], validate_constraints=False)
+    except ValidationError as exc:
+        errors.update(exc.message_dict)
+    if not COUNTRY_CODE.match(app.country or ""):
+        errors.setdefault("country", []).append("Use an ISO 3166-1 alpha-2 code, like DE.")
+    for name in ("expected_peak_tps", "expected_daily_tokens"):
+        if isinstance(getattr(app, name), int) and getattr(app, name) < 1:
+            errors.setdefault(name, []).append("Must be at least 1.")
+    if errors:
+        raise DomainError("The application is invalid.", code="invalid_application",
+                          details={"fields": errors})
+
+
+def _cooling_off_check(org: Organization) -> None:
+    last = (Application.objects.filter(org=org, state=A.REJECTED)
+            .order_by("-decided_at").values_list("decided_at", flat=True).first())
+    rejected_at = last or org.status_changed_at
+    available_at = rejected_at + timedelta(days=settings.REAPPLY_COOLING_OFF_DAYS)
+    if timezone.now() < available_at:
+        raise Conflict(
+            f"{org.name} was rejected on {rejected_at:%Y-%m-%d} and may apply again from "
+            f"{available_at:%Y-%m-%d %H:%M} UTC.",
+            code="cooling_off", details={"available_at": available_at.isoformat()},
+        )
+
+
+def _pool_from_region(*, org: Organization, region: str, actor: Actor) -> None:
+    pools = list(CapacityPool.objects.filter(region=region, tier=Tier.FAST)[:2])
+    if len(pools) == 1 and not OrgPoolPreference.objects.filter(org=org).exists():
+        _pool_preference_write(org=org, pool=pools[0], actor=actor)
+
+
+def _pool_preference_write(*, org: Organization, pool: CapacityPool, actor: Actor) -> None:
+    before = OrgPoolPreference.objects.filter(org=org).values_list("pool_id", flat=True).first()
+    OrgPoolPreference.objects.update_or_create(org=org, defaults={"pool": pool})
+    audit_record(actor=actor, action="org.pool_preference_set", target=org, org=org,
+                 before={"pool": before}, after={"pool": pool.pk})
+
+
+@transaction.atomic
+def application_submit(*, org: Organization, data: dict, actor: Actor) -> Application:
+    """Apply, or re-apply after a rejection once the cooling-off period has passed."""
+    # Lock the org: two submissions at once must not both pass the "no open application" check
+    # (the partial unique index would stop the second anyway, with a less helpful error).
+    org = Organization.objects.select_for_update().get(pk=org.pk)
+    if Application.objects.filter(org=org, state__in=OPEN_APPLICATION_STATES).exists():
+        raise Conflict(f"{org.name} already has an open application.", code="application_open")
+    app = Application(org=org, submitted_by=_user(actor), submitted_at=timezone.now(),
+                      **{f: data.get(f) for f in APPLICANT_FIELDS})
+    _validate(app)
+    if org.status == OrgStatus.REJECTED:
+        _cooling_off_check(org)
+        org_reapply(org=org, actor=actor, reason="re-application")
+    elif org.status != OrgStatus.APPLIED:
+        raise Conflict(f"{org.name} is {org.status}; only new or rejected organizations apply.",
+                       code="org_cannot_apply", details={"status": org.status})
+    app.save()
+    ApplicationCheck.objects.bulk_create(
+        ApplicationCheck(application=app, item=item) for item in CheckItem.values
+    )
+    _pool_from_region(org=org, region=app.preferred_region, actor=actor)
+    audit_record(actor=actor, action="application.submit", target=app, org=org,
+                 after=_snapshot(app))
+    application_changed_on_commit(application_id=app.pk, kind="received")
+    return app
+
+
+def _lock(app: Application) -> Application:
+    return Application.objects.select_for_update().select_related("org").get(pk=app.pk)
+
+
+def _review_start(*, app: Application, actor: Actor) -> None:
+    """submitted -> in_review, taking the org along (applied -> in_review)."""
+    if app.state != A.SUBMITTED:
+        return
+    if app.org.status == OrgStatus.APPLIED:
+        org_review_start(org=app.org, actor=actor)
+    app.state = A.IN_REVIEW
+
+
+@transaction.atomic
+def application_update(*, application: Application, data: dict, actor: Actor,
+                       response: str = "") -> Application:
+    """The applicant corrects or completes an undecided application. Answering a request for
+    information puts it back in review; `response` is kept as a note."""
+    app = _lock(application)
+    if app.state not in (A.SUBMITTED, A.INFO_REQUESTED):
+        raise IllegalTransition(f"An application that is {app.state} cannot be changed.",
+                                details={"state": app.state})
+    before = _snapshot(app)
+    for name in APPLICANT_FIELDS:
+        if name in data:
+            setattr(app, name, data[name])
+    _validate(app)
+    if app.state == A.INFO_REQUESTED:
+        app.state = A.IN_REVIEW
+    app.save()
+    if response.strip():
+        ApplicationNote.objects.create(application=app, author=_user(actor), body=response)
+    audit_record(actor=actor, action="application.update", target=app, org=app.org,
+                 before=before, after=_snapshot(app), reason=response)
+    return app
+
+
+@transaction.atomic
+def application_check_set(*, application: Application, item: str, done: bool, actor: Actor,
+                          note: str = "") -> ApplicationCheck:
+    """Tick or untick a checklist item. Billing ticks `payment_method_on_file` as "stripe"."""
+    if item not in CheckItem.values:
+        raise DomainError(f"Unknown checklist item {item!r}.", code="invalid_check_item",
+                          details={"allowed": CheckItem.values})
+    app = _lock(application)
+    if app.state == A.REJECTED:
+        raise IllegalTransition("A rejected application's checklist is closed.")
+    check = ApplicationCheck.objects.select_for_update().get(application=app, item=item)
+    before = {"done": check.done}
+    check.done, check.note = done, note
+    check.done_at = timezone.now() if done else None
+    user = _user(actor)
+    check.done_by_label = (user.get_username() if user else str(actor or "system")) if done else ""
+    check.save()
+    audit_record(actor=actor, action="application.check", target=app, org=app.org,
+                 before={item: before["done"]}, after={item: done}, reason=note)
+    return check
+
+
+@transaction.atomic
+def application_reviewer_assign(*, application: Application, reviewer, actor: Actor
+                                ) -> Application:
+    if not (reviewer.is_active and reviewer.is_staff):
+        raise Unprocessable(f"{reviewer} is not an operator.", code="reviewer_not_operator")
+    app = _lock(application)
+    if app.state not in UNDECIDED_STATES:
+        raise IllegalTransition(f"An application that is {app.state} needs no reviewer.")
+    before = {"reviewer": app.reviewer_id, "state": app.state}
+    app.reviewer = reviewer
+    _review_start(app=app, actor=actor)
+    app.save(update_fields=["reviewer", "state", "updated_at"])
+    audit_record(actor=actor, action="application.assign", target=app, org=app.org,
+                 before=before, after={"reviewer": reviewer.pk, "state": app.state})
+    return app
+
+
+@transaction.atomic
+def application_note_add(*, application: Application, body: str, actor: Actor
+                         ) -> ApplicationNote:
+    if not body.strip():
+        raise DomainError("A note needs some text.", code="empty_note")
+    note = ApplicationNote.objects.create(application=application, author=_user(actor),
+                                          body=body.strip())
+    audit_record(actor=actor, action="application.note", target=application,
+                 org=application.org, after={"note": note.pk}, reason=note.body)
+    return note
+
+
+@transaction.atomic
+def application_pool_set(*, application: Application, pool: CapacityPool, actor: Actor
+                         ) -> Application:
+    """Choose the pool whose queue the org waits in."""
+    _pool_preference_write(org=application.org, pool=pool, actor=actor)
+    return application
+
+
+def _check_approvable(app: Application, pool: CapacityPool | None, actor: Actor) -> None:
+    missing = list(ApplicationCheck.objects.filter(
+        application=app, item__in=CHECKS_REQUIRED_FOR_APPROVAL, done=False,
+    ).values_list("item", flat=True))
+    if missing:
+        raise Unprocessable("Tick the vetting checklist before approving.",
+                            code="checklist_incomplete", details={"missing": sorted(missing)})
+    if pool is not None:
+        _pool_preference_write(org=app.org, pool=pool, actor=actor)
+    elif not OrgPoolPreference.objects.filter(org=app.org).exists():
+        raise Unprocessable("Choose the pool this organization will queue for.",
+                            code="pool_required")
+
+
+@transaction.atomic
+def application_decide(*, application: Application, decision: str, reason: str, actor: Actor,
+                       shared_reason: str = "", pool: CapacityPool | None = None
+                       ) -> Application:
+    """Approve, reject or ask for more information. `reason` is internal (audit log);
+    `shared_reason` is what the org reads (required when asking for information)."""
+    if decision not in Decision.values:
+        raise DomainError(f"Unknown decision {decision!r}.", code="invalid_decision")
+    if not reason.strip():
+        raise DomainError("A decision needs a reason.", code="reason_required")
+    if decision == Decision.REQUEST_INFO and not shared_reason.strip():
+        raise DomainError("Say what information is needed (shared_reason).",
+                          code="reason_required")
+    app = _lock(application)
+    if app.state not in UNDECIDED_STATES:
+        raise IllegalTransition(f"This application is already {app.state}.",
+                                details={"state": app.state})
+    before = {"state": app.state}
+    _review_start(app=app, actor=actor)
+    if decision == Decision.APPROVE:
+        _check_approvable(app, pool, actor)
+        org_approve(org=app.org, actor=actor, reason=reason)
+        app.state = A.APPROVED
+    elif decision == Decision.REJECT:
+        org_reject(org=app.org, actor=actor, reason=reason)
+        app.state = A.REJECTED
+    else:
+        app.state = A.INFO_REQUESTED
+        application_changed_on_commit(application_id=app.pk, kind="info_requested")
+    app.decision, app.decision_reason, app.shared_reason = decision, reason, shared_reason
+    app.decided_by, app.decided_at = _user(actor), timezone.now()
+    app.save()
+    audit_record(actor=actor, action=f"application.{decision}", target=app, org=app.org,
+                 before=before, after={"state": app.state, "shared_reason": shared_reason},
+                 reason=reason)
+    return app
+
+
+@transaction.atomic
+def applications_decide_bulk(*, application_ids: list[int], decision: str, reason: str,
+                             actor: Actor, shared_reason: str = "") -> list[Application]:
+    """All or nothing: every application is tried (each in a savepoint) so the error names
+    every failure, then one failure rolls back the lot."""
+    if decision not in (Decision.APPROVE, Decision.REJECT):
+        raise DomainError("Bulk decisions approve or reject.", code="invalid_decision")
+    # Lock in primary-key order, so two overlapping bulk decisions cannot deadlock.
+    apps = list(Application.objects.select_for_update().filter(pk__in=application_ids)
+                .order_by("pk"))
+    missing = sorted(set(application_ids) - {a.pk for a in apps})
+    if missing:
+        raise NotFound("Unknown applications.", details={"missing": missing})
+    decided, failures = [], {}
+    for app in apps:
+        try:
+            with transaction.atomic():
+                decided.append(application_decide(application=app, decision=decision,
+                                                  reason=reason, shared_reason=shared_reason,
+                                                  actor=actor))
+        except DomainError as exc:
+            failures[str(app.pk)] = {"code": exc.code, "message": exc.message, **exc.details}
+    if failures:
+        raise Conflict(f"{len(failures)} of {len(apps)} applications cannot be decided; "
+                       "none were.", code="bulk_decision_failed",
+                       details={"failures": failures})
+    return decided
+
+
+@transaction.atomic
+def application_score_override(*, application: Application, score: int | None, reason: str,
+                               actor: Actor) -> Application:
+    """Replace the computed score (None restores it). Always with a reason."""
+    if not reason.strip():
+        raise DomainError("An override needs a reason.", code="reason_required")
+    app = _lock(application)
+    before = {"score_override": app.score_override, "reason": app.score_override_reason}
+    app.score_override = score
+    app.score_override_reason = reason if score is not None else ""
+    app.score_override_by = _user(actor) if score is not None else None
+    app.save(update_fields=["score_override", "score_override_reason", "score_override_by",
+                            "updated_at"])
+    audit_record(actor=actor, action="application.score_override", target=app, org=app.org,
+                 before=before, after={"score_override": score}, reason=reason)
+    return app
+
+
+def application_admitted(*, org: Organization, actor: Actor) -> None:
+    """Called inside the admission transaction (wave or auto-admission) after org_admit."""
+    app = (Application.objects.select_for_update()
+           .filter(org=org, state=A.APPROVED).first())
+    if app is None:
+        return  # an org approved directly through the lifecycle, without an application
+    app.state = A.ADMITTED
+    app.save(update_fields=["state", "updated_at"])
+    audit_record(actor=actor, action="application.admitted", target=app, org=org,
+                 before={"state": A.APPROVED}, after={"state": A.ADMITTED})
