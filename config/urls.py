@@ -2,6 +2,7 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from billing.api.webhook import stripe_webhook
 from sluice.health import healthz, readyz
 
 urlpatterns = [
@@ -12,4 +13,6 @@ urlpatterns = [
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("api/v1/", include("orgs.api.urls")),
     path("api/v1/", include("quotas.api.urls")),
+    path("api/v1/", include("billing.api.urls")),
+    path("api/billing/stripe/webhook", stripe_webhook, name="stripe-webhook"),
 ]
