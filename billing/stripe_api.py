@@ -89,7 +89,7 @@ def customer_create(*, name: str, org_id: int, idempotency_key: str) -> str:
 
 def _as_invoice(obj) -> StripeInvoice:
     return StripeInvoice(id=obj.id, status=obj.status or "", total_cents=int(obj.total or 0),
-                         metadata=dict(obj.metadata or {}))
+                         metadata=obj.metadata.to_dict() if obj.metadata else {})
 
 
 def invoice_create(*, customer_id: str, invoice_id: int, number: str,

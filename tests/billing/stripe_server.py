@@ -162,6 +162,9 @@ async def idempotency_middleware(request: web.Request, handler):
                             headers={"Idempotent-Replayed": "true"})
     response = await handler(request)
     STATS["executed"] += 1
+    if 400 <= response.status < 500:
+        # Like Stripe: a request refused before it executed saves no result under its key.
+        return response
     IDEMPOTENCY[scoped] = {"fingerprint": _fingerprint(request, body),
                            "status": response.status, "body": response.text}
     _idempotency_path().write_text(json.dumps(IDEMPOTENCY))
