@@ -2,6 +2,7 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from billing.api.webhook import stripe_webhook
 from quotas.gateway.metrics import metrics_view
 from sluice.health import healthz, readyz
 
@@ -17,4 +18,6 @@ urlpatterns = [
     path("metrics", metrics_view, name="metrics"),
     path("api/v1/", include("orgs.api.applications")),
     path("api/v1/", include("quotas.api.waves")),
+    path("api/v1/", include("billing.api.urls")),
+    path("api/billing/stripe/webhook", stripe_webhook, name="stripe-webhook"),
 ]

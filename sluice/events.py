@@ -57,3 +57,12 @@ def limits_changed_on_commit(*, org_id: int) -> None:
 
 def on_commit(func, /, **kwargs) -> None:
     transaction.on_commit(lambda: func(**kwargs))
+
+
+def billing_email_on_commit(*, org_id: int, template: str, context: dict) -> None:
+    """Billing emails (payment failed, suspended, spend alerts) go out only once the change
+    that calls for them is committed."""
+    from billing.notify import billing_email_send
+
+    transaction.on_commit(
+        lambda: billing_email_send(org_id=org_id, template=template, context=context))

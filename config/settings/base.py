@@ -4,6 +4,7 @@ them); there is no local_settings file. Unknown SLUICE_* variables are refused."
 from pathlib import Path
 
 import dj_database_url
+from celery.schedules import crontab
 
 from config.env import (
     env_bool,
@@ -196,6 +197,15 @@ CELERY_BEAT_SCHEDULE: dict = {}
 CELERY_BEAT_SCHEDULE["limiter-sync"] = {"task": "quotas.tasks.limiter_sync", "schedule": 300.0}
 CELERY_BEAT_SCHEDULE["waves-open-due"] = {
     "task": "quotas.tasks.waves_open_due", "schedule": 60.0,
+}
+CELERY_BEAT_SCHEDULE |= {
+    # Billing: close last month at 00:15 UTC on the 1st (late usage reports have settled).
+    "billing-close-month": {"task": "billing.tasks.invoices_close_previous_month_task",
+                            "schedule": crontab(minute=15, hour=0, day_of_month=1)},
+    "billing-outbox-drain": {"task": "billing.tasks.outbox_drain_task", "schedule": 60.0},
+    "billing-dunning-enforce": {"task": "billing.tasks.dunning_enforce_task",
+                                "schedule": crontab(minute=5)},
+    "billing-spend-alerts": {"task": "billing.tasks.spend_alerts_task", "schedule": 300.0},
 }
 
 INVITATION_TTL_HOURS = env_int("SLUICE_INVITATION_TTL_HOURS", 72, minimum=1)

@@ -1,0 +1,141 @@
+"""Billing admin. Read-mostly: every change goes through the same services as the API."""
+
+from django.contrib import admin, messages
+
+from billing import services
+from billing.models import (
+    BillingAccount,
+    Invoice,
+    InvoiceLine,
+    OutboxMessage,
+    OutboxStatus,
+    PriceVersion,
+    SpendAlert,
+    StripeEvent,
+)
+from sluice.errors import DomainError
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+def _each(modeladmin, request, queryset, action):
+    """Run a service per row; report every failure instead of stopping at the first."""
+    done = 0
+    for obj in queryset:
+        try:
+            action(obj)
+            done += 1
+        except DomainError as exc:
+            modeladmin.message_user(request, f"{obj}: {exc.message}", messages.ERROR)
+    if done:
+        modeladmin.message_user(request, f"{done} done.", messages.SUCCESS)
+
+
+@admin.register(PriceVersion)
+class PriceVersionAdmin(admin.ModelAdmin):
+    list_display = ["pool", "org", "effective_from", "input_micros_per_mtok",
+                    "output_micros_per_mtok", "premium_input_micros_per_mtok",
+                    "premium_output_micros_per_mtok", "created_by"]
+    list_filter = ["pool"]
+    raw_id_fields = ["org"]
+    fields = ["pool", "org", "effective_from", "input_micros_per_mtok",
+              "output_micros_per_mtok", "premium_input_micros_per_mtok",
+              "premium_output_micros_per_mtok", "note"]
+
+    def has_change_permission(self, request, obj=None):
+        return obj is None  # versions are never edited: add a new one
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    def save_model(self, request, obj, form, change):
+        data = {f: getattr(obj, f) for f in self.fields}
+        created = services.price_version_create(**data, actor=request.user)
+        obj.pk = created.pk
+
+
+class InvoiceLineInline(admin.TabularInline):
+    model = InvoiceLine
+    fields = ["position", "description", "quantity_tokens", "unit_micros_per_mtok",
+              "amount_cents"]
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(Invoice)
+class InvoiceAdmin(ReadOnlyAdmin):
+    list_display = ["number", "org", "period_start", "status", "total_cents", "stripe_status",
+                    "payment_failed_at"]
+    list_filter = ["status", "period_start"]
+    search_fields = ["number", "org__name", "stripe_invoice_id"]
+    list_select_related = ["org"]
+    show_full_result_count = False
+    inlines = [InvoiceLineInline]
+    actions = ["void", "reissue"]
+
+    @admin.action(description="Void selected invoices")
+    def void(self, request, queryset):
+        _each(self, request, queryset, lambda inv: services.invoice_void(
+            invoice=inv, actor=request.user, reason="voided in admin"))
+
+    @admin.action(description="Void and re-issue selected invoices")
+    def reissue(self, request, queryset):
+        _each(self, request, queryset, lambda inv: services.invoice_reissue(
+            invoice=inv, actor=request.user, reason="re-issued in admin"))
+
+
+@admin.register(OutboxMessage)
+class OutboxMessageAdmin(ReadOnlyAdmin):
+    list_display = ["id", "kind", "org", "invoice", "status", "attempts", "next_attempt_at",
+                    "last_error"]
+    list_filter = ["status", "kind"]
+    list_select_related = ["org", "invoice"]
+    show_full_result_count = False
+    actions = ["retry"]
+
+    @admin.action(description="Retry selected dead letters")
+    def retry(self, request, queryset):
+        _each(self, request, queryset.filter(status=OutboxStatus.DEAD),
+              lambda m: services.outbox_retry(message=m, actor=request.user))
+
+
+@admin.register(StripeEvent)
+class StripeEventAdmin(ReadOnlyAdmin):
+    list_display = ["event_id", "type", "status", "error", "received_at", "processed_at"]
+    list_filter = ["status", "type"]
+    search_fields = ["event_id"]
+    show_full_result_count = False
+    actions = ["reprocess"]
+
+    @admin.action(description="Process selected failed events again")
+    def reprocess(self, request, queryset):
+        _each(self, request, queryset,
+              lambda e: services.stripe_event_process(stored_id=e.pk))
+
+
+@admin.register(BillingAccount)
+class BillingAccountAdmin(ReadOnlyAdmin):
+    list_display = ["org", "stripe_customer_id", "spend_cap_micros", "discount_bps",
+                    "grace_until"]
+    search_fields = ["org__name", "stripe_customer_id"]
+    list_select_related = ["org"]
+
+
+@admin.register(SpendAlert)
+class SpendAlertAdmin(ReadOnlyAdmin):
+    list_display = ["org", "month", "threshold_pct", "cost_micros", "created_at"]
+    list_filter = ["month", "threshold_pct"]
+    list_select_related = ["org"]

@@ -1,0 +1,43 @@
+from django.urls import path
+
+from billing.api import views_operator as op
+from billing.api import views_org as org
+
+urlpatterns = [
+    path("orgs/<int:org_id>/billing/summary", org.BillingSummaryView.as_view(),
+         name="billing-summary"),
+    path("orgs/<int:org_id>/billing/invoices", org.InvoiceListView.as_view(),
+         name="billing-invoices"),
+    path("orgs/<int:org_id>/billing/invoices/<int:invoice_id>", org.InvoiceDetailView.as_view(),
+         name="billing-invoice"),
+    path("orgs/<int:org_id>/billing/invoices/<int:invoice_id>/html",
+         org.InvoiceHtmlView.as_view(), name="billing-invoice-html"),
+    path("orgs/<int:org_id>/billing/invoices/<int:invoice_id>/usage.csv",
+         org.InvoiceUsageCsvView.as_view(), name="billing-invoice-usage"),
+    path("orgs/<int:org_id>/billing/usage.csv", org.UsageCsvView.as_view(),
+         name="billing-usage-csv"),
+    path("orgs/<int:org_id>/billing/spend-cap", org.SpendCapView.as_view(),
+         name="billing-spend-cap"),
+    path("orgs/<int:org_id>/billing/payment-method-session",
+         org.PaymentMethodSessionView.as_view(), name="billing-payment-method-session"),
+    path("operator/billing/invoices", op.OperatorInvoiceListView.as_view(),
+         name="operator-invoices"),
+    path("operator/billing/invoices/close", op.OperatorInvoiceCloseView.as_view(),
+         name="operator-invoice-close"),
+    path("operator/billing/invoices/<int:invoice_id>", op.OperatorInvoiceDetailView.as_view(),
+         name="operator-invoice"),
+    path("operator/billing/invoices/<int:invoice_id>/void",
+         op.OperatorInvoiceVoidView.as_view(), name="operator-invoice-void"),
+    path("operator/billing/invoices/<int:invoice_id>/reissue",
+         op.OperatorInvoiceReissueView.as_view(), name="operator-invoice-reissue"),
+    path("operator/billing/outbox/dead", op.OperatorDeadLetterListView.as_view(),
+         name="operator-outbox-dead"),
+    path("operator/billing/outbox/<int:message_id>/retry",
+         op.OperatorOutboxRetryView.as_view(), name="operator-outbox-retry"),
+    path("operator/billing/stripe-events", op.OperatorStripeEventListView.as_view(),
+         name="operator-stripe-events"),
+    path("operator/billing/stripe-events/<int:event_pk>/retry",
+         op.OperatorStripeEventRetryView.as_view(), name="operator-stripe-event-retry"),
+    path("operator/billing/prices", op.OperatorPriceListView.as_view(),
+         name="operator-prices"),
+]

@@ -1,0 +1,167 @@
+"""Operator billing API: invoices (void, re-issue, close), the price book, outbox dead letters
+and failed Stripe events, each with its retry action."""
+
+from django.shortcuts import get_object_or_404
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers
+from rest_framework.pagination import LimitOffsetPagination
+from rest_framework.permissions import IsAdminUser
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from billing import selectors, services
+from billing.api.serializers import (
+    InvoiceDetailSerializer,
+    OperatorInvoiceSerializer,
+    OutboxMessageSerializer,
+    PriceVersionSerializer,
+    StripeEventSerializer,
+)
+from billing.models import Invoice, InvoiceStatus, OutboxMessage, PriceVersion, StripeEvent
+from billing.periods import month_parse
+from orgs.models import Organization
+from quotas.models import CapacityPool
+from sluice.errors import NotFound
+
+
+class OperatorView(APIView):
+    permission_classes = [IsAdminUser]
+
+    def paginated(self, request, queryset, serializer_class):
+        paginator = LimitOffsetPagination()
+        page = paginator.paginate_queryset(queryset, request, view=self)
+        return paginator.get_paginated_response(serializer_class(page, many=True).data)
+
+
+class MonthField(serializers.CharField):
+    def to_internal_value(self, data):
+        try:
+            return month_parse(str(data))
+        except ValueError:
+            raise serializers.ValidationError("Use YYYY-MM.") from None
+
+
+class OperatorInvoiceListView(OperatorView):
+    class FilterSerializer(serializers.Serializer):
+        org = serializers.IntegerField(required=False)
+        status = serializers.ChoiceField(choices=InvoiceStatus.choices, required=False)
+        month = MonthField(required=False)
+
+    @extend_schema(parameters=[FilterSerializer],
+                   responses=OperatorInvoiceSerializer(many=True))
+    def get(self, request):
+        filters = self.FilterSerializer(data=request.query_params)
+        filters.is_valid(raise_exception=True)
+        f = filters.validated_data
+        invoices = selectors.invoices_for_operator(
+            org_id=f.get("org"), status=f.get("status", ""), month=f.get("month")
+        ).select_related("replaces")
+        return self.paginated(request, invoices, OperatorInvoiceSerializer)
+
+
+class OperatorInvoiceDetailView(OperatorView):
+    @extend_schema(responses=InvoiceDetailSerializer)
+    def get(self, request, invoice_id: int):
+        invoice = selectors.invoice_with_lines(queryset=Invoice.objects.all(),
+                                               invoice_id=invoice_id)
+        if invoice is None:
+            raise NotFound("No such invoice.")
+        return Response(InvoiceDetailSerializer(invoice).data)
+
+
+class ReasonSerializer(serializers.Serializer):
+    reason = serializers.CharField(max_length=200)
+
+
+class OperatorInvoiceVoidView(OperatorView):
+    @extend_schema(request=ReasonSerializer, responses=OperatorInvoiceSerializer)
+    def post(self, request, invoice_id: int):
+        data = ReasonSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        invoice = services.invoice_void(invoice=get_object_or_404(Invoice, pk=invoice_id),
+                                        actor=request.user, reason=data.validated_data["reason"])
+        return Response(OperatorInvoiceSerializer(invoice).data)
+
+
+class OperatorInvoiceReissueView(OperatorView):
+    @extend_schema(request=ReasonSerializer, responses=OperatorInvoiceSerializer)
+    def post(self, request, invoice_id: int):
+        data = ReasonSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        invoice = services.invoice_reissue(
+            invoice=get_object_or_404(Invoice, pk=invoice_id), actor=request.user,
+            reason=data.validated_data["reason"])
+        return Response(OperatorInvoiceSerializer(invoice).data, status=201)
+
+
+class OperatorInvoiceCloseView(OperatorView):
+    class InputSerializer(serializers.Serializer):
+        org = serializers.PrimaryKeyRelatedField(queryset=Organization.objects.all())
+        month = MonthField()
+
+    @extend_schema(request=InputSerializer, responses=OperatorInvoiceSerializer)
+    def post(self, request):
+        """Close one org's month now (the beat does every org on the 1st). Idempotent."""
+        data = self.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        invoice, created = services.invoice_close_month(
+            org=data.validated_data["org"], month=data.validated_data["month"],
+            actor=request.user)
+        return Response(OperatorInvoiceSerializer(invoice).data, status=201 if created else 200)
+
+
+class OperatorDeadLetterListView(OperatorView):
+    @extend_schema(responses=OutboxMessageSerializer(many=True))
+    def get(self, request):
+        return self.paginated(request, selectors.outbox_dead_letters(), OutboxMessageSerializer)
+
+
+class OperatorOutboxRetryView(OperatorView):
+    @extend_schema(request=None, responses=OutboxMessageSerializer)
+    def post(self, request, message_id: int):
+        message = services.outbox_retry(
+            message=get_object_or_404(OutboxMessage, pk=message_id), actor=request.user)
+        return Response(OutboxMessageSerializer(message).data)
+
+
+class OperatorStripeEventListView(OperatorView):
+    @extend_schema(responses=StripeEventSerializer(many=True))
+    def get(self, request):
+        events = StripeEvent.objects.order_by("-received_at")
+        if request.query_params.get("status"):
+            events = events.filter(status=request.query_params["status"])
+        return self.paginated(request, events, StripeEventSerializer)
+
+
+class OperatorStripeEventRetryView(OperatorView):
+    @extend_schema(request=None, responses=StripeEventSerializer)
+    def post(self, request, event_pk: int):
+        event = get_object_or_404(StripeEvent, pk=event_pk)
+        services.stripe_event_process(stored_id=event.pk)
+        event.refresh_from_db()
+        return Response(StripeEventSerializer(event).data)
+
+
+class OperatorPriceListView(OperatorView):
+    class InputSerializer(serializers.Serializer):
+        pool = serializers.PrimaryKeyRelatedField(queryset=CapacityPool.objects.all())
+        org = serializers.PrimaryKeyRelatedField(queryset=Organization.objects.all(),
+                                                 required=False, allow_null=True)
+        effective_from = serializers.DateTimeField()
+        input_micros_per_mtok = serializers.IntegerField(min_value=0)
+        output_micros_per_mtok = serializers.IntegerField(min_value=0)
+        premium_input_micros_per_mtok = serializers.IntegerField(min_value=0, default=0)
+        premium_output_micros_per_mtok = serializers.IntegerField(min_value=0, default=0)
+        note = serializers.CharField(max_length=200, required=False, default="")
+
+    @extend_schema(responses=PriceVersionSerializer(many=True))
+    def get(self, request):
+        versions = PriceVersion.objects.order_by("pool_id", "org_id", "-effective_from")
+        return self.paginated(request, versions, PriceVersionSerializer)
+
+    @extend_schema(request=InputSerializer, responses=PriceVersionSerializer)
+    def post(self, request):
+        data = self.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        version = services.price_version_create(**data.validated_data, actor=request.user)
+        return Response(PriceVersionSerializer(version).data, status=201)

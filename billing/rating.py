@@ -1,0 +1,167 @@
+"""Rating: hourly usage + price versions -> invoice lines. Pure: no database, no clock.
+
+Units and the rounding rule
+- Prices are integer micro-dollars per million tokens (list: $5 = 5_000_000 in, $30 out).
+- tokens x price is an exact integer in "micro-micro-dollars" (1e-12 $). Lines add these
+  exact amounts and are rounded ONCE, per line, to the cent: halves away from zero (so a credit
+  rounds like the charge it cancels). Totals are sums of rounded lines.
+- A price version applies to an hourly row if it started at or before the row's hour. Versions
+  start on an hour boundary (enforced when they are created), so no hour is ever split: the
+  row of 10:00 is rated entirely with the version in force at 10:00.
+- An org's negotiated version (org set) wins over the pool's public one; with neither, the
+  pool is rated at list price with no premium.
+
+Speed-aware premium: the premium is shown on every token, and a "speed credit" line gives it
+back on the tokens that were not delivered fast (total - premium_eligible), with those tokens
+as its quantity.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+LIST_INPUT_MICROS_PER_MTOK = 5_000_000
+LIST_OUTPUT_MICROS_PER_MTOK = 30_000_000
+PICO_PER_CENT = 10**10  # 1 cent = 1e4 micro-dollars; amounts carry a further 1e6 (per Mtok)
+PICO_PER_MICRO = 10**6
+
+
+@dataclass(frozen=True)
+class UsageRow:
+    pool_id: int
+    hour: datetime
+    input_tokens: int
+    output_tokens: int
+    premium_input_tokens: int
+    premium_output_tokens: int
+
+
+@dataclass(frozen=True)
+class Price:
+    pool_id: int
+    effective_from: datetime | None  # None: the built-in list price
+    input: int
+    output: int
+    premium_input: int = 0
+    premium_output: int = 0
+    org_specific: bool = False
+    version_id: int | None = None
+
+
+@dataclass(frozen=True)
+class RatedLine:
+    kind: str
+    pool_id: int | None
+    price_version_id: int | None
+    quantity_tokens: int
+    unit_micros_per_mtok: int
+    amount_pico: int  # exact, before rounding
+
+    @property
+    def amount_cents(self) -> int:
+        return round_pico_to_cents(self.amount_pico)
+
+
+def round_pico_to_cents(pico: int) -> int:
+    """Nearest cent, halves away from zero; integer arithmetic only."""
+    sign = -1 if pico < 0 else 1
+    return sign * ((abs(pico) * 2 + PICO_PER_CENT) // (2 * PICO_PER_CENT))
+
+
+def list_price(pool_id: int) -> Price:
+    return Price(pool_id=pool_id, effective_from=None, input=LIST_INPUT_MICROS_PER_MTOK,
+                 output=LIST_OUTPUT_MICROS_PER_MTOK)
+
+
+def price_for(*, pool_id: int, hour: datetime, prices: Sequence[Price]) -> Price:
+    """The version in force at `hour`: the org's negotiated one if any, else the public one."""
+    best = None
+    for price in prices:
+        if price.pool_id != pool_id or price.effective_from is None:
+            continue
+        if price.effective_from > hour:
+            continue
+        key = (price.org_specific, price.effective_from)
+        if best is None or key > (best.org_specific, best.effective_from):
+            best = price
+    return best or list_price(pool_id)
+
+
+@dataclass
+class _Bucket:
+    input: int = 0
+    output: int = 0
+    slow_input: int = 0
+    slow_output: int = 0
+
+
+def _bucket_usage(usage: Iterable[UsageRow], prices: Sequence[Price]) -> dict[Price, _Bucket]:
+    buckets: dict[Price, _Bucket] = {}
+    for row in usage:
+        bucket = buckets.setdefault(price_for(pool_id=row.pool_id, hour=row.hour,
+                                              prices=prices), _Bucket())
+        bucket.input += row.input_tokens
+        bucket.output += row.output_tokens
+        bucket.slow_input += row.input_tokens - row.premium_input_tokens
+        bucket.slow_output += row.output_tokens - row.premium_output_tokens
+    return buckets
+
+
+def _lines_for(price: Price, b: _Bucket) -> list[RatedLine]:
+    def line(kind, quantity, unit, amount):
+        return RatedLine(kind=kind, pool_id=price.pool_id, price_version_id=price.version_id,
+                         quantity_tokens=quantity, unit_micros_per_mtok=unit, amount_pico=amount)
+
+    lines = [
+        line("input", b.input, price.input, b.input * price.input),
+        line("output", b.output, price.output, b.output * price.output),
+        line("premium_input", b.input, price.premium_input, b.input * price.premium_input),
+        line("premium_output", b.output, price.premium_output, b.output * price.premium_output),
+    ]
+    credit = b.slow_input * price.premium_input + b.slow_output * price.premium_output
+    # The credit's unit is left 0: it mixes input and output premiums.
+    lines.append(line("speed_credit", b.slow_input + b.slow_output, 0, -credit))
+    return [ln for ln in lines if ln.amount_pico != 0]
+
+
+def _sort_key(price: Price):
+    return (price.pool_id, price.effective_from is not None, price.effective_from,
+            price.org_specific)
+
+
+def rate_usage(*, usage: Iterable[UsageRow], prices: Sequence[Price],
+               discount_bps: int = 0) -> list[RatedLine]:
+    """Invoice lines for `usage`: per pool and price version, input, output, the premium on
+    all tokens and the speed credit; then one discount line over the exact subtotal."""
+    buckets = _bucket_usage(usage, prices)
+    lines: list[RatedLine] = []
+    for price in sorted(buckets, key=_sort_key):
+        lines.extend(_lines_for(price, buckets[price]))
+    if discount_bps:
+        subtotal = sum(ln.amount_pico for ln in lines)
+        discount = -(subtotal * discount_bps // 10_000)
+        if discount:
+            lines.append(RatedLine(kind="discount", pool_id=None, price_version_id=None,
+                                   quantity_tokens=0, unit_micros_per_mtok=0,
+                                   amount_pico=discount))
+    return lines
+
+
+def total_cents(lines: Iterable[RatedLine]) -> int:
+    return sum(ln.amount_cents for ln in lines)
+
+
+def usage_cost_micros(*, usage: Iterable[UsageRow], prices: Sequence[Price],
+                      discount_bps: int = 0) -> int:
+    """What one batch of newly ingested usage adds to the org's month counter, in micro-dollars.
+
+    Same prices, premium, speed credit and discount as `rate_usage`; the exact amount is
+    rounded UP to the micro-dollar once per batch, so the counter never runs behind the
+    invoice. With whole-dollar prices per million tokens (list $5/$30) every token costs a
+    whole number of micros and the counter is exact; otherwise it is ahead by < 1 micro-dollar
+    per batch."""
+    pico = sum(ln.amount_pico for ln in rate_usage(usage=usage, prices=prices,
+                                                   discount_bps=discount_bps))
+    return max(0, -(-pico // PICO_PER_MICRO))

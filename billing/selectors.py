@@ -1,0 +1,112 @@
+"""Reads of billing data, always scoped to an org or an operator's view."""
+
+from datetime import date, datetime
+
+from django.db.models import Prefetch, Q, QuerySet, Sum
+
+from billing.models import (
+    BillingAccount,
+    Invoice,
+    InvoiceLine,
+    OutboxMessage,
+    OutboxStatus,
+    PriceVersion,
+)
+from billing.periods import month_bounds
+from billing.rating import Price, RatedLine, UsageRow, rate_usage
+from orgs.models import BILLING_READERS, Membership, Organization
+from quotas.models import UsageHourly
+
+
+def billing_spend_cap_micros(*, org: Organization | int) -> int:
+    """The org's monthly spend cap in micro-dollars; 0 = no cap. What the admission engine
+    compares its month counter with."""
+    org_id = org if isinstance(org, int) else org.pk
+    cap = BillingAccount.objects.filter(org_id=org_id).values_list("spend_cap_micros",
+                                                                    flat=True).first()
+    return cap or 0
+
+
+def billing_discount_bps(*, org: Organization) -> int:
+    return BillingAccount.objects.filter(org=org).values_list("discount_bps",
+                                                              flat=True).first() or 0
+
+
+def price_list_for(*, org_id: int, pool_ids: set[int] | None = None) -> list[Price]:
+    """Every public version of the pools, plus the org's negotiated ones."""
+    versions = PriceVersion.objects.filter(Q(org__isnull=True) | Q(org_id=org_id))
+    if pool_ids is not None:
+        versions = versions.filter(pool_id__in=pool_ids)
+    return [
+        Price(pool_id=v.pool_id, effective_from=v.effective_from,
+              input=v.input_micros_per_mtok, output=v.output_micros_per_mtok,
+              premium_input=v.premium_input_micros_per_mtok,
+              premium_output=v.premium_output_micros_per_mtok,
+              org_specific=v.org_id is not None, version_id=v.pk)
+        for v in versions
+    ]
+
+
+def usage_rows_for(*, org: Organization, start: datetime, end: datetime) -> list[UsageRow]:
+    """Hourly usage summed over API keys: rating does not care which key spent it."""
+    rows = (UsageHourly.objects.filter(org=org, hour__gte=start, hour__lt=end)
+            .values("pool_id", "hour")
+            .annotate(i=Sum("input_tokens"), o=Sum("output_tokens"),
+                      pi=Sum("premium_input_tokens"), po=Sum("premium_output_tokens"))
+            .order_by())
+    return [UsageRow(pool_id=r["pool_id"], hour=r["hour"], input_tokens=r["i"],
+                     output_tokens=r["o"], premium_input_tokens=r["pi"],
+                     premium_output_tokens=r["po"]) for r in rows]
+
+
+def month_rated_lines(*, org: Organization, month: date,
+                      until: datetime | None = None) -> list[RatedLine]:
+    """The lines of `month` so far: the month-to-date view and the monthly close both call
+    this, so they cannot disagree."""
+    start, end = month_bounds(month)
+    if until is not None:
+        end = min(end, until)
+    usage = usage_rows_for(org=org, start=start, end=end)
+    prices = price_list_for(org_id=org.pk, pool_ids={row.pool_id for row in usage})
+    return rate_usage(usage=usage, prices=prices, discount_bps=billing_discount_bps(org=org))
+
+
+def invoices_for_org(*, org: Organization) -> QuerySet[Invoice]:
+    return Invoice.objects.filter(org=org).order_by("-period_start", "-revision")
+
+
+def invoice_with_lines(*, queryset: QuerySet[Invoice], invoice_id: int) -> Invoice | None:
+    lines = InvoiceLine.objects.select_related("pool").order_by("position")
+    return (queryset.select_related("org").prefetch_related(Prefetch("lines", queryset=lines))
+            .filter(pk=invoice_id).first())
+
+
+def invoices_for_operator(*, org_id: int | None = None, status: str = "",
+                          month: date | None = None) -> QuerySet[Invoice]:
+    invoices = Invoice.objects.select_related("org")
+    if org_id:
+        invoices = invoices.filter(org_id=org_id)
+    if status:
+        invoices = invoices.filter(status=status)
+    if month:
+        invoices = invoices.filter(period_start=month)
+    return invoices.order_by("-period_start", "org_id", "-revision")
+
+
+def org_for_billing_reader(*, user, org_id: int) -> Organization | None:
+    """The org if `user` may see its money; None otherwise (callers answer 404 either way)."""
+    membership = (Membership.objects.select_related("org")
+                  .filter(user=user, org_id=org_id, role__in=BILLING_READERS).first())
+    return membership.org if membership else None
+
+
+def outbox_dead_letters() -> QuerySet[OutboxMessage]:
+    return (OutboxMessage.objects.filter(status=OutboxStatus.DEAD)
+            .select_related("org", "invoice").order_by("-id"))
+
+
+def usage_rows_for_export(*, org: Organization, start: datetime, end: datetime):
+    """Per key and hour, streamed (iterator) for the CSV export."""
+    return (UsageHourly.objects.filter(org=org, hour__gte=start, hour__lt=end)
+            .select_related("pool", "api_key").order_by("hour", "pool_id", "api_key_id")
+            .iterator(chunk_size=2000))

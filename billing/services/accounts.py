@@ -1,0 +1,59 @@
+"""Per-org billing settings: the account row, spend cap and alert thresholds, discount."""
+
+from django.db import transaction
+
+from billing.models import BillingAccount
+from orgs.models import Organization
+from orgs.services.audit import Actor, audit_record
+from sluice.errors import Unprocessable
+from sluice.events import limits_changed_on_commit
+
+
+@transaction.atomic(savepoint=False)
+def billing_account_for(*, org: Organization, lock: bool = False) -> BillingAccount:
+    account, _ = BillingAccount.objects.get_or_create(org=org)
+    if lock:
+        account = BillingAccount.objects.select_for_update().get(pk=account.pk)
+    return account
+
+
+def _thresholds_valid(thresholds: list[int]) -> list[int]:
+    cleaned = sorted(set(thresholds))
+    if not cleaned or any(t < 1 or t > 100 for t in cleaned):
+        raise Unprocessable("Alert thresholds are percentages of the cap between 1 and 100.",
+                            code="invalid_thresholds", details={"thresholds": thresholds})
+    return cleaned
+
+
+@transaction.atomic
+def spend_cap_set(*, org: Organization, cap_micros: int, thresholds: list[int],
+                  actor: Actor) -> BillingAccount:
+    """Set the monthly cap (0 = none). The admission engine re-reads it after the commit."""
+    if cap_micros < 0:
+        raise Unprocessable("The spend cap cannot be negative.", code="invalid_cap")
+    thresholds = _thresholds_valid(thresholds)
+    account = billing_account_for(org=org, lock=True)
+    before = {"spend_cap_micros": account.spend_cap_micros,
+              "alert_thresholds": account.alert_thresholds}
+    account.spend_cap_micros, account.alert_thresholds = cap_micros, thresholds
+    account.save(update_fields=["spend_cap_micros", "alert_thresholds", "updated_at"])
+    audit_record(actor=actor, action="billing.spend_cap_set", target=account, org=org,
+                 before=before, after={"spend_cap_micros": cap_micros,
+                                       "alert_thresholds": thresholds})
+    limits_changed_on_commit(org_id=org.pk)
+    return account
+
+
+@transaction.atomic
+def discount_set(*, org: Organization, discount_bps: int, actor: Actor,
+                 reason: str = "") -> BillingAccount:
+    if not 0 <= discount_bps <= 10_000:
+        raise Unprocessable("A discount is between 0 and 10000 basis points.",
+                            code="invalid_discount")
+    account = billing_account_for(org=org, lock=True)
+    before = {"discount_bps": account.discount_bps}
+    account.discount_bps = discount_bps
+    account.save(update_fields=["discount_bps", "updated_at"])
+    audit_record(actor=actor, action="billing.discount_set", target=account, org=org,
+                 before=before, after={"discount_bps": discount_bps}, reason=reason)
+    return account

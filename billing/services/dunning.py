@@ -1,0 +1,101 @@
+"""Dunning: a failed payment opens a grace period; at its end the org is suspended for
+non-payment; paying what is owed restores it."""
+
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from billing.models import BillingAccount, Invoice, InvoiceStatus
+from billing.services.accounts import billing_account_for
+from orgs.models import OrgStatus, SuspensionReason
+from orgs.services import org_restore, org_suspend
+from orgs.services.audit import Actor, audit_record
+from sluice.errors import IllegalTransition
+from sluice.events import billing_email_on_commit
+
+STRIPE_ACTOR = "stripe"
+
+
+def _invoice_locked(invoice: Invoice) -> Invoice:
+    return Invoice.objects.select_for_update().select_related("org").get(pk=invoice.pk)
+
+
+@transaction.atomic
+def invoice_payment_failed(*, invoice: Invoice, actor: Actor = STRIPE_ACTOR,
+                           now: datetime | None = None) -> BillingAccount:
+    """Start the grace period (unless one is running: retries of a failing charge do not
+    extend it) and tell the billing members."""
+    now = now or timezone.now()
+    invoice = _invoice_locked(invoice)
+    account = billing_account_for(org=invoice.org, lock=True)
+    if invoice.status != InvoiceStatus.OPEN:
+        return account
+    if invoice.payment_failed_at is None:
+        invoice.payment_failed_at = now
+        invoice.save(update_fields=["payment_failed_at"])
+    if account.grace_until is None:
+        account.payment_failed_at = now
+        account.grace_until = now + timedelta(days=settings.DUNNING_GRACE_DAYS)
+        account.save(update_fields=["payment_failed_at", "grace_until", "updated_at"])
+        audit_record(actor=actor, action="billing.dunning_start", target=invoice,
+                     org=invoice.org, after={"grace_until": account.grace_until.isoformat()})
+        billing_email_on_commit(org_id=invoice.org_id, template="payment_failed",
+                                context={"invoice": invoice, "grace_until": account.grace_until})
+    return account
+
+
+def _org_owes(org_id: int) -> bool:
+    return Invoice.objects.filter(org_id=org_id, status=InvoiceStatus.OPEN,
+                                  payment_failed_at__isnull=False).exists()
+
+
+@transaction.atomic
+def invoice_paid(*, invoice: Invoice, actor: Actor = STRIPE_ACTOR,
+                 now: datetime | None = None) -> Invoice:
+    """Mark paid; when nothing failed is left unpaid, end dunning and lift a payment
+    suspension."""
+    invoice = _invoice_locked(invoice)
+    if invoice.status == InvoiceStatus.PAID:
+        return invoice
+    if invoice.status != InvoiceStatus.OPEN:
+        raise IllegalTransition(f"A {invoice.status} invoice cannot be paid.",
+                                details={"status": invoice.status})
+    invoice.status, invoice.paid_at = InvoiceStatus.PAID, now or timezone.now()
+    invoice.save(update_fields=["status", "paid_at"])
+    audit_record(actor=actor, action="invoice.paid", target=invoice, org=invoice.org,
+                 before={"status": InvoiceStatus.OPEN}, after={"status": InvoiceStatus.PAID})
+    account = billing_account_for(org=invoice.org, lock=True)
+    if account.grace_until is not None and not _org_owes(invoice.org_id):
+        account.grace_until = account.payment_failed_at = None
+        account.save(update_fields=["grace_until", "payment_failed_at", "updated_at"])
+        audit_record(actor=actor, action="billing.dunning_end", target=invoice,
+                     org=invoice.org)
+        org = invoice.org
+        if org.status == OrgStatus.SUSPENDED and org.suspension_reason == SuspensionReason.PAYMENT:
+            org_restore(org=org, actor=actor, reason=f"invoice {invoice.number} paid")
+    return invoice
+
+
+@transaction.atomic
+def dunning_suspend_one(*, account: BillingAccount, actor: Actor,
+                        now: datetime) -> bool:
+    account = BillingAccount.objects.select_for_update().select_related("org").get(
+        pk=account.pk)
+    if account.grace_until is None or account.grace_until > now:
+        return False  # paid meanwhile
+    if account.org.status != OrgStatus.ACTIVE:
+        return False
+    org_suspend(org=account.org, actor=actor, cause=SuspensionReason.PAYMENT,
+                reason=f"unpaid since {account.payment_failed_at:%Y-%m-%d}, grace ended")
+    billing_email_on_commit(org_id=account.org_id, template="suspended_for_payment", context={})
+    return True
+
+
+def dunning_enforce(*, actor: Actor = "celery:dunning_enforce",
+                    now: datetime | None = None) -> int:
+    """Beat: suspend every active org whose grace period has ended unpaid."""
+    now = now or timezone.now()
+    due = BillingAccount.objects.filter(grace_until__lte=now, org__status=OrgStatus.ACTIVE)
+    return sum(dunning_suspend_one(account=account, actor=actor, now=now) for account in due)

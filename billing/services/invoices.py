@@ -1,0 +1,138 @@
+"""Monthly close, void and re-issue. The close is idempotent by a unique constraint: at most one
+live (not void) invoice per org and month."""
+
+from datetime import date, datetime
+
+from django.db import IntegrityError, transaction
+from django.db.models import Max, Q
+from django.utils import timezone
+
+from billing.models import Invoice, InvoiceLine, InvoiceStatus, LineKind, OutboxKind
+from billing.periods import month_after, month_before, month_bounds, month_of
+from billing.rating import RatedLine, total_cents
+from billing.selectors import month_rated_lines
+from billing.services.outbox import outbox_enqueue
+from orgs.models import Organization, OrgStatus
+from orgs.services.audit import Actor, audit_record
+from quotas.models import CapacityPool, UsageHourly
+from sluice.errors import IllegalTransition, Unprocessable
+
+_KIND_LABELS = dict(LineKind.choices)
+
+
+def _describe(line: RatedLine, pools: dict[int, str]) -> str:
+    label = _KIND_LABELS[line.kind]
+    if line.pool_id is None:
+        return label
+    return f"{label} · {pools.get(line.pool_id, line.pool_id)}"
+
+
+def _lines_create(invoice: Invoice, lines: list[RatedLine]) -> None:
+    pools = {p.pk: str(p) for p in CapacityPool.objects.filter(
+        pk__in={ln.pool_id for ln in lines if ln.pool_id})}
+    InvoiceLine.objects.bulk_create(
+        InvoiceLine(invoice=invoice, position=n, kind=ln.kind, pool_id=ln.pool_id,
+                    price_version_id=ln.price_version_id, description=_describe(ln, pools),
+                    quantity_tokens=ln.quantity_tokens,
+                    unit_micros_per_mtok=ln.unit_micros_per_mtok,
+                    amount_cents=ln.amount_cents)
+        for n, ln in enumerate(lines, start=1))
+
+
+def _invoice_insert(*, org: Organization, month: date, replaces: Invoice | None) -> Invoice:
+    lines = month_rated_lines(org=org, month=month)
+    revision = (Invoice.objects.filter(org=org, period_start=month)
+                .aggregate(m=Max("revision"))["m"] or 0) + 1
+    total = total_cents(lines)
+    invoice = Invoice.objects.create(
+        org=org, period_start=month, period_end=month_after(month), revision=revision,
+        number=f"SL-{org.pk:05d}-{month:%Y%m}-{revision}", total_cents=total, replaces=replaces,
+        # Nothing to collect: a zero invoice is settled the moment it exists.
+        status=InvoiceStatus.OPEN if total > 0 else InvoiceStatus.PAID,
+        paid_at=None if total > 0 else timezone.now())
+    _lines_create(invoice, lines)
+    if total > 0:
+        outbox_enqueue(kind=OutboxKind.INVOICE_PUSH, org=org, invoice=invoice)
+    return invoice
+
+
+def _month_closable(month: date, now: datetime) -> None:
+    if month.day != 1 or month >= month_of(now):
+        raise Unprocessable("Only a month that has ended can be closed.",
+                            code="month_not_ended", details={"month": month.isoformat()})
+
+
+@transaction.atomic
+def invoice_close_month(*, org: Organization, month: date, actor: Actor,
+                        now: datetime | None = None) -> tuple[Invoice, bool]:
+    """Rate `month` for `org` into an invoice. Returns (invoice, created). A second or concurrent
+    close finds the live invoice through the unique constraint and returns it unchanged."""
+    _month_closable(month, now or timezone.now())
+    live = Q(org=org, period_start=month) & ~Q(status=InvoiceStatus.VOID)
+    existing = Invoice.objects.filter(live).first()
+    if existing:
+        return existing, False
+    try:
+        with transaction.atomic():
+            invoice = _invoice_insert(org=org, month=month, replaces=None)
+    except IntegrityError:
+        # Lost the race to a concurrent close: its invoice is the one.
+        return Invoice.objects.get(live), False
+    audit_record(actor=actor, action="invoice.close", target=invoice, org=org,
+                 after={"number": invoice.number, "total_cents": invoice.total_cents})
+    return invoice, True
+
+
+def _orgs_to_close(month: date):
+    start, end = month_bounds(month)
+    with_usage = UsageHourly.objects.filter(hour__gte=start, hour__lt=end).values("org_id")
+    return Organization.objects.filter(
+        Q(status__in=[OrgStatus.ACTIVE, OrgStatus.SUSPENDED]) | Q(pk__in=with_usage)
+    ).order_by("pk")
+
+
+def invoices_close_previous_month(*, actor: Actor, now: datetime | None = None) -> int:
+    """Beat, on the 1st: close last month for every active or suspended org and every org that
+    used anything. One transaction per org, so one failure does not hold back the others."""
+    now = now or timezone.now()
+    month = month_before(month_of(now))
+    created = 0
+    for org in _orgs_to_close(month):
+        created += invoice_close_month(org=org, month=month, actor=actor, now=now)[1]
+    return created
+
+
+def _invoice_locked(invoice: Invoice) -> Invoice:
+    return Invoice.objects.select_for_update().get(pk=invoice.pk)
+
+
+@transaction.atomic(savepoint=False)
+def _invoice_void_locked(*, invoice: Invoice, actor: Actor, reason: str) -> Invoice:
+    if invoice.status != InvoiceStatus.OPEN:
+        raise IllegalTransition(f"A {invoice.status} invoice cannot be voided.",
+                                details={"status": invoice.status})
+    invoice.status, invoice.voided_at, invoice.void_reason = (
+        InvoiceStatus.VOID, timezone.now(), reason)
+    invoice.save(update_fields=["status", "voided_at", "void_reason"])
+    outbox_enqueue(kind=OutboxKind.INVOICE_VOID, org=invoice.org, invoice=invoice)
+    audit_record(actor=actor, action="invoice.void", target=invoice, org=invoice.org,
+                 before={"status": InvoiceStatus.OPEN}, after={"status": InvoiceStatus.VOID},
+                 reason=reason)
+    return invoice
+
+
+@transaction.atomic
+def invoice_void(*, invoice: Invoice, actor: Actor, reason: str) -> Invoice:
+    return _invoice_void_locked(invoice=_invoice_locked(invoice), actor=actor, reason=reason)
+
+
+@transaction.atomic
+def invoice_reissue(*, invoice: Invoice, actor: Actor, reason: str) -> Invoice:
+    """Void `invoice` and close its month again, rated from today's data (e.g. after a discount
+    was corrected). The new invoice is a new revision that says what it replaces."""
+    old = _invoice_void_locked(invoice=_invoice_locked(invoice), actor=actor, reason=reason)
+    new = _invoice_insert(org=old.org, month=old.period_start, replaces=old)
+    audit_record(actor=actor, action="invoice.reissue", target=new, org=old.org,
+                 after={"number": new.number, "replaces": old.number,
+                        "total_cents": new.total_cents}, reason=reason)
+    return new

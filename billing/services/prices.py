@@ -1,0 +1,55 @@
+"""The price book: versions are added, never edited."""
+
+from datetime import datetime
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from billing.models import PriceVersion
+from orgs.models import Organization
+from orgs.services.audit import Actor, audit_record
+from quotas.models import CapacityPool
+from sluice.errors import Conflict, Unprocessable
+
+
+def _hour_floor(moment: datetime) -> datetime:
+    return moment.replace(minute=0, second=0, microsecond=0)
+
+
+@transaction.atomic
+def price_version_create(
+    *, pool: CapacityPool, effective_from: datetime, input_micros_per_mtok: int,
+    output_micros_per_mtok: int, premium_input_micros_per_mtok: int = 0,
+    premium_output_micros_per_mtok: int = 0, org: Organization | None = None,
+    note: str = "", actor: Actor, now: datetime | None = None,
+) -> PriceVersion:
+    """A new version from `effective_from`, which must be a whole hour (so an hourly rollup is
+    never split between two prices) and not before the current hour (history is not rewritten:
+    hours already metered keep the price they were metered at)."""
+    now = now or timezone.now()
+    if effective_from != _hour_floor(effective_from):
+        raise Unprocessable("A price version starts on a whole hour (minutes and seconds 0).",
+                            code="price_not_on_hour",
+                            details={"effective_from": effective_from.isoformat()})
+    if effective_from < _hour_floor(now):
+        raise Unprocessable("A price version cannot start in an hour that has begun.",
+                            code="price_in_past",
+                            details={"effective_from": effective_from.isoformat()})
+    try:
+        with transaction.atomic():
+            version = PriceVersion.objects.create(
+                pool=pool, org=org, effective_from=effective_from,
+                input_micros_per_mtok=input_micros_per_mtok,
+                output_micros_per_mtok=output_micros_per_mtok,
+                premium_input_micros_per_mtok=premium_input_micros_per_mtok,
+                premium_output_micros_per_mtok=premium_output_micros_per_mtok,
+                note=note, created_by=actor if not isinstance(actor, str | None) else None)
+    except IntegrityError:
+        raise Conflict("A version of these prices already starts at that hour.",
+                       code="price_version_exists") from None
+    audit_record(actor=actor, action="billing.price_version_create", target=version, org=org,
+                 after={"pool": pool.pk, "effective_from": effective_from.isoformat(),
+                        "input": input_micros_per_mtok, "output": output_micros_per_mtok,
+                        "premium_input": premium_input_micros_per_mtok,
+                        "premium_output": premium_output_micros_per_mtok})
+    return version
