@@ -12,4 +12,5 @@ urlpatterns = [
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("api/v1/", include("orgs.api.urls")),
     path("api/v1/", include("quotas.api.urls")),
+    path("portal/", include("portal.urls")),
 ]
