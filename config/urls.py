@@ -20,4 +20,5 @@ urlpatterns = [
     path("api/v1/", include("quotas.api.waves")),
     path("api/v1/", include("billing.api.urls")),
     path("api/billing/stripe/webhook", stripe_webhook, name="stripe-webhook"),
+    path("portal/", include("portal.urls")),
 ]

@@ -55,7 +55,9 @@ CSRF_TRUSTED_ORIGINS = env_list("SLUICE_CSRF_TRUSTED_ORIGINS", [])
 PUBLIC_URL = env_str("SLUICE_PUBLIC_URL", "http://127.0.0.1:8000").rstrip("/")
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    # The admin app with the console site (TOTP-verified operators) as its default site, so
+    # every `admin.site.register` lands on the console.
+    "console.apps.ConsoleAdminConfig",
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -68,6 +70,10 @@ INSTALLED_APPS = [
     "orgs",
     "quotas",
     "billing",
+    "django_otp",
+    "django_otp.plugins.otp_totp",
+    "portal",
+    "console",
 ]
 
 MIDDLEWARE = [
@@ -77,6 +83,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django_otp.middleware.OTPMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
@@ -220,6 +227,9 @@ WEB_CONCURRENCY = env_int("SLUICE_WEB_CONCURRENCY", 2, minimum=1)
 LOG_LEVEL = env_choice("SLUICE_LOG_LEVEL", "INFO", {"DEBUG", "INFO", "WARNING", "ERROR"})
 
 LOGIN_URL = "/portal/login/"
+LOGIN_REDIRECT_URL = "/portal/"
+LOGOUT_REDIRECT_URL = "/portal/login/"
+OTP_TOTP_ISSUER = "Sluice"
 
 LOGGING = {
     "version": 1,

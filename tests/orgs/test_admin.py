@@ -1,20 +1,18 @@
 """The admin writes only through services: domain errors show on the form, nothing is saved."""
 
 import pytest
-from django.test import Client
 
 from orgs.models import AuditEvent, Organization, OrgStatus
 from quotas.models import Allocation
 from tests.factories import AllocationFactory, OrganizationFactory, PoolFactory
+from tests.totp import console_client
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
 def admin_client_(operator):
-    client = Client()
-    client.force_login(operator)
-    return client
+    return console_client(operator)
 
 
 def test_admin_action_suspends_through_the_service(admin_client_):

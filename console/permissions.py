@@ -1,0 +1,44 @@
+"""Console roles. `support` staff read everything; `operator` staff also change lifecycle,
+capacity and allocations (and, when billing lands, money). Superusers have every permission.
+
+The groups are created by migration 0001 through `groups_sync`; a later change to these lists
+ships with a migration that calls it again.
+"""
+
+from django.db.models import Q
+
+# Views check these; templates hide the buttons of the ones a user lacks.
+VIEW_ORGS = "orgs.view_organization"
+VIEW_POOLS = "quotas.view_capacitypool"
+VIEW_AUDIT = "orgs.view_auditevent"
+CHANGE_LIFECYCLE = "orgs.change_organization"
+GRANT_ALLOCATION = "quotas.add_allocation"
+CHANGE_ALLOCATION = "quotas.change_allocation"
+CHANGE_CAPACITY = "quotas.change_capacitypool"
+
+SUPPORT_PERMISSIONS = [
+    "orgs.view_organization", "orgs.view_membership", "orgs.view_invitation",
+    "orgs.view_apikey", "orgs.view_auditevent",
+    "quotas.view_capacitypool", "quotas.view_allocation", "quotas.view_usageevent",
+    "quotas.view_usagehourly",
+]
+OPERATOR_PERMISSIONS = SUPPORT_PERMISSIONS + [
+    CHANGE_LIFECYCLE, "orgs.change_membership", "orgs.change_apikey",
+    GRANT_ALLOCATION, CHANGE_ALLOCATION, "quotas.add_capacitypool", CHANGE_CAPACITY,
+]
+GROUP_PERMISSIONS = {"support": SUPPORT_PERMISSIONS, "operator": OPERATOR_PERMISSIONS}
+
+
+def groups_sync(*, group_model, permission_model) -> None:
+    """Makes each group hold exactly its permissions. Takes the models as arguments so the
+    migration can pass its historical ones."""
+    for name, perms in GROUP_PERMISSIONS.items():
+        query = Q()
+        for perm in perms:
+            app_label, codename = perm.split(".")
+            query |= Q(content_type__app_label=app_label, codename=codename)
+        found = list(permission_model.objects.filter(query))
+        if len(found) != len(perms):
+            raise RuntimeError(f"Group {name}: {len(perms) - len(found)} permissions missing.")
+        group, _ = group_model.objects.get_or_create(name=name)
+        group.permissions.set(found)

@@ -1,0 +1,64 @@
+"""The operator console: Django's admin site, reachable only by staff who passed TOTP.
+
+It is the project's default admin site (console.apps.ConsoleAdminConfig), so every ModelAdmin
+registered with `admin.site` or `@admin.register` appears here; the console's own pages
+(dashboard, org page, pools, audit search) are added by `get_urls` and wrapped by `admin_view`,
+which sends anyone without `has_permission` (staff + verified second factor) to the login.
+"""
+
+from django.urls import path
+from django_otp.admin import OTPAdminSite
+
+
+class ConsoleSite(OTPAdminSite):
+    site_header = "Sluice console"
+    site_title = "Sluice console"
+    index_title = "Dashboard"
+
+    def __init__(self, name: str = "admin"):
+        # Named "admin" so `admin:` URL names (ModelAdmin pages, login, logout) keep working.
+        super().__init__(name)
+
+    def login(self, request, extra_context=None):
+        from console.views.auth import console_login
+
+        return console_login(request, site=self)
+
+    def index(self, request, extra_context=None):
+        from console.views.pages import dashboard
+
+        return dashboard(request, site=self)
+
+    def get_urls(self):
+        from console.views import auth, pages
+
+        def page(view):
+            return self.admin_view(lambda request, **kw: view(request, site=self, **kw))
+
+        return [
+            path("2fa/enroll/", auth.totp_enroll, name="totp_enroll"),
+            path("console/orgs/", page(pages.org_list), name="console_orgs"),
+            path("console/orgs/<int:org_id>/", page(pages.org_detail), name="console_org"),
+            path("console/orgs/<int:org_id>/lifecycle/", page(pages.org_lifecycle),
+                 name="console_org_lifecycle"),
+            path("console/orgs/<int:org_id>/allocations/grant/", page(pages.allocation_grant),
+                 name="console_allocation_grant"),
+            path("console/allocations/<int:allocation_id>/", page(pages.allocation_edit),
+                 name="console_allocation"),
+            path("console/allocations/<int:allocation_id>/end/", page(pages.allocation_end_view),
+                 name="console_allocation_end"),
+            path("console/pools/", page(pages.pool_list), name="console_pools"),
+            path("console/pools/<int:pool_id>/capacity/", page(pages.pool_capacity),
+                 name="console_pool_capacity"),
+            path("console/audit/", page(pages.audit_search), name="console_audit"),
+            *super().get_urls(),
+        ]
+
+
+def _console_site() -> ConsoleSite:
+    from django.contrib import admin
+
+    return admin.site  # the DefaultAdminSite proxy, whose class is ConsoleSite
+
+
+console_site = _console_site()

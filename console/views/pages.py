@@ -1,0 +1,270 @@
+"""The console's own pages. Each is wrapped by ConsoleSite.admin_view (staff with a verified
+second factor); changes need the operator permissions of console.permissions."""
+
+from urllib.parse import urlencode
+
+from django import forms
+from django.contrib import messages
+from django.contrib.auth.decorators import permission_required
+from django.core.paginator import Paginator
+from django.http import Http404
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from console import permissions as perm
+from console.forms import AllocationChangeForm, AllocationGrantForm, LifecycleForm, PoolCapacityForm
+from console.selectors import (
+    allocation_get,
+    org_allocations,
+    org_get,
+    org_keys,
+    org_members,
+    org_search,
+    orgs_by_status,
+)
+from console.selectors import (
+    audit_search as audit_events,
+)
+from orgs.models import OrgStatus
+from orgs.services import (
+    org_admit,
+    org_approve,
+    org_offboard,
+    org_reapply,
+    org_reject,
+    org_restore,
+    org_review_start,
+    org_suspend,
+)
+from orgs.services.lifecycle import org_allowed_actions
+from quotas.models import CapacityPool
+from quotas.selectors import pool_capacity_summaries
+from quotas.services import allocation_change, pool_capacity_set
+from quotas.services import allocation_end as allocation_end_service
+from quotas.services import allocation_grant as allocation_grant_service
+from sluice.errors import DomainError
+
+PAGE_SIZE = 50
+
+# Console navigation, in menu order: (url name, label, permission). Domains add their pages here
+# (vetting queue, waves, quota requests, price book...).
+CONSOLE_NAV = [
+    ("admin:index", "Dashboard", None),
+    ("admin:console_orgs", "Organizations", perm.VIEW_ORGS),
+    ("admin:console_pools", "Pools", perm.VIEW_POOLS),
+    ("admin:console_audit", "Audit log", perm.VIEW_AUDIT),
+]
+
+LIFECYCLE_SERVICES = {
+    "review_start": org_review_start, "approve": org_approve, "reject": org_reject,
+    "admit": org_admit, "suspend": org_suspend, "restore": org_restore,
+    "offboard": org_offboard, "reapply": org_reapply,
+}
+
+
+def _render(request, site, template: str, context: dict, status: int = 200):
+    nav = [{"url": name, "label": label} for name, label, needed in CONSOLE_NAV
+           if needed is None or request.user.has_perm(needed)]
+    return render(request, template, {**site.each_context(request), "console_nav": nav,
+                                      **context}, status=status)
+
+
+def dashboard(request, *, site):
+    by_status = orgs_by_status()
+    return _render(request, site, "console/dashboard.html", {
+        "pools": pool_capacity_summaries(), "orgs_by_status": by_status,
+        "org_total": sum(row["value"] for row in by_status),
+    })
+
+
+@permission_required(perm.VIEW_ORGS, raise_exception=True)
+def org_list(request, *, site):
+    status = request.GET.get("status", "")
+    status = status if status in OrgStatus.values else ""
+    text = request.GET.get("q", "").strip()
+    page = Paginator(org_search(status=status, text=text), PAGE_SIZE).get_page(
+        request.GET.get("page"))
+    return _render(request, site, "console/org_list.html", {
+        "page": page, "status": status, "q": text, "statuses": OrgStatus.choices,
+        "query": urlencode({"q": text, "status": status}),
+    })
+
+
+@permission_required(perm.VIEW_ORGS, raise_exception=True)
+def org_detail(request, *, site, org_id: int):
+    return _org_page(request, site, org=org_get(org_id=org_id))
+
+
+def _org_page(request, site, *, org, grant_form=None, status=200):
+    return _render(request, site, "console/org_detail.html", {
+        "org": org, "actions": org_allowed_actions(org=org),
+        "allocations": org_allocations(org=org), "keys": org_keys(org=org),
+        "members": org_members(org=org),
+        "audit": audit_events(org_id=org.pk)[:PAGE_SIZE],
+        "grant_form": grant_form or AllocationGrantForm(),
+    }, status=status)
+
+
+def _transition(*, action: str, org, actor, reason: str):
+    if action == "review_start":  # starting a review takes no reason
+        return org_review_start(org=org, actor=actor)
+    return LIFECYCLE_SERVICES[action](org=org, actor=actor, reason=reason)
+
+
+@require_POST
+@permission_required(perm.CHANGE_LIFECYCLE, raise_exception=True)
+def org_lifecycle(request, *, site, org_id: int):
+    org = org_get(org_id=org_id)
+    form = LifecycleForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, "Unknown lifecycle action.")
+        return redirect("admin:console_org", org.pk)
+    action = form.cleaned_data["action"]
+    try:
+        _transition(action=action, org=org, actor=request.user, reason=form.cleaned_data["reason"])
+    except DomainError as error:
+        # Illegal transitions (a stale page, a colleague faster) are explained, nothing changed.
+        messages.error(request, error.message)
+    else:
+        messages.success(request, f"{org.name} is now {org.get_status_display().lower()}.")
+    return redirect("admin:console_org", org.pk)
+
+
+def _form_error_from(form: forms.Form, error: DomainError) -> None:
+    """Puts a service's refusal on the form: per-field errors where the service named fields,
+    else its message (capacity exhausted, org not eligible...) for the whole form."""
+    fields = error.details.get("fields") if error.details else None
+    if fields:
+        for name, problems in fields.items():
+            form.add_error(name if name in form.fields else None, problems)
+    else:
+        form.add_error(None, error.message)
+
+
+@require_POST
+@permission_required(perm.GRANT_ALLOCATION, raise_exception=True)
+def allocation_grant(request, *, site, org_id: int):
+    org = org_get(org_id=org_id)
+    form = AllocationGrantForm(request.POST)
+    if form.is_valid():
+        data = form.cleaned_data
+        try:
+            allocation_grant_service(
+                org=org, pool=data["pool"], guaranteed_tps=data["guaranteed_tps"],
+                burst_tps=data["burst_tps"], daily_tokens=data["daily_tokens"],
+                max_concurrency=data["max_concurrency"], actor=request.user,
+                reason=data["reason"])
+        except DomainError as error:
+            _form_error_from(form, error)
+        else:
+            messages.success(request, f"Allocation granted in {data['pool']}.")
+            return redirect("admin:console_org", org.pk)
+    return _org_page(request, site, org=org, grant_form=form, status=422)
+
+
+@permission_required(perm.VIEW_ORGS, raise_exception=True)
+def allocation_edit(request, *, site, allocation_id: int):
+    allocation = allocation_get(allocation_id=allocation_id)
+    can_change = request.user.has_perm(perm.CHANGE_ALLOCATION)
+    initial = {f: getattr(allocation, f) for f in
+               ("guaranteed_tps", "burst_tps", "daily_tokens", "max_concurrency")}
+    form = AllocationChangeForm(request.POST or None, initial=initial)
+    status = 200
+    if request.method == "POST":
+        if not can_change:
+            return _render(request, site, "403.html", {}, status=403)
+        if form.is_valid():
+            data = form.cleaned_data
+            try:
+                allocation_change(allocation=allocation, actor=request.user, **data)
+            except DomainError as error:
+                _form_error_from(form, error)
+            else:
+                messages.success(request, "Allocation changed.")
+                return redirect("admin:console_org", allocation.org_id)
+        status = 422
+    return _render(request, site, "console/allocation_edit.html", {
+        "allocation": allocation, "form": form, "can_change": can_change,
+    }, status=status)
+
+
+@require_POST
+@permission_required(perm.CHANGE_ALLOCATION, raise_exception=True)
+def allocation_end_view(request, *, site, allocation_id: int):
+    allocation = allocation_get(allocation_id=allocation_id)
+    try:
+        allocation_end_service(allocation=allocation, actor=request.user,
+                               reason=request.POST.get("reason", ""))
+    except DomainError as error:
+        messages.error(request, error.message)
+    else:
+        messages.success(request, f"Allocation in {allocation.pool} ended.")
+    return redirect("admin:console_org", allocation.org_id)
+
+
+
+
+@permission_required(perm.VIEW_POOLS, raise_exception=True)
+def pool_list(request, *, site):
+    return _pools_page(request, site)
+
+
+def _pools_page(request, site, *, failed_form=None, failed_pool_id=None, status=200):
+    pools = {pool.pk: pool for pool in CapacityPool.objects.all()}
+    rows = [{"summary": summary, "pool": pools[summary.pool_id],
+             "form": failed_form if summary.pool_id == failed_pool_id
+             else PoolCapacityForm(initial={"capacity_tps": summary.capacity_tps})}
+            for summary in pool_capacity_summaries()]
+    return _render(request, site, "console/pool_list.html", {
+        "rows": rows, "can_change": request.user.has_perm(perm.CHANGE_CAPACITY),
+    }, status=status)
+
+
+@require_POST
+@permission_required(perm.CHANGE_CAPACITY, raise_exception=True)
+def pool_capacity(request, *, site, pool_id: int):
+    pool = CapacityPool.objects.filter(pk=pool_id).first()
+    if pool is None:
+        raise Http404("No such pool.")
+    form = PoolCapacityForm(request.POST)
+    if form.is_valid():
+        try:
+            pool_capacity_set(pool=pool, capacity_tps=form.cleaned_data["capacity_tps"],
+                              actor=request.user, reason=form.cleaned_data["reason"])
+        except DomainError as error:
+            _form_error_from(form, error)
+        else:
+            messages.success(request, f"{pool} now has {form.cleaned_data['capacity_tps']} "
+                                      f"tokens/s.")
+            return redirect("admin:console_pools")
+    return _pools_page(request, site, failed_form=form, failed_pool_id=pool.pk, status=422)
+
+
+class AuditSearchForm(forms.Form):
+    action = forms.CharField(label="Action starts with", required=False,
+                             help_text="e.g. org. or allocation.grant")
+    actor = forms.CharField(label="Actor", required=False)
+    org = forms.IntegerField(label="Organization id", required=False, min_value=1)
+    target = forms.CharField(label="Target", required=False,
+                             help_text="type[:id], e.g. quotas.allocation:12")
+    since = forms.DateTimeField(label="From (UTC)", required=False,
+                                widget=forms.DateInput(attrs={"type": "date"}))
+    until = forms.DateTimeField(label="Until (UTC)", required=False,
+                                widget=forms.DateInput(attrs={"type": "date"}))
+
+
+@permission_required(perm.VIEW_AUDIT, raise_exception=True)
+def audit_search(request, *, site):
+    form = AuditSearchForm(request.GET or None)
+    filters = {}
+    if form.is_valid():
+        data = form.cleaned_data
+        filters = {"org_id": data["org"], "action": data["action"].strip(),
+                   "actor": data["actor"].strip(), "target": data["target"].strip(),
+                   "since": data["since"], "until": data["until"]}
+    page = Paginator(audit_events(**filters), PAGE_SIZE).get_page(request.GET.get("page"))
+    query = request.GET.copy()
+    query.pop("page", None)
+    return _render(request, site, "console/audit.html", {
+        "form": form, "page": page, "query": query.urlencode(),
+    }, status=200 if form.is_valid() or not request.GET else 400)

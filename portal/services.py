@@ -1,0 +1,82 @@
+"""Account-level state changes of the portal: sign-up, applying with a new organization, email
+verification. Org-level changes (members, keys, lifecycle) are the orgs services."""
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.tokens import PasswordResetTokenGenerator
+from django.core.mail import send_mail
+from django.db import IntegrityError, transaction
+from django.urls import reverse
+from django.utils.encoding import force_bytes
+from django.utils.http import urlsafe_base64_encode
+
+from orgs.models import Organization, Role
+from orgs.services import audit_record, membership_add, org_create
+from portal.models import VerifiedEmail
+from sluice.errors import Conflict
+
+User = get_user_model()
+
+
+class EmailVerificationTokenGenerator(PasswordResetTokenGenerator):
+    """Signed, expiring (PASSWORD_RESET_TIMEOUT) tokens bound to the user's current address."""
+
+    key_salt = "portal.EmailVerificationTokenGenerator"
+
+    def _make_hash_value(self, user, timestamp):
+        return f"{user.pk}|{user.email}|{timestamp}"
+
+
+email_verification_tokens = EmailVerificationTokenGenerator()
+
+
+@transaction.atomic
+def org_apply(*, name: str, user) -> Organization:
+    """A new organization in `applied`, owned by the user who applied."""
+    org = org_create(name=name, actor=user)
+    membership_add(org=org, user=user, role=Role.OWNER, actor=user)
+    return org
+
+
+@transaction.atomic
+def account_signup(*, email: str, password: str, org_name: str) -> tuple:
+    email = User.objects.normalize_email(email).strip().lower()
+    try:
+        with transaction.atomic():
+            user = User.objects.create_user(username=email, email=email, password=password)
+    except IntegrityError:
+        raise Conflict("An account with this email address exists already.",
+                       code="email_taken") from None
+    audit_record(actor=user, action="user.signup", target=user, after={"email": email})
+    org = org_apply(name=org_name, user=user)
+    email_verification_send(user=user)
+    return user, org
+
+
+def _verification_email(*, user) -> None:
+    uid = urlsafe_base64_encode(force_bytes(user.pk))
+    token = email_verification_tokens.make_token(user)
+    link = settings.PUBLIC_URL + reverse("portal:email_verify", args=[uid, token])
+    send_mail(
+        subject="Confirm your email address for Sluice",
+        message=f"Confirm that {user.email} is your address by opening this link:\n\n{link}\n",
+        from_email=None,
+        recipient_list=[user.email],
+    )
+
+
+def email_verification_send(*, user) -> None:
+    """Sends the link after the surrounding transaction commits (never for a rolled-back user)."""
+    transaction.on_commit(lambda: _verification_email(user=user))
+
+
+@transaction.atomic
+def email_verify(*, user, token: str) -> bool:
+    if not email_verification_tokens.check_token(user, token):
+        return False
+    # Idempotent: clicking the link twice is not an error.
+    _, created = VerifiedEmail.objects.get_or_create(user=user, email=user.email)
+    if created:
+        audit_record(actor=user, action="user.email_verify", target=user,
+                     after={"email": user.email})
+    return True

@@ -1,0 +1,118 @@
+"""Sign-up, sign-in, email verification and invitations: the pages before an org is chosen."""
+
+from django.contrib import messages
+from django.contrib.auth import get_user_model, login
+from django.contrib.auth import views as auth_views
+from django.contrib.auth.decorators import login_required
+from django.shortcuts import redirect, render
+from django.urls import reverse_lazy
+from django.utils.encoding import force_str
+from django.utils.http import urlsafe_base64_decode
+from django.views.decorators.http import require_POST
+
+from orgs.services import invitation_accept
+from portal.forms import LoginForm, OrgApplyForm, SignUpForm
+from portal.selectors import membership_get, memberships_for_user
+from portal.services import account_signup, email_verification_send, email_verify, org_apply
+from sluice.errors import DomainError
+
+User = get_user_model()
+LAST_ORG_SESSION_KEY = "portal_org"
+
+
+def signup(request):
+    if request.user.is_authenticated:
+        return redirect("portal:home")
+    form = SignUpForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            user, org = account_signup(email=form.cleaned_data["email"],
+                                       password=form.cleaned_data["password"],
+                                       org_name=form.cleaned_data["org_name"])
+        except DomainError as error:
+            form.add_error("email" if error.code == "email_taken" else None, error.message)
+        else:
+            login(request, user, backend="django.contrib.auth.backends.ModelBackend")
+            messages.success(request, f"Welcome! {org.name} has applied for access. "
+                                      f"We sent a confirmation link to {user.email}.")
+            return redirect("portal:status", org.slug)
+    return render(request, "portal/signup.html", {"form": form})
+
+
+class LoginView(auth_views.LoginView):
+    template_name = "portal/login.html"
+    authentication_form = LoginForm
+    redirect_authenticated_user = True
+
+
+class PasswordResetView(auth_views.PasswordResetView):
+    template_name = "portal/password_reset.html"
+    email_template_name = "portal/email/password_reset.txt"
+    subject_template_name = "portal/email/password_reset_subject.txt"
+    success_url = reverse_lazy("portal:password_reset_done")
+
+
+class PasswordResetConfirmView(auth_views.PasswordResetConfirmView):
+    template_name = "portal/password_reset_confirm.html"
+    success_url = reverse_lazy("portal:password_reset_complete")
+
+
+@login_required
+def home(request):
+    """The user's last org, else their first, else the form to apply with a new one."""
+    memberships = list(memberships_for_user(user=request.user))
+    slugs = [m.org.slug for m in memberships]
+    last = request.session.get(LAST_ORG_SESSION_KEY)
+    if last in slugs:
+        return redirect("portal:status", last)
+    if slugs:
+        return redirect("portal:status", slugs[0])
+    return render(request, "portal/no_org.html", {"form": OrgApplyForm()})
+
+
+@login_required
+def org_switch(request):
+    membership = membership_get(user=request.user, slug=request.GET.get("org", ""))
+    return redirect("portal:status", membership.org.slug)
+
+
+@login_required
+@require_POST
+def org_new(request):
+    form = OrgApplyForm(request.POST)
+    if not form.is_valid():
+        return render(request, "portal/no_org.html", {"form": form}, status=400)
+    org = org_apply(name=form.cleaned_data["name"], user=request.user)
+    messages.success(request, f"{org.name} has applied for access.")
+    return redirect("portal:status", org.slug)
+
+
+def email_verify_view(request, uidb64: str, token: str):
+    try:
+        user = User.objects.get(pk=force_str(urlsafe_base64_decode(uidb64)))
+    except (User.DoesNotExist, ValueError, TypeError, OverflowError):
+        user = None
+    verified = user is not None and email_verify(user=user, token=token)
+    return render(request, "portal/email_verified.html", {"verified": verified},
+                  status=200 if verified else 400)
+
+
+@login_required
+@require_POST
+def email_verification_resend(request):
+    email_verification_send(user=request.user)
+    messages.info(request, f"We sent a new confirmation link to {request.user.email}.")
+    return redirect("portal:home")
+
+
+@login_required
+def invitation_accept_view(request, token: str):
+    if request.method != "POST":
+        return render(request, "portal/invitation.html", {})
+    try:
+        membership = invitation_accept(token=token, user=request.user)
+    except DomainError as error:
+        return render(request, "portal/invitation.html", {"error": error.message},
+                      status=error.status)
+    messages.success(request, f"You joined {membership.org.name} as {membership.role}.")
+    return redirect("portal:status", membership.org.slug)

@@ -1,0 +1,195 @@
+"""The org-scoped portal pages. Each view gets the caller's membership from `org_page`, reads
+through portal.selectors and changes state only through the orgs services."""
+
+from django.contrib import messages
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from orgs.models import KEY_MANAGERS, MEMBER_MANAGERS, OrgStatus, Role
+from orgs.services import (
+    api_key_create,
+    api_key_revoke,
+    invitation_create,
+    invitation_revoke,
+    membership_remove,
+    membership_role_change,
+)
+from orgs.services.lifecycle import TRANSITIONS
+from portal.access import org_page
+from portal.forms import ApiKeyCreateForm, InviteForm, RoleForm
+from portal.selectors import (
+    org_allocations,
+    org_api_key_get,
+    org_api_keys,
+    org_invitation_get,
+    org_invitations_pending,
+    org_member_get,
+    org_members,
+    user_email_verified,
+)
+from sluice.errors import DomainError
+
+# The path an application normally takes, shown as steps on the status page.
+LIFECYCLE_STEPS = [OrgStatus.APPLIED, OrgStatus.IN_REVIEW, OrgStatus.APPROVED, OrgStatus.ACTIVE]
+
+NEXT_STEP = {
+    OrgStatus.APPLIED: "Your application is queued for vetting. An operator will review it soon.",
+    OrgStatus.IN_REVIEW: "An operator is reviewing your application.",
+    OrgStatus.APPROVED: "You are approved and on the waitlist. Organizations are admitted in "
+                        "rollout waves as capacity grows; we email you when you are admitted.",
+    OrgStatus.ACTIVE: "You have access. Create an API key and send traffic.",
+    OrgStatus.REJECTED: "Your application was not accepted this time.",
+    OrgStatus.SUSPENDED: "Traffic is stopped while your organization is suspended.",
+    OrgStatus.OFFBOARDED: "This organization no longer has access.",
+}
+
+
+@org_page(page="status")
+def status(request, membership):
+    org = membership.org
+    current = LIFECYCLE_STEPS.index(org.status) if org.status in LIFECYCLE_STEPS else None
+    steps = [{"label": OrgStatus(s).label, "done": current is not None and i < current,
+              "current": i == current} for i, s in enumerate(LIFECYCLE_STEPS)]
+    return render(request, "portal/status.html", {
+        "org": org, "steps": steps, "next_step": NEXT_STEP[org.status],
+        "can_reapply": org.status in TRANSITIONS["reapply"][0],
+        "email_verified": user_email_verified(user=request.user),
+    })
+
+
+@org_page(page="members", roles=MEMBER_MANAGERS)
+def members(request, membership):
+    return _members_page(request, membership, invite_form=InviteForm())
+
+
+def _members_page(request, membership, *, invite_form, status_code=200):
+    org = membership.org
+    return render(request, "portal/members.html", {
+        "org": org, "members": org_members(org=org),
+        "invitations": org_invitations_pending(org=org),
+        "invite_form": invite_form, "roles": Role.choices,
+    }, status=status_code)
+
+
+def _flash_result(request, action, success: str) -> None:
+    """Runs a service call; its domain error (last owner, already revoked...) becomes the
+    message the user sees, and nothing was written."""
+    try:
+        action()
+    except DomainError as error:
+        messages.error(request, error.message)
+    else:
+        messages.success(request, success)
+
+
+@require_POST
+@org_page(page="members", roles=MEMBER_MANAGERS)
+def member_invite(request, membership):
+    form = InviteForm(request.POST)
+    if not form.is_valid():
+        return _members_page(request, membership, invite_form=form, status_code=400)
+    email, role = form.cleaned_data["email"], form.cleaned_data["role"]
+    _flash_result(request, lambda: invitation_create(org=membership.org, email=email, role=role,
+                                                     actor=request.user),
+                  f"Invitation sent to {email}.")
+    return redirect("portal:members", membership.org.slug)
+
+
+@require_POST
+@org_page(page="members", roles=MEMBER_MANAGERS)
+def member_role(request, membership, membership_id: int):
+    target = org_member_get(org=membership.org, membership_id=membership_id)
+    form = RoleForm(request.POST)
+    if form.is_valid():
+        role = form.cleaned_data["role"]
+        _flash_result(request, lambda: membership_role_change(membership=target, role=role,
+                                                              actor=request.user),
+                      f"{target.user.email} is now {role}.")
+    else:
+        messages.error(request, "Choose a valid role.")
+    return redirect("portal:members", membership.org.slug)
+
+
+@require_POST
+@org_page(page="members", roles=MEMBER_MANAGERS)
+def member_remove(request, membership, membership_id: int):
+    target = org_member_get(org=membership.org, membership_id=membership_id)
+    _flash_result(request, lambda: membership_remove(membership=target, actor=request.user),
+                  f"{target.user.email} was removed.")
+    if target.pk == membership.pk:
+        return redirect("portal:home")  # the members page may no longer be ours to see
+    return redirect("portal:members", membership.org.slug)
+
+
+@require_POST
+@org_page(page="members", roles=MEMBER_MANAGERS)
+def invitation_revoke_view(request, membership, invitation_id: int):
+    invitation = org_invitation_get(org=membership.org, invitation_id=invitation_id)
+    _flash_result(request, lambda: invitation_revoke(invitation=invitation, actor=request.user),
+                  f"The invitation of {invitation.email} was revoked.")
+    return redirect("portal:members", membership.org.slug)
+
+
+@org_page(page="keys")
+def keys(request, membership):
+    return render(request, "portal/keys.html", _keys_context(request, membership))
+
+
+def _keys_context(request, membership, **extra) -> dict:
+    org = membership.org
+    return {"org": org, "keys": org_api_keys(org=org), "form": ApiKeyCreateForm(),
+            "email_verified": user_email_verified(user=request.user), **extra}
+
+
+@require_POST
+@org_page(page="keys", roles=KEY_MANAGERS)
+def key_create(request, membership):
+    """Answers with the page (or, for htmx, the fragment) that shows the secret. It is rendered
+    into this one response and never stored, so reloading cannot show it again."""
+    form = ApiKeyCreateForm(request.POST)
+    context, status_code = {"form": form}, 400
+    if not user_email_verified(user=request.user):
+        context["error"] = "Confirm your email address before creating API keys."
+    elif form.is_valid():
+        try:
+            key, secret = api_key_create(org=membership.org, name=form.cleaned_data["name"],
+                                         actor=request.user)
+        except DomainError as error:
+            context["error"] = error.message
+            status_code = error.status
+        else:
+            context = {"new_key": key, "secret": secret, "form": ApiKeyCreateForm()}
+            status_code = 201
+    if request.headers.get("HX-Request"):
+        return render(request, "portal/_key_created.html",
+                      {"org": membership.org, **context}, status=status_code)
+    return render(request, "portal/keys.html", _keys_context(request, membership, **context),
+                  status=status_code)
+
+
+@require_POST
+@org_page(page="keys", roles=KEY_MANAGERS)
+def key_revoke(request, membership, key_id: int):
+    key = org_api_key_get(org=membership.org, key_id=key_id)
+    error = None
+    try:
+        key = api_key_revoke(key=key, actor=request.user)
+    except DomainError as failure:
+        error = failure.message
+    if request.headers.get("HX-Request"):
+        # htmx swaps just this key's row; a flash message would surface on a later page.
+        return render(request, "portal/_key_row.html",
+                      {"org": membership.org, "key": key, "error": error,
+                       "can_manage_keys": True})
+    if error:
+        messages.error(request, error)
+    else:
+        messages.success(request, f"The key {key.name} was revoked.")
+    return redirect("portal:keys", membership.org.slug)
+
+
+@org_page(page="quotas")
+def quotas(request, membership):
+    return render(request, "portal/quotas.html", {
+        "org": membership.org, "allocations": org_allocations(org=membership.org),
+    })

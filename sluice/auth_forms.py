@@ -1,0 +1,43 @@
+"""The sign-in form shared by the portal and the console, with brute-force protection."""
+
+from django import forms
+from django.contrib.auth.forms import AuthenticationForm
+
+from sluice.login_throttle import login_failure_record, login_failures_clear, login_lock_status
+
+
+def client_ip(request) -> str:
+    # REMOTE_ADDR only: X-Forwarded-For is client-controlled unless a trusted proxy rewrites it,
+    # and the deployment (gunicorn behind a proxy) sets REMOTE_ADDR from the proxy protocol.
+    return request.META.get("REMOTE_ADDR", "") if request is not None else ""
+
+
+class ThrottledAuthenticationForm(AuthenticationForm):
+    """Refuses a locked (username, IP) pair before checking the password, counts every failure
+    (password or second factor) and clears the count after a full success."""
+
+    error_messages = {
+        **AuthenticationForm.error_messages,
+        "locked": "Too many failed sign-in attempts. Try again in %(minutes)d minutes.",
+    }
+
+    def clean(self):
+        username = self.cleaned_data.get("username") or ""
+        ip = client_ip(self.request)
+        lock = login_lock_status(username=username, ip=ip)
+        if lock.locked:
+            raise forms.ValidationError(
+                self.error_messages["locked"], code="locked",
+                params={"minutes": -(-lock.retry_after_seconds // 60)},
+            )
+        try:
+            cleaned = super().clean()
+            self.clean_second_factor(self.get_user())
+        except forms.ValidationError:
+            login_failure_record(username=username, ip=ip)
+            raise
+        login_failures_clear(username=username, ip=ip)
+        return cleaned
+
+    def clean_second_factor(self, user) -> None:
+        """Sites that require a second factor check it here; the portal has none."""

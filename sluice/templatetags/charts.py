@@ -1,0 +1,72 @@
+"""Server-rendered SVG charts: no JavaScript, no CDN, readable by tests and screen readers
+(every chart has a text label, and the numbers are also printed beside it)."""
+
+from dataclasses import dataclass
+
+from django import template
+
+register = template.Library()
+
+METER_WIDTH = 1000  # viewBox units; the SVG scales to its container
+
+
+@dataclass(frozen=True)
+class Segment:
+    css: str
+    x: float
+    width: float
+
+
+def _segments(total: int, parts: list[tuple[int, str]]) -> list[Segment]:
+    """Consecutive segments of one bar, each `value` wide out of `total`, clipped to the bar."""
+    segments, x = [], 0.0
+    for value, css in parts:
+        width = min(METER_WIDTH * value / total, METER_WIDTH - x) if total else 0.0
+        if width > 0:
+            segments.append(Segment(css=css, x=round(x, 1), width=round(width, 1)))
+            x += width
+    return segments
+
+
+def _x(total: int, value: int) -> float:
+    return round(METER_WIDTH * min(value, total) / total, 1) if total else 0.0
+
+
+@register.inclusion_tag("charts/meter.html")
+def pool_meter(summary):
+    """A pool: guaranteed tokens/s against the guaranteeable limit (dashed) and capacity."""
+    return {
+        "width": METER_WIDTH,
+        "segments": _segments(summary.capacity_tps, [(summary.guaranteed_tps, "fill-guaranteed")]),
+        "marker": _x(summary.capacity_tps, summary.guaranteeable_tps),
+        "label": f"{summary.name}: {summary.guaranteed_tps} of {summary.guaranteeable_tps} "
+                 f"guaranteeable tokens/s guaranteed; capacity {summary.capacity_tps}",
+    }
+
+
+@register.inclusion_tag("charts/meter.html")
+def allocation_meter(allocation):
+    """An allocation: its guarantee and burst ceiling within its pool's capacity."""
+    capacity = allocation.pool.capacity_tps
+    return {
+        "width": METER_WIDTH,
+        "segments": _segments(capacity, [
+            (allocation.guaranteed_tps, "fill-guaranteed"),
+            (allocation.burst_tps - allocation.guaranteed_tps, "fill-headroom"),
+        ]),
+        "marker": None,
+        "label": f"{allocation.guaranteed_tps} tokens/s guaranteed, bursting to "
+                 f"{allocation.burst_tps}, in a pool of {capacity} tokens/s",
+    }
+
+
+@register.inclusion_tag("charts/bars.html")
+def bar_chart(rows, label):
+    """Horizontal bars for `rows` of {"label", "value"}: one row per 28 units of height."""
+    peak = max((row["value"] for row in rows), default=0)
+    bars = [
+        {"label": row["label"], "value": row["value"], "y": i * 28,
+         "width": round(600 * row["value"] / peak, 1) if peak else 0}
+        for i, row in enumerate(rows)
+    ]
+    return {"bars": bars, "height": max(len(bars) * 28, 28), "label": label}
