@@ -39,7 +39,8 @@ def _wave_snapshot(wave: RolloutWave) -> dict:
     return {**snap, "state": wave.state, "pool": wave.pool_id}
 
 
-def _wave_validate(*, pool: CapacityPool, values: dict) -> None:
+def wave_validate(*, pool: CapacityPool, values: dict) -> None:
+    """Raise one DomainError (400, invalid_wave) naming every bad field."""
     errors = {}
     if not str(values.get("name") or "").strip():
         errors["name"] = ["A wave needs a name."]
@@ -66,7 +67,7 @@ def wave_create(*, pool: CapacityPool, name: str, opens_at: datetime, capacity_t
     values = dict(name=name, opens_at=opens_at, closes_at=closes_at, capacity_tps=capacity_tps,
                   max_orgs=max_orgs, guaranteed_tps=guaranteed_tps, burst_tps=burst_tps,
                   daily_tokens=daily_tokens, max_concurrency=max_concurrency)
-    _wave_validate(pool=pool, values=values)
+    wave_validate(pool=pool, values=values)
     values["name"] = name.strip()
     user = actor if getattr(actor, "is_authenticated", False) else None
     wave = RolloutWave.objects.create(pool=pool, created_by=user, **values)
