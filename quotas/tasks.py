@@ -3,12 +3,13 @@
 from celery import shared_task
 
 from quotas.waves import pool_auto_admit as pool_auto_admit_service
-from quotas.waves import waves_open_due as waves_open_due_service
+from quotas.waves import waves_close_due, waves_open_due
 
 
 @shared_task
-def waves_open_due() -> int:
-    return waves_open_due_service()
+def waves_advance() -> dict:
+    """Beat, every minute: open the waves that are due, close the ones that have ended."""
+    return {"opened": waves_open_due(), "closed": waves_close_due()}
 
 
 @shared_task

@@ -195,8 +195,8 @@ def wave_close(*, wave: RolloutWave, actor: Actor, reason: str = "") -> RolloutW
 
 
 def waves_open_due(*, now: datetime | None = None, actor: Actor = "celery:wave_open") -> int:
-    """Beat, every minute: open every scheduled wave whose time has come, each in its own
-    transaction. A wave another worker opened first is skipped."""
+    """Open every scheduled wave whose time has come, each in its own transaction. A wave
+    another worker opened first is skipped."""
     now = now or timezone.now()
     opened = 0
     due = RolloutWave.objects.filter(state=WaveState.SCHEDULED, opens_at__lte=now)
@@ -207,6 +207,19 @@ def waves_open_due(*, now: datetime | None = None, actor: Actor = "celery:wave_o
             continue
         opened += 1
     return opened
+
+
+def waves_close_due(*, now: datetime | None = None, actor: Actor = "celery:wave_close") -> int:
+    """Close open waves past their `closes_at`."""
+    now = now or timezone.now()
+    closed = 0
+    for wave in RolloutWave.objects.filter(state=WaveState.OPEN, closes_at__lte=now):
+        try:
+            wave_close(wave=wave, actor=actor, reason="closes_at reached")
+        except Conflict:
+            continue
+        closed += 1
+    return closed
 
 
 @transaction.atomic

@@ -192,8 +192,8 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TIMEZONE = "UTC"
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BEAT_SCHEDULE: dict = {}
-CELERY_BEAT_SCHEDULE["waves-open-due"] = {
-    "task": "quotas.tasks.waves_open_due", "schedule": 60.0,
+CELERY_BEAT_SCHEDULE["waves-advance"] = {
+    "task": "quotas.tasks.waves_advance", "schedule": 60.0,
 }
 
 INVITATION_TTL_HOURS = env_int("SLUICE_INVITATION_TTL_HOURS", 72, minimum=1)
