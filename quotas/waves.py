@@ -106,8 +106,8 @@ def wave_plan(*, wave: RolloutWave) -> WavePlan:
     guaranteeable_after = CapacityPool.guaranteeable_for(capacity_after, pool.guaranteeable_ratio)
     guaranteed = pool_guaranteed_tps(pool=pool)
     queue = waitlist_queue(pool=pool, wave=wave)
-    chosen, free_after = waitlist_select(queue=queue, free_tps=max(guaranteeable_after
-                                                                   - guaranteed, 0),
+    free_before = max(guaranteeable_after - guaranteed, 0)
+    chosen, free_after = waitlist_select(queue=queue, free_tps=free_before,
                                          guaranteed_tps=wave.guaranteed_tps,
                                          max_orgs=wave.max_orgs)
     guaranteed_after = guaranteed + wave.guaranteed_tps * len(chosen)
