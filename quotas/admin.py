@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from quotas import services
+from quotas import admin_gateway, admin_waves, services  # noqa: F401 - register their ModelAdmins
 from quotas.models import Allocation, CapacityPool
 from quotas.selectors import pool_capacity_summary
 from sluice.admin import ServiceAdminMixin, run_service_on_each

@@ -5,7 +5,7 @@ from celery import shared_task
 from quotas.limiter.connection import LimiterUnavailable
 from quotas.limiter.sync import limiter_publish_org, limiter_sync_all
 from quotas.waves import pool_auto_admit as pool_auto_admit_service
-from quotas.waves import waves_open_due as waves_open_due_service
+from quotas.waves import waves_close_due, waves_open_due
 
 
 @shared_task(autoretry_for=(LimiterUnavailable,), retry_backoff=True, retry_backoff_max=60,
@@ -22,8 +22,9 @@ def limiter_sync() -> dict[int, int]:
 
 
 @shared_task
-def waves_open_due() -> int:
-    return waves_open_due_service()
+def waves_advance() -> dict:
+    """Beat, every minute: open the waves that are due, close the ones that have ended."""
+    return {"opened": waves_open_due(), "closed": waves_close_due()}
 
 
 @shared_task

@@ -39,7 +39,8 @@ def _wave_snapshot(wave: RolloutWave) -> dict:
     return {**snap, "state": wave.state, "pool": wave.pool_id}
 
 
-def _wave_validate(*, pool: CapacityPool, values: dict) -> None:
+def wave_validate(*, pool: CapacityPool, values: dict) -> None:
+    """Raise one DomainError (400, invalid_wave) naming every bad field."""
     errors = {}
     if not str(values.get("name") or "").strip():
         errors["name"] = ["A wave needs a name."]
@@ -66,7 +67,7 @@ def wave_create(*, pool: CapacityPool, name: str, opens_at: datetime, capacity_t
     values = dict(name=name, opens_at=opens_at, closes_at=closes_at, capacity_tps=capacity_tps,
                   max_orgs=max_orgs, guaranteed_tps=guaranteed_tps, burst_tps=burst_tps,
                   daily_tokens=daily_tokens, max_concurrency=max_concurrency)
-    _wave_validate(pool=pool, values=values)
+    wave_validate(pool=pool, values=values)
     values["name"] = name.strip()
     user = actor if getattr(actor, "is_authenticated", False) else None
     wave = RolloutWave.objects.create(pool=pool, created_by=user, **values)
@@ -105,8 +106,8 @@ def wave_plan(*, wave: RolloutWave) -> WavePlan:
     guaranteeable_after = CapacityPool.guaranteeable_for(capacity_after, pool.guaranteeable_ratio)
     guaranteed = pool_guaranteed_tps(pool=pool)
     queue = waitlist_queue(pool=pool, wave=wave)
-    chosen, free_after = waitlist_select(queue=queue, free_tps=max(guaranteeable_after
-                                                                   - guaranteed, 0),
+    free_before = max(guaranteeable_after - guaranteed, 0)
+    chosen, free_after = waitlist_select(queue=queue, free_tps=free_before,
                                          guaranteed_tps=wave.guaranteed_tps,
                                          max_orgs=wave.max_orgs)
     guaranteed_after = guaranteed + wave.guaranteed_tps * len(chosen)
@@ -194,8 +195,8 @@ def wave_close(*, wave: RolloutWave, actor: Actor, reason: str = "") -> RolloutW
 
 
 def waves_open_due(*, now: datetime | None = None, actor: Actor = "celery:wave_open") -> int:
-    """Beat, every minute: open every scheduled wave whose time has come, each in its own
-    transaction. A wave another worker opened first is skipped."""
+    """Open every scheduled wave whose time has come, each in its own transaction. A wave
+    another worker opened first is skipped."""
     now = now or timezone.now()
     opened = 0
     due = RolloutWave.objects.filter(state=WaveState.SCHEDULED, opens_at__lte=now)
@@ -206,6 +207,19 @@ def waves_open_due(*, now: datetime | None = None, actor: Actor = "celery:wave_o
             continue
         opened += 1
     return opened
+
+
+def waves_close_due(*, now: datetime | None = None, actor: Actor = "celery:wave_close") -> int:
+    """Close open waves past their `closes_at`."""
+    now = now or timezone.now()
+    closed = 0
+    for wave in RolloutWave.objects.filter(state=WaveState.OPEN, closes_at__lte=now):
+        try:
+            wave_close(wave=wave, actor=actor, reason="closes_at reached")
+        except Conflict:
+            continue
+        closed += 1
+    return closed
 
 
 @transaction.atomic

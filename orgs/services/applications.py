@@ -84,6 +84,16 @@ def _cooling_off_check(org: Organization) -> None:
         )
 
 
+def _close_stale_applications(*, org: Organization, actor: Actor) -> None:
+    """An org rejected straight through the lifecycle (org_reject, not application_decide)
+    leaves its application open; close it, so it neither blocks re-applying nor lingers."""
+    for app in Application.objects.filter(org=org, state__in=OPEN_APPLICATION_STATES):
+        app.state, app.decision, app.decided_at = A.REJECTED, Decision.REJECT, org.status_changed_at
+        app.save(update_fields=["state", "decision", "decided_at", "updated_at"])
+        audit_record(actor=actor, action="application.close_stale", target=app, org=org,
+                     after={"state": A.REJECTED}, reason="organization was rejected")
+
+
 def _pool_from_region(*, org: Organization, region: str, actor: Actor) -> None:
     pools = list(CapacityPool.objects.filter(region=region, tier=Tier.FAST)[:2])
     if len(pools) == 1 and not OrgPoolPreference.objects.filter(org=org).exists():
@@ -103,6 +113,8 @@ def application_submit(*, org: Organization, data: dict, actor: Actor) -> Applic
     # Lock the org: two submissions at once must not both pass the "no open application" check
     # (the partial unique index would stop the second anyway, with a less helpful error).
     org = Organization.objects.select_for_update().get(pk=org.pk)
+    if org.status == OrgStatus.REJECTED:
+        _close_stale_applications(org=org, actor=actor)
     if Application.objects.filter(org=org, state__in=OPEN_APPLICATION_STATES).exists():
         raise Conflict(f"{org.name} already has an open application.", code="application_open")
     app = Application(org=org, submitted_by=_user(actor), submitted_at=timezone.now(),

@@ -6,6 +6,7 @@ import pytest
 from django.utils import timezone
 
 from orgs.models import Application, ApplicationCheck, ApplicationState, AuditEvent, OrgStatus
+from orgs.services import org_reject
 from orgs.services.applications import (
     application_check_set,
     application_decide,
@@ -168,3 +169,13 @@ def test_request_info_needs_a_message_for_the_org(operator):
                            actor=operator)
     assert exc.value.code == "reason_required"
 
+
+
+def test_an_org_rejected_through_the_lifecycle_can_still_reapply_later(operator, settings):
+    settings.REAPPLY_COOLING_OFF_DAYS = 0
+    org, owner = applicant_org()
+    first = submit(org, owner)
+    org_reject(org=org, actor=operator, reason="rejected from the org page")
+    second = submit(org, owner)
+    first.refresh_from_db()
+    assert (first.state, second.state) == (ApplicationState.REJECTED, ApplicationState.SUBMITTED)

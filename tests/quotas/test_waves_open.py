@@ -9,10 +9,22 @@ from django.utils import timezone
 
 from orgs.models import Organization, OrgStatus
 from orgs.services import org_offboard
-from quotas.models import Allocation, AllocationStatus, RolloutWave, WaveState
-from quotas.waves import pool_auto_admit_set, wave_close, wave_open, wave_plan, waves_open_due
+from quotas.models import Allocation, AllocationStatus, RolloutWave, UsageHourly, WaveState
+from quotas.waves import (
+    pool_auto_admit_set,
+    wave_close,
+    wave_open,
+    wave_plan,
+    waves_close_due,
+    waves_open_due,
+)
 from sluice.errors import Conflict
-from tests.factories import AllocationFactory, PoolFactory, RolloutWaveFactory
+from tests.factories import (
+    AllocationFactory,
+    ApplicationFactory,
+    PoolFactory,
+    RolloutWaveFactory,
+)
 from tests.waitlist import approved_application
 
 USE_CASES = ["voice", "agents", "coding", "chat", "batch"]
@@ -166,3 +178,37 @@ def test_auto_admission_is_off_by_default_and_fills_freed_capacity_when_on(
     allocation = Allocation.objects.get(org=waiting.org, status=AllocationStatus.ACTIVE)
     assert allocation.guaranteed_tps == wave.guaranteed_tps  # the latest wave's default
     assert first.org_id != waiting.org_id
+
+
+@pytest.mark.django_db
+def test_beat_closes_waves_past_their_end(operator):
+    wave = RolloutWaveFactory(opens_at=timezone.now() - timedelta(days=2),
+                              closes_at=timezone.now() - timedelta(days=1))
+    waves_open_due()
+    assert waves_close_due() == 1
+    wave.refresh_from_db()
+    assert wave.state == WaveState.CLOSED
+
+
+@pytest.mark.django_db
+def test_plan_projects_demand_from_observed_usage_of_similar_admitted_orgs(operator):
+    pool = PoolFactory(region="us-east", capacity_tps=10_000)
+    incumbent = AllocationFactory(pool=pool, guaranteed_tps=500, burst_tps=1_000)
+    ApplicationFactory(org=incumbent.org, use_case="voice", expected_peak_tps=400,
+                       state="admitted")
+    hour = timezone.now().replace(minute=0, second=0, microsecond=0) - timedelta(hours=2)
+    # Its busiest hour averaged 100 output tokens/s: a quarter of the 400 it expected.
+    UsageHourly.objects.create(org=incumbent.org, pool=pool, hour=hour,
+                               output_tokens=100 * 3600)
+    UsageHourly.objects.create(org=incumbent.org, pool=pool, hour=hour - timedelta(hours=1),
+                               output_tokens=10 * 3600)
+    candidate = approved_application(operator, pool, "Voice 2", use_case="voice",
+                                     expected_peak_tps=800)
+    wave = RolloutWaveFactory(pool=pool, capacity_tps=0, guaranteed_tps=500, burst_tps=1_000)
+
+    plan = wave_plan(wave=wave)
+
+    assert [e.application.pk for e in plan.admitted] == [candidate.pk]
+    assert plan.projection_uses_observed_usage is True
+    assert plan.projected_tps == pytest.approx(100 + 800 * 0.25)
+    assert plan.projected_utilization == pytest.approx(300 / 10_000)

@@ -12,6 +12,7 @@ from django.core.management.base import BaseCommand
 from django.db import transaction
 
 from orgs import services
+from orgs.management.seed_waitlist import seed_waitlist
 from orgs.models import Membership, Organization, OrgStatus, Role
 from quotas.models import Allocation, AllocationStatus, CapacityPool
 from quotas.services import allocation_grant, pool_create
@@ -87,6 +88,7 @@ class Command(BaseCommand):
 
     def _extensions(self, *, pool, operator) -> None:
         """Seed data of the other domains, each idempotent on its own."""
+        seed_waitlist(pool=pool, operator=operator)
 
     def _user(self, email: str, *, staff: bool):
         user, created = get_user_model().objects.get_or_create(
