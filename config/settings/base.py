@@ -177,6 +177,11 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
 }
+SPECTACULAR_SETTINGS.setdefault("ENUM_NAME_OVERRIDES", {}).update({
+    "InvoiceStatusEnum": "billing.models.InvoiceStatus",
+    "OutboxStatusEnum": "billing.models.OutboxStatus",
+    "StripeEventStatusEnum": "billing.models.StripeEventStatus",
+})
 
 CELERY_BROKER_URL = REDIS_URL
 CELERY_RESULT_BACKEND = None
