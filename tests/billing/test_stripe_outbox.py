@@ -135,3 +135,19 @@ def test_void_before_the_push_waits_for_it_and_nothing_reaches_stripe(stripe, po
     assert outbox_deliver(message_id=void.pk) == "pending", "the void waits for the push"
     assert outbox_drain(now=_later()) == {"done": 2}
     assert stripe.list("/v1/invoices") == []
+
+
+def test_admission_owes_stripe_a_customer_created_once(stripe, operator,
+                                                       django_capture_on_commit_callbacks):
+    from orgs.models import OrgStatus
+    from orgs.services import org_admit
+
+    org = OrganizationFactory(status=OrgStatus.APPROVED)
+    with django_capture_on_commit_callbacks(execute=True):
+        org_admit(org=org, actor=operator)
+    message = OutboxMessage.objects.get(org=org, kind="customer_sync")
+    assert message.status == OutboxStatus.DONE  # delivered by the after-commit kick
+    customer_id = BillingAccount.objects.get(org=org).stripe_customer_id
+    [remote] = stripe.list("/v1/customers")
+    assert remote["id"] == customer_id
+    assert remote["metadata"] == {"sluice_org_id": str(org.pk)}
