@@ -16,6 +16,7 @@ from rest_framework.views import APIView
 
 from billing import selectors, services, stripe_api
 from billing.api.serializers import InvoiceDetailSerializer, InvoiceSerializer
+from billing.pdf import invoice_pdf
 from billing.periods import month_bounds, month_of, month_parse
 from billing.rating import total_cents
 from sluice.errors import NotFound
@@ -89,6 +90,15 @@ class InvoiceHtmlView(OrgBillingView):
     def get(self, request, org_id: int, invoice_id: int):
         invoice = self.invoice(request, org_id, invoice_id)
         return HttpResponse(invoice_html(invoice), content_type="text/html; charset=utf-8")
+
+
+class InvoicePdfView(OrgBillingView):
+    @extend_schema(responses={(200, "application/pdf"): bytes})
+    def get(self, request, org_id: int, invoice_id: int):
+        invoice = self.invoice(request, org_id, invoice_id)
+        response = HttpResponse(invoice_pdf(invoice), content_type="application/pdf")
+        response["Content-Disposition"] = f'attachment; filename="{invoice.number}.pdf"'
+        return response
 
 
 class _Echo:

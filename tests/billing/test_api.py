@@ -40,6 +40,7 @@ def test_org_a_never_sees_org_b_invoices(two_orgs, pool):
     invoice = _invoice(a.org, pool)
     for path in (f"{_base(a.org)}/invoices", f"{_base(a.org)}/invoices/{invoice.pk}",
                  f"{_base(a.org)}/invoices/{invoice.pk}/html",
+                 f"{_base(a.org)}/invoices/{invoice.pk}/pdf",
                  f"{_base(a.org)}/invoices/{invoice.pk}/usage.csv",
                  f"{_base(a.org)}/usage.csv", f"{_base(a.org)}/summary",
                  f"{_base(a.org)}/spend-cap"):
@@ -96,6 +97,9 @@ def test_invoice_html_and_usage_csv(two_orgs, pool):
     html = a.client.get(f"{_base(a.org)}/invoices/{invoice.pk}/html")
     assert html["Content-Type"].startswith("text/html")
     assert invoice.number in html.content.decode() and "$8.00" in html.content.decode()
+    pdf = a.client.get(f"{_base(a.org)}/invoices/{invoice.pk}/pdf")
+    assert pdf["Content-Type"] == "application/pdf"
+    assert pdf.content.startswith(b"%PDF-")
     csv_response = a.client.get(f"{_base(a.org)}/invoices/{invoice.pk}/usage.csv")
     rows = b"".join(csv_response.streaming_content).decode().splitlines()
     assert rows[0].startswith("hour_utc,pool,api_key,requests")

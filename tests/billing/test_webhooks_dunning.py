@@ -175,3 +175,22 @@ def test_operator_suspension_is_not_lifted_by_a_payment(
         post(paid, signed(paid))
     open_invoice.org.refresh_from_db()
     assert open_invoice.org.suspension_reason == SuspensionReason.OPERATOR
+
+
+def test_operator_retries_a_failed_event_once_it_can_succeed(
+        open_invoice, operator_client, django_capture_on_commit_callbacks):
+    Invoice.objects.filter(pk=open_invoice.pk).update(stripe_invoice_id="")
+    payload = json.dumps({"id": "evt_late", "type": "invoice.paid",
+                          "data": {"object": {"id": "in_test_1"}}}).encode()
+    with django_capture_on_commit_callbacks(execute=True):
+        post(payload, signed(payload))
+    stored = StripeEvent.objects.get(event_id="evt_late")
+    assert stored.status == StripeEventStatus.FAILED
+    failed = operator_client.get("/api/v1/operator/billing/stripe-events",
+                                 {"status": "failed"}).json()["results"]
+    assert [e["event_id"] for e in failed] == ["evt_late"]
+    Invoice.objects.filter(pk=open_invoice.pk).update(stripe_invoice_id="in_test_1")
+    retried = operator_client.post(f"/api/v1/operator/billing/stripe-events/{stored.pk}/retry")
+    assert retried.json()["status"] == "processed"
+    open_invoice.refresh_from_db()
+    assert open_invoice.status == InvoiceStatus.PAID
