@@ -8,10 +8,11 @@ import pytest
 from django.core import mail
 
 from billing.models import SpendAlert
-from billing.rating import UsageRow, usage_cost_micros
-from billing.selectors import billing_spend_cap_micros, price_list_for
+from billing.rating import UsageRow
+from billing.selectors import billing_spend_cap_micros, usage_batch_cost_micros
 from billing.services import (
     SpendCapReached,
+    discount_set,
     spend_alerts_evaluate,
     spend_cap_check,
     spend_cap_set,
@@ -75,16 +76,21 @@ def test_next_month_starts_from_zero(capped_org, pool):
     assert spend_cap_check(org=capped_org, now=NOW).cost_micros == 0
 
 
-def test_ingestion_counter_adds_up_to_the_rated_month(capped_org, pool, premium_price):
-    """Summing usage_cost_micros over ingested batches lands on the month-to-date cost."""
+@pytest.mark.parametrize("discount_bps", [0, 1_234])
+def test_ingestion_counter_adds_up_to_the_rated_month(capped_org, pool, premium_price, operator,
+                                                      discount_bps):
+    """Summing the per-batch cost over ingested batches lands on the month-to-date cost:
+    exactly with whole-dollar prices per Mtok, else ahead by under a micro-dollar per batch."""
+    discount_set(org=capped_org, discount_bps=discount_bps, actor=operator)
     batches = [(1_000, 333, 900, 300), (77_777, 12_345, 77_777, 0), (5, 5, 0, 5)]
     counter = 0
-    prices = price_list_for(org_id=capped_org.pk, pool_ids={pool.pk})
     for n, (i, o, pi, po) in enumerate(batches):
         hour = datetime(2026, 11, 3, n, tzinfo=UTC)
         usage_add(org=capped_org, pool=pool, hour=hour, i=i, o=o, pi=pi, po=po)
-        counter += usage_cost_micros(usage=[UsageRow(pool.pk, hour, i, o, pi, po)],
-                                     prices=prices)
+        counter += usage_batch_cost_micros(org_id=capped_org.pk,
+                                           usage=[UsageRow(pool.pk, hour, i, o, pi, po)])
     rated = spend_cap_check(org=capped_org, now=NOW).cost_micros
-    # Whole-dollar prices per Mtok: each token is a whole number of micros, so exact.
-    assert counter == rated
+    if discount_bps:
+        assert 0 <= counter - rated < len(batches)
+    else:
+        assert counter == rated
