@@ -27,6 +27,11 @@ def billing_spend_cap_micros(*, org: Organization | int) -> int:
     return cap or 0
 
 
+def billing_account_or_default(*, org: Organization) -> BillingAccount:
+    """The org's account, or an unsaved one with the defaults: reading never writes."""
+    return BillingAccount.objects.filter(org=org).first() or BillingAccount(org=org)
+
+
 def billing_discount_bps(*, org: Organization) -> int:
     return BillingAccount.objects.filter(org=org).values_list("discount_bps",
                                                               flat=True).first() or 0

@@ -163,7 +163,7 @@ class SpendCapView(OrgBillingView):
 
     @extend_schema(responses=SpendCapSerializer)
     def get(self, request, org_id: int):
-        account = services.billing_account_for(org=self.org(request, org_id))
+        account = selectors.billing_account_or_default(org=self.org(request, org_id))
         return Response(self.SpendCapSerializer(account).data)
 
     @extend_schema(request=SpendCapInputSerializer, responses=SpendCapSerializer)
@@ -171,7 +171,7 @@ class SpendCapView(OrgBillingView):
         org = self.org(request, org_id)
         data = self.SpendCapInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        current = services.billing_account_for(org=org)
+        current = selectors.billing_account_or_default(org=org)
         account = services.spend_cap_set(
             org=org, cap_micros=data.validated_data["spend_cap_micros"],
             thresholds=data.validated_data.get("alert_thresholds", current.alert_thresholds),

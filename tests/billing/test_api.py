@@ -3,7 +3,7 @@ from datetime import UTC, date, datetime
 import pytest
 from rest_framework.test import APIClient
 
-from billing.models import Invoice, InvoiceStatus
+from billing.models import BillingAccount, Invoice, InvoiceStatus
 from billing.services import invoice_close_month
 from orgs.models import Role
 from tests.billing.conftest import usage_add
@@ -118,6 +118,9 @@ def test_summary_is_month_to_date(two_orgs, pool):
 
 def test_spend_cap_put_validates_and_saves(two_orgs):
     a, _ = two_orgs
+    assert a.client.get(f"{_base(a.org)}/spend-cap").json() == {
+        "spend_cap_micros": 0, "alert_thresholds": [50, 80, 100]}
+    assert not BillingAccount.objects.exists(), "reading creates nothing"
     bad = a.client.put(f"{_base(a.org)}/spend-cap", {"spend_cap_micros": -1}, format="json")
     assert bad.status_code == 400 and "spend_cap_micros" in bad.json()["error"]["fields"]
     ok = a.client.put(f"{_base(a.org)}/spend-cap", {"spend_cap_micros": 5_000_000,
