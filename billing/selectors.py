@@ -13,7 +13,7 @@ from billing.models import (
     PriceVersion,
 )
 from billing.periods import month_bounds
-from billing.rating import Price, RatedLine, UsageRow, rate_usage
+from billing.rating import Price, RatedLine, UsageRow, rate_usage, usage_cost_micros
 from orgs.models import BILLING_READERS, Membership, Organization
 from quotas.models import UsageHourly
 
@@ -25,6 +25,11 @@ def billing_spend_cap_micros(*, org: Organization | int) -> int:
     cap = BillingAccount.objects.filter(org_id=org_id).values_list("spend_cap_micros",
                                                                     flat=True).first()
     return cap or 0
+
+
+def billing_account_or_default(*, org: Organization) -> BillingAccount:
+    """The org's account, or an unsaved one with the defaults: reading never writes."""
+    return BillingAccount.objects.filter(org=org).first() or BillingAccount(org=org)
 
 
 def billing_discount_bps(*, org: Organization) -> int:
@@ -69,6 +74,17 @@ def month_rated_lines(*, org: Organization, month: date,
     usage = usage_rows_for(org=org, start=start, end=end)
     prices = price_list_for(org_id=org.pk, pool_ids={row.pool_id for row in usage})
     return rate_usage(usage=usage, prices=prices, discount_bps=billing_discount_bps(org=org))
+
+
+def usage_batch_cost_micros(*, org_id: int, usage: list[UsageRow]) -> int:
+    """What a batch of newly ingested usage adds to the org's month counter (micro-dollars):
+    the org's prices and discount applied by the pure `rating.usage_cost_micros`."""
+    if not usage:
+        return 0
+    prices = price_list_for(org_id=org_id, pool_ids={row.pool_id for row in usage})
+    discount = BillingAccount.objects.filter(org_id=org_id).values_list(
+        "discount_bps", flat=True).first() or 0
+    return usage_cost_micros(usage=usage, prices=prices, discount_bps=discount)
 
 
 def invoices_for_org(*, org: Organization) -> QuerySet[Invoice]:

@@ -94,6 +94,8 @@ def _as_invoice(obj) -> StripeInvoice:
 
 def invoice_create(*, customer_id: str, invoice_id: int, number: str,
                    idempotency_key: str) -> StripeInvoice:
+    # auto_advance off while we add items: Stripe would otherwise finalize the draft on its own
+    # an hour later, possibly with half its lines if our push stalled during an outage.
     params = {
         "customer": customer_id, "collection_method": "charge_automatically",
         "auto_advance": False, "currency": "usd", "description": f"Sluice invoice {number}",
@@ -117,8 +119,10 @@ def invoice_item_add(*, customer_id: str, stripe_invoice_id: str, amount_cents: 
 
 def invoice_finalize(*, stripe_invoice_id: str, idempotency_key: str) -> StripeInvoice:
     with _translated():
+        # Now complete: let Stripe collect it (charge, retries, invoice.paid/payment_failed).
         return _as_invoice(_client().v1.invoices.finalize_invoice(
-            stripe_invoice_id, options=_options(idempotency_key)))
+            stripe_invoice_id, params={"auto_advance": True},
+            options=_options(idempotency_key)))
 
 
 def invoice_void(*, stripe_invoice_id: str, idempotency_key: str) -> StripeInvoice:

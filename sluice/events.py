@@ -24,6 +24,12 @@ def org_changed_on_commit(*, org_id: int, action: str) -> None:
     from quotas.limiter.sync import limits_publish_org_later
 
     limits_publish_org_later(org_id=org_id)
+    if action == "admit":
+        # Called inside the admitting transaction: the outbox row commits with the admission,
+        # and the Stripe customer is created after the commit.
+        from billing.services import stripe_customer_enqueue
+
+        stripe_customer_enqueue(org_id=org_id)
     kind = ORG_ACTION_EMAILS.get(action)
     if kind:
         from orgs.tasks import org_email_send

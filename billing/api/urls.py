@@ -12,6 +12,8 @@ urlpatterns = [
          name="billing-invoice"),
     path("orgs/<int:org_id>/billing/invoices/<int:invoice_id>/html",
          org.InvoiceHtmlView.as_view(), name="billing-invoice-html"),
+    path("orgs/<int:org_id>/billing/invoices/<int:invoice_id>/pdf",
+         org.InvoicePdfView.as_view(), name="billing-invoice-pdf"),
     path("orgs/<int:org_id>/billing/invoices/<int:invoice_id>/usage.csv",
          org.InvoiceUsageCsvView.as_view(), name="billing-invoice-usage"),
     path("orgs/<int:org_id>/billing/usage.csv", org.UsageCsvView.as_view(),

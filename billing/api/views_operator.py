@@ -42,15 +42,15 @@ class MonthField(serializers.CharField):
 
 
 class OperatorInvoiceListView(OperatorView):
-    class FilterSerializer(serializers.Serializer):
+    class InvoiceFilterSerializer(serializers.Serializer):
         org = serializers.IntegerField(required=False)
         status = serializers.ChoiceField(choices=InvoiceStatus.choices, required=False)
         month = MonthField(required=False)
 
-    @extend_schema(parameters=[FilterSerializer],
+    @extend_schema(parameters=[InvoiceFilterSerializer],
                    responses=OperatorInvoiceSerializer(many=True))
     def get(self, request):
-        filters = self.FilterSerializer(data=request.query_params)
+        filters = self.InvoiceFilterSerializer(data=request.query_params)
         filters.is_valid(raise_exception=True)
         f = filters.validated_data
         invoices = selectors.invoices_for_operator(
@@ -95,14 +95,14 @@ class OperatorInvoiceReissueView(OperatorView):
 
 
 class OperatorInvoiceCloseView(OperatorView):
-    class InputSerializer(serializers.Serializer):
+    class InvoiceCloseInputSerializer(serializers.Serializer):
         org = serializers.PrimaryKeyRelatedField(queryset=Organization.objects.all())
         month = MonthField()
 
-    @extend_schema(request=InputSerializer, responses=OperatorInvoiceSerializer)
+    @extend_schema(request=InvoiceCloseInputSerializer, responses=OperatorInvoiceSerializer)
     def post(self, request):
         """Close one org's month now (the beat does every org on the 1st). Idempotent."""
-        data = self.InputSerializer(data=request.data)
+        data = self.InvoiceCloseInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         invoice, created = services.invoice_close_month(
             org=data.validated_data["org"], month=data.validated_data["month"],
@@ -143,7 +143,7 @@ class OperatorStripeEventRetryView(OperatorView):
 
 
 class OperatorPriceListView(OperatorView):
-    class InputSerializer(serializers.Serializer):
+    class PriceVersionInputSerializer(serializers.Serializer):
         pool = serializers.PrimaryKeyRelatedField(queryset=CapacityPool.objects.all())
         org = serializers.PrimaryKeyRelatedField(queryset=Organization.objects.all(),
                                                  required=False, allow_null=True)
@@ -159,9 +159,9 @@ class OperatorPriceListView(OperatorView):
         versions = PriceVersion.objects.order_by("pool_id", "org_id", "-effective_from")
         return self.paginated(request, versions, PriceVersionSerializer)
 
-    @extend_schema(request=InputSerializer, responses=PriceVersionSerializer)
+    @extend_schema(request=PriceVersionInputSerializer, responses=PriceVersionSerializer)
     def post(self, request):
-        data = self.InputSerializer(data=request.data)
+        data = self.PriceVersionInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         version = services.price_version_create(**data.validated_data, actor=request.user)
         return Response(PriceVersionSerializer(version).data, status=201)

@@ -16,6 +16,7 @@ from rest_framework.views import APIView
 
 from billing import selectors, services, stripe_api
 from billing.api.serializers import InvoiceDetailSerializer, InvoiceSerializer
+from billing.pdf import invoice_pdf
 from billing.periods import month_bounds, month_of, month_parse
 from billing.rating import total_cents
 from sluice.errors import NotFound
@@ -38,7 +39,7 @@ class OrgBillingView(APIView):
 
 
 class BillingSummaryView(OrgBillingView):
-    class OutputSerializer(serializers.Serializer):
+    class BillingSummarySerializer(serializers.Serializer):
         month = serializers.DateField()
         cost_micros = serializers.IntegerField()
         cost_cents = serializers.IntegerField()
@@ -47,13 +48,13 @@ class BillingSummaryView(OrgBillingView):
         cap_reached = serializers.BooleanField()
         lines = serializers.ListField(child=serializers.DictField())
 
-    @extend_schema(responses=OutputSerializer)
+    @extend_schema(responses=BillingSummarySerializer)
     def get(self, request, org_id: int):
         """Month to date, rated by the same function as the monthly invoice."""
         org, now = self.org(request, org_id), timezone.now()
         status = services.spend_status(org=org, now=now)
         lines = selectors.month_rated_lines(org=org, month=month_of(now), until=now)
-        return Response(self.OutputSerializer({
+        return Response(self.BillingSummarySerializer({
             "month": status.month, "cost_micros": status.cost_micros,
             "cost_cents": total_cents(lines), "spend_cap_micros": status.cap_micros,
             "percent_of_cap": status.percent, "cap_reached": status.reached,
@@ -89,6 +90,15 @@ class InvoiceHtmlView(OrgBillingView):
     def get(self, request, org_id: int, invoice_id: int):
         invoice = self.invoice(request, org_id, invoice_id)
         return HttpResponse(invoice_html(invoice), content_type="text/html; charset=utf-8")
+
+
+class InvoicePdfView(OrgBillingView):
+    @extend_schema(responses={(200, "application/pdf"): bytes})
+    def get(self, request, org_id: int, invoice_id: int):
+        invoice = self.invoice(request, org_id, invoice_id)
+        response = HttpResponse(invoice_pdf(invoice), content_type="application/pdf")
+        response["Content-Disposition"] = f'attachment; filename="{invoice.number}.pdf"'
+        return response
 
 
 class _Echo:
@@ -141,39 +151,39 @@ class UsageCsvView(OrgBillingView):
 
 
 class SpendCapView(OrgBillingView):
-    class InputSerializer(serializers.Serializer):
+    class SpendCapInputSerializer(serializers.Serializer):
         spend_cap_micros = serializers.IntegerField(min_value=0)
         alert_thresholds = serializers.ListField(
             child=serializers.IntegerField(min_value=1, max_value=100), min_length=1,
             max_length=10, required=False)
 
-    class OutputSerializer(serializers.Serializer):
+    class SpendCapSerializer(serializers.Serializer):
         spend_cap_micros = serializers.IntegerField()
         alert_thresholds = serializers.ListField(child=serializers.IntegerField())
 
-    @extend_schema(responses=OutputSerializer)
+    @extend_schema(responses=SpendCapSerializer)
     def get(self, request, org_id: int):
-        account = services.billing_account_for(org=self.org(request, org_id))
-        return Response(self.OutputSerializer(account).data)
+        account = selectors.billing_account_or_default(org=self.org(request, org_id))
+        return Response(self.SpendCapSerializer(account).data)
 
-    @extend_schema(request=InputSerializer, responses=OutputSerializer)
+    @extend_schema(request=SpendCapInputSerializer, responses=SpendCapSerializer)
     def put(self, request, org_id: int):
         org = self.org(request, org_id)
-        data = self.InputSerializer(data=request.data)
+        data = self.SpendCapInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        current = services.billing_account_for(org=org)
+        current = selectors.billing_account_or_default(org=org)
         account = services.spend_cap_set(
             org=org, cap_micros=data.validated_data["spend_cap_micros"],
             thresholds=data.validated_data.get("alert_thresholds", current.alert_thresholds),
             actor=request.user)
-        return Response(self.OutputSerializer(account).data)
+        return Response(self.SpendCapSerializer(account).data)
 
 
 class PaymentMethodSessionView(OrgBillingView):
-    class OutputSerializer(serializers.Serializer):
+    class PaymentMethodSessionSerializer(serializers.Serializer):
         url = serializers.URLField()
 
-    @extend_schema(request=None, responses=OutputSerializer)
+    @extend_schema(request=None, responses=PaymentMethodSessionSerializer)
     def post(self, request, org_id: int):
         """A Stripe Checkout link (setup mode) to add or replace the payment method."""
         org = self.org(request, org_id)

@@ -17,7 +17,7 @@ from billing.services.invoices import (
 )
 from billing.services.outbox import outbox_deliver, outbox_drain, outbox_enqueue, outbox_retry
 from billing.services.prices import price_version_create
-from billing.services.stripe_sync import stripe_customer_ensure
+from billing.services.stripe_sync import stripe_customer_enqueue, stripe_customer_ensure
 from billing.services.webhooks import stripe_event_process, stripe_event_record
 
 __all__ = [
@@ -41,6 +41,7 @@ __all__ = [
     "spend_cap_check",
     "spend_cap_set",
     "spend_status",
+    "stripe_customer_enqueue",
     "stripe_customer_ensure",
     "stripe_event_process",
     "stripe_event_record",

@@ -1,6 +1,7 @@
 """Monthly close, void and re-issue. The close is idempotent by a unique constraint: at most one
 live (not void) invoice per org and month."""
 
+import logging
 from datetime import date, datetime
 
 from django.db import IntegrityError, transaction
@@ -17,6 +18,7 @@ from orgs.services.audit import Actor, audit_record
 from quotas.models import CapacityPool, UsageHourly
 from sluice.errors import IllegalTransition, Unprocessable
 
+logger = logging.getLogger(__name__)
 _KIND_LABELS = dict(LineKind.choices)
 
 
@@ -98,7 +100,12 @@ def invoices_close_previous_month(*, actor: Actor, now: datetime | None = None) 
     month = month_before(month_of(now))
     created = 0
     for org in _orgs_to_close(month):
-        created += invoice_close_month(org=org, month=month, actor=actor, now=now)[1]
+        try:
+            created += invoice_close_month(org=org, month=month, actor=actor, now=now)[1]
+        except Exception:
+            # Logged for an operator, who closes it with the idempotent close endpoint or
+            # admin; the other orgs' invoices must not wait for this one.
+            logger.exception("closing %s for org %s failed", month, org.pk)
     return created
 
 

@@ -12,7 +12,13 @@ from billing.models import (
     OutboxStatus,
 )
 from billing.services.accounts import billing_account_for
+from billing.services.outbox import outbox_enqueue
 from orgs.models import Organization
+
+
+def stripe_customer_enqueue(*, org_id: int) -> None:
+    """Owe Stripe a customer for this org (on admission), in the caller's transaction."""
+    outbox_enqueue(kind=OutboxKind.CUSTOMER_SYNC, org=Organization.objects.get(pk=org_id))
 
 
 def stripe_customer_ensure(*, org: Organization) -> str:

@@ -190,6 +190,11 @@ SPECTACULAR_SETTINGS["ENUM_NAME_OVERRIDES"] = {
     "WaveStateEnum": "quotas.models.WaveState",
     "DecisionEnum": "orgs.models.Decision",
 }
+SPECTACULAR_SETTINGS.setdefault("ENUM_NAME_OVERRIDES", {}).update({
+    "InvoiceStatusEnum": "billing.models.InvoiceStatus",
+    "OutboxStatusEnum": "billing.models.OutboxStatus",
+    "StripeEventStatusEnum": "billing.models.StripeEventStatus",
+})
 
 CELERY_BROKER_URL = REDIS_URL
 CELERY_RESULT_BACKEND = None

@@ -135,3 +135,55 @@ def test_void_before_the_push_waits_for_it_and_nothing_reaches_stripe(stripe, po
     assert outbox_deliver(message_id=void.pk) == "pending", "the void waits for the push"
     assert outbox_drain(now=_later()) == {"done": 2}
     assert stripe.list("/v1/invoices") == []
+
+
+def test_admission_owes_stripe_a_customer_created_once(stripe, operator,
+                                                       django_capture_on_commit_callbacks):
+    from orgs.models import OrgStatus
+    from orgs.services import org_admit
+
+    org = OrganizationFactory(status=OrgStatus.APPROVED)
+    with django_capture_on_commit_callbacks(execute=True):
+        org_admit(org=org, actor=operator)
+    message = OutboxMessage.objects.get(org=org, kind="customer_sync")
+    assert message.status == OutboxStatus.DONE  # delivered by the after-commit kick
+    customer_id = BillingAccount.objects.get(org=org).stripe_customer_id
+    [remote] = stripe.list("/v1/customers")
+    assert remote["id"] == customer_id
+    assert remote["metadata"] == {"sluice_org_id": str(org.pk)}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_workers_deliver_a_message_once(stripe, operator):
+    import threading
+
+    from django.db import connection
+
+    from tests.factories import PoolFactory
+
+    # Committed for real here, so the after-commit kick runs at once: let it fail.
+    stripe.stop()
+    [invoice] = _invoices(PoolFactory(), 1, operator)
+    message = OutboxMessage.objects.get(invoice=invoice)
+    assert message.status == OutboxStatus.PENDING and message.attempts == 1
+    stripe.start()
+    stripe.call("DELETE", "/_config/reset")
+    barrier, results, later = threading.Barrier(4), [], _later()
+
+    def deliver():
+        try:
+            barrier.wait()
+            results.append(outbox_deliver(message_id=message.pk, now=later))
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=deliver) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(results) == ["done", "skipped", "skipped", "skipped"]
+    stats = stripe.call("GET", "/_config/stats")
+    # customer, invoice, its items, finalize: each executed once, nothing replayed.
+    assert stats == {"executed": 3 + invoice.lines.count(), "replayed": 0, "lost_responses": 0}
+    _assert_in_stripe_once(stripe, invoice)

@@ -1,0 +1,16 @@
+"""Display of money. Integer arithmetic only: no float ever touches an amount."""
+
+
+def format_cents(value: int, *, minus: str = "−") -> str:
+    """1234 -> "$12.34", -5 -> "−$0.05"."""
+    sign = minus if value < 0 else ""
+    whole, part = divmod(abs(int(value)), 100)
+    return f"{sign}${whole:,}.{part:02d}"
+
+
+def format_per_mtok(micros: int) -> str:
+    """Micro-dollars per million tokens -> "$5 / Mtok", "$0.5 / Mtok"; "" for 0."""
+    if not micros:
+        return ""
+    whole, part = divmod(int(micros), 1_000_000)
+    return f"${whole:,}.{part:06d}".rstrip("0").rstrip(".") + " / Mtok"

@@ -1,0 +1,55 @@
+"""Compare our invoices with Stripe's and list every difference. Read-only on both sides: an
+operator decides what to do (retry a dead letter, replay a missed webhook, void)."""
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import date
+
+from billing import stripe_api
+from billing.models import Invoice, InvoiceStatus, OutboxStatus
+
+# Our status -> the Stripe statuses that agree with it.
+AGREEING = {
+    InvoiceStatus.OPEN: {"open"},
+    InvoiceStatus.PAID: {"paid"},
+    InvoiceStatus.VOID: {"void"},
+}
+
+
+@dataclass(frozen=True)
+class Difference:
+    invoice: str
+    problem: str
+    ours: str
+    stripe: str
+
+
+def _compare(invoice: Invoice) -> Iterator[Difference]:
+    remote = stripe_api.invoice_retrieve(stripe_invoice_id=invoice.stripe_invoice_id)
+    if remote is None:
+        yield Difference(invoice.number, "missing in Stripe", invoice.stripe_invoice_id, "-")
+        return
+    if remote.status not in AGREEING[invoice.status]:
+        yield Difference(invoice.number, "status differs", invoice.status, remote.status)
+    if invoice.status != InvoiceStatus.VOID and remote.total_cents != invoice.total_cents:
+        yield Difference(invoice.number, "total differs", str(invoice.total_cents),
+                         str(remote.total_cents))
+    if remote.metadata.get("sluice_invoice_id") != str(invoice.pk):
+        yield Difference(invoice.number, "belongs to another invoice",
+                         str(invoice.pk), remote.metadata.get("sluice_invoice_id", "-"))
+
+
+def reconcile(*, month: date | None = None) -> list[Difference]:
+    invoices = Invoice.objects.filter(total_cents__gt=0).order_by("period_start", "pk")
+    if month is not None:
+        invoices = invoices.filter(period_start=month)
+    differences = []
+    for invoice in invoices.prefetch_related("outbox_messages"):
+        if invoice.stripe_invoice_id:
+            differences.extend(_compare(invoice))
+        elif invoice.status != InvoiceStatus.VOID:
+            stuck = [m.status for m in invoice.outbox_messages.all()
+                     if m.status != OutboxStatus.DONE]
+            ours = f"outbox {','.join(stuck)}" if stuck else "outbox done, no Stripe id"
+            differences.append(Difference(invoice.number, "not in Stripe yet", ours, "-"))
+    return differences
