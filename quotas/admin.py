@@ -1,7 +1,8 @@
 from django.contrib import admin
 
 from quotas import admin_gateway, admin_waves, services  # noqa: F401 - register their ModelAdmins
-from quotas.models import Allocation, CapacityPool
+from quotas.models import Allocation, CapacityPool, QuotaRequest
+from quotas.quota_requests import quota_request_approve
 from quotas.selectors import pool_capacity_summary
 from sluice.admin import ServiceAdminMixin, run_service_on_each
 
@@ -71,3 +72,24 @@ class AllocationAdmin(ServiceAdminMixin, admin.ModelAdmin):
     def end(self, request, queryset):
         run_service_on_each(self, request, queryset, services.allocation_end, "Ended",
                             arg="allocation")
+
+
+@admin.register(QuotaRequest)
+class QuotaRequestAdmin(admin.ModelAdmin):
+    list_display = ["org", "pool", "guaranteed_tps", "burst_tps", "daily_tokens", "status",
+                    "created_at", "decided_by"]
+    list_filter = ["status", "pool"]
+    search_fields = ["org__name", "reason"]
+    list_select_related = ["org", "pool"]
+    readonly_fields = [f.name for f in QuotaRequest._meta.fields]
+    show_full_result_count = False
+    actions = ["approve"]
+
+    def has_add_permission(self, request):
+        return False  # organizations ask from the portal or the API
+
+    @admin.action(description="Approve selected requests (capacity checked)",
+                  permissions=["change"])
+    def approve(self, request, queryset):
+        run_service_on_each(self, request, queryset, quota_request_approve, "Approved",
+                            arg="request")

@@ -262,6 +262,9 @@ class PoolAdmission(models.Model):
     pool = models.OneToOneField(CapacityPool, on_delete=models.CASCADE, primary_key=True,
                                 related_name="admission")
     auto_admit = models.BooleanField(default=False)
+    # Quota-increase requests that raise the guarantee by at most this many tokens/s, and fit the
+    # pool's free guaranteeable capacity, are approved without an operator. 0 = always ask.
+    quota_auto_approve_max_tps = models.PositiveIntegerField(default=0)
     updated_at = models.DateTimeField(auto_now=True)
 
     def __str__(self) -> str:
@@ -279,3 +282,45 @@ class OrgPoolPreference(models.Model):
 
     def __str__(self) -> str:
         return f"{self.org} queues for {self.pool}"
+
+
+class QuotaRequestStatus(models.TextChoices):
+    PENDING = "pending", "Pending"
+    APPROVED = "approved", "Approved"
+    DENIED = "denied", "Denied"
+    CANCELLED = "cancelled", "Cancelled"
+
+
+class QuotaRequest(models.Model):
+    """An org asks for a bigger allocation in a pool: the limits it wants, in full (not deltas),
+    so approving is one `allocation_change` (or a first `allocation_grant`) with the capacity
+    check."""
+
+    org = models.ForeignKey(Organization, on_delete=models.PROTECT, related_name="+")
+    pool = models.ForeignKey(CapacityPool, on_delete=models.PROTECT, related_name="+")
+    guaranteed_tps = models.PositiveIntegerField()
+    burst_tps = models.PositiveIntegerField()
+    daily_tokens = models.PositiveBigIntegerField()
+    max_concurrency = models.PositiveIntegerField()
+    reason = models.TextField()
+    status = models.CharField(max_length=16, choices=QuotaRequestStatus.choices,
+                              default=QuotaRequestStatus.PENDING)
+    requested_by = models.ForeignKey("auth.User", on_delete=models.SET_NULL, null=True,
+                                     blank=True, related_name="+")
+    decided_by = models.CharField(max_length=150, blank=True, default="")
+    decision_reason = models.TextField(blank=True, default="")
+    decided_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(fields=["org", "pool"], condition=Q(status="pending"),
+                                    name="quota_request_one_pending_per_org_pool"),
+            models.CheckConstraint(name="quota_request_burst_ge_guaranteed",
+                                   condition=Q(burst_tps__gte=F("guaranteed_tps"))),
+        ]
+        indexes = [models.Index(fields=["status", "created_at"], name="quota_request_inbox")]
+
+    def __str__(self) -> str:
+        return f"{self.org} asks {self.guaranteed_tps} TPS in {self.pool} ({self.status})"

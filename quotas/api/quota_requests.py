@@ -1,0 +1,132 @@
+"""Quota-increase requests over REST: orgs ask and follow their requests; operators decide."""
+
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers, status
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from orgs.models import MEMBER_MANAGERS
+from orgs.selectors import operator_require, org_get_for_user, org_require_role
+from quotas import quota_requests as services
+from quotas.models import CapacityPool, QuotaRequest, QuotaRequestStatus
+from sluice.api import validated_input
+from sluice.errors import NotFound
+from sluice.pagination import paginate
+
+
+class QuotaRequestOutput(serializers.Serializer):
+    id = serializers.IntegerField()
+    org = serializers.IntegerField(source="org_id")
+    pool = serializers.IntegerField(source="pool_id")
+    guaranteed_tps = serializers.IntegerField()
+    burst_tps = serializers.IntegerField()
+    daily_tokens = serializers.IntegerField()
+    max_concurrency = serializers.IntegerField()
+    reason = serializers.CharField()
+    status = serializers.ChoiceField(choices=QuotaRequestStatus.choices)
+    decided_by = serializers.CharField()
+    decision_reason = serializers.CharField()
+    decided_at = serializers.DateTimeField(allow_null=True)
+    created_at = serializers.DateTimeField()
+
+
+def _org_request(request, org_id: int, request_id: int):
+    org = org_get_for_user(user=request.user, org_id=org_id)
+    quota_request = QuotaRequest.objects.filter(org=org, pk=request_id).first()
+    if quota_request is None:
+        raise NotFound("No such quota request.")
+    return org, quota_request
+
+
+class OrgQuotaRequestListApi(APIView):
+    class InputSerializer(serializers.Serializer):
+        pool = serializers.PrimaryKeyRelatedField(queryset=CapacityPool.objects.all())
+        guaranteed_tps = serializers.IntegerField(min_value=1)
+        burst_tps = serializers.IntegerField(min_value=1)
+        daily_tokens = serializers.IntegerField(min_value=1)
+        max_concurrency = serializers.IntegerField(min_value=1, max_value=100_000)
+        reason = serializers.CharField(max_length=4000)
+
+        def validate(self, attrs):
+            if attrs["burst_tps"] < attrs["guaranteed_tps"]:
+                raise serializers.ValidationError(
+                    {"burst_tps": ["Must be at least guaranteed_tps."]})
+            return attrs
+
+    @extend_schema(responses=QuotaRequestOutput(many=True))
+    def get(self, request, org_id: int):
+        org = org_get_for_user(user=request.user, org_id=org_id)
+        return paginate(request, self, QuotaRequest.objects.filter(org=org), QuotaRequestOutput)
+
+    @extend_schema(request=InputSerializer, responses={201: QuotaRequestOutput},
+                   description="Ask for new limits in a pool (the full limits wanted, not a "
+                   "delta). One pending request per pool. May be approved at once when the "
+                   "pool auto-approves small increases that fit its free capacity.")
+    def post(self, request, org_id: int):
+        org = org_get_for_user(user=request.user, org_id=org_id)
+        org_require_role(user=request.user, org=org, roles=MEMBER_MANAGERS,
+                         perm="quotas.add_quotarequest")
+        data = validated_input(self.InputSerializer, request.data)
+        created = services.quota_request_create(org=org, actor=request.user, **data)
+        return Response(QuotaRequestOutput(created).data, status=status.HTTP_201_CREATED)
+
+
+class OrgQuotaRequestCancelApi(APIView):
+    @extend_schema(request=None, responses=QuotaRequestOutput)
+    def post(self, request, org_id: int, request_id: int):
+        org, quota_request = _org_request(request, org_id, request_id)
+        org_require_role(user=request.user, org=org, roles=MEMBER_MANAGERS,
+                         perm="quotas.change_quotarequest")
+        cancelled = services.quota_request_cancel(request=quota_request, actor=request.user)
+        return Response(QuotaRequestOutput(cancelled).data)
+
+
+class OperatorQuotaRequestListApi(APIView):
+    class FilterSerializer(serializers.Serializer):
+        status = serializers.ChoiceField(choices=QuotaRequestStatus.choices, required=False)
+        pool = serializers.IntegerField(required=False)
+
+    @extend_schema(parameters=[FilterSerializer], responses=QuotaRequestOutput(many=True),
+                   description="The operators' inbox, oldest pending first.")
+    def get(self, request):
+        operator_require(user=request.user, perm="quotas.view_quotarequest")
+        filters = validated_input(self.FilterSerializer, request.query_params)
+        requests = QuotaRequest.objects.filter(**filters).order_by("created_at", "id")
+        return paginate(request, self, requests, QuotaRequestOutput)
+
+
+def _operator_request(request, request_id: int) -> QuotaRequest:
+    operator_require(user=request.user, perm="quotas.change_quotarequest")
+    quota_request = QuotaRequest.objects.filter(pk=request_id).first()
+    if quota_request is None:
+        raise NotFound("No such quota request.")
+    return quota_request
+
+
+class _DecisionInput(serializers.Serializer):
+    reason = serializers.CharField(max_length=4000, required=False, default="")
+
+
+class OperatorQuotaRequestApproveApi(APIView):
+    @extend_schema(request=_DecisionInput, responses=QuotaRequestOutput,
+                   description="Applies the limits with the capacity check: 422 "
+                   "`capacity_exhausted` (the request stays pending) if the pool can't.")
+    def post(self, request, request_id: int):
+        quota_request = _operator_request(request, request_id)
+        data = validated_input(_DecisionInput, request.data)
+        approved = services.quota_request_approve(request=quota_request, actor=request.user,
+                                                  reason=data["reason"])
+        return Response(QuotaRequestOutput(approved).data)
+
+
+class OperatorQuotaRequestDenyApi(APIView):
+    class InputSerializer(serializers.Serializer):
+        reason = serializers.CharField(max_length=4000)
+
+    @extend_schema(request=InputSerializer, responses=QuotaRequestOutput)
+    def post(self, request, request_id: int):
+        quota_request = _operator_request(request, request_id)
+        data = validated_input(self.InputSerializer, request.data)
+        denied = services.quota_request_deny(request=quota_request, actor=request.user,
+                                             reason=data["reason"])
+        return Response(QuotaRequestOutput(denied).data)
