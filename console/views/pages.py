@@ -57,7 +57,8 @@ CONSOLE_NAV = [
 
 LIFECYCLE_LABELS = {
     "review_start": "Start review", "approve": "Approve", "reject": "Reject", "admit": "Admit",
-    "suspend": "Suspend", "restore": "Restore", "offboard": "Offboard", "reapply": "Reopen application",
+    "suspend": "Suspend", "restore": "Restore", "offboard": "Offboard",
+    "reapply": "Reopen application",
 }
 LIFECYCLE_SERVICES = {
     "review_start": org_review_start, "approve": org_approve, "reject": org_reject,

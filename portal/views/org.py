@@ -161,8 +161,10 @@ def key_create(request, membership):
             context = {"new_key": key, "secret": secret, "form": ApiKeyCreateForm()}
             status_code = 201
     if request.headers.get("HX-Request"):
-        return render(request, "portal/_key_created.html",
-                      {"org": membership.org, **context}, status=status_code)
+        # The fragment also replaces the key list out of band, so the new key is listed.
+        return render(request, "portal/_key_created.html", {
+            "org": membership.org, "keys": org_api_keys(org=membership.org), "oob": True,
+            "can_manage_keys": True, **context}, status=status_code)
     return render(request, "portal/keys.html", _keys_context(request, membership, **context),
                   status=status_code)
 

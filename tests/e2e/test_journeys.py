@@ -97,6 +97,8 @@ def _owner_creates_and_revokes_a_key(page, org):
     key = ApiKey.objects.get(org=org, name="voice prod")
     assert secret.startswith(f"sk_{key.lookup}_")
     expect(page.get_by_role("button", name="Copy")).to_be_visible()
+    expect(page.locator(f'#key-rows [data-key="{key.display_prefix}"]')).to_be_visible()
+    expect(page.get_by_label("Key name")).to_have_value("")
     screenshot(page, "portal-key-created")
     page.reload()
     expect(page.locator("[data-secret]")).to_have_count(0)  # shown once
@@ -138,6 +140,8 @@ def test_viewer_cannot_see_member_management(new_page):
     expect(nav.get_by_role("link", name="Members")).to_have_count(0)
     page.get_by_role("link", name="API keys").click()
     expect(page.get_by_role("heading", name="Create a key")).to_have_count(0)
+    page.set_viewport_size({"width": 390, "height": 844})  # the layout holds on a phone
+    screenshot(page, "portal-keys-mobile")
     response = page.goto("/portal/o/agents/members/")
     assert response.status == 403
     expect(page.get_by_role("heading", name="Not allowed")).to_be_visible()
