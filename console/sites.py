@@ -6,6 +6,7 @@ registered with `admin.site` or `@admin.register` appears here; the console's ow
 which sends anyone without `has_permission` (staff + verified second factor) to the login.
 """
 
+from django.contrib import admin
 from django.urls import path
 from django_otp.admin import OTPAdminSite
 
@@ -55,10 +56,5 @@ class ConsoleSite(OTPAdminSite):
         ]
 
 
-def _console_site() -> ConsoleSite:
-    from django.contrib import admin
-
-    return admin.site  # the DefaultAdminSite proxy, whose class is ConsoleSite
-
-
-console_site = _console_site()
+# The one console instance: Django's lazy default site, built from ConsoleSite on first use.
+console_site = admin.site

@@ -230,3 +230,12 @@ def test_list_pages_use_a_constant_number_of_queries(operator_console, django_as
     _count_queries(django_assert_num_queries, operator_console, "/admin/", 7)
     _count_queries(django_assert_num_queries, operator_console,
                    f"/admin/console/orgs/{org.pk}/", 11)
+
+
+def test_the_default_admin_site_is_the_console():
+    from django.contrib import admin
+
+    from console.sites import ConsoleSite, console_site
+
+    assert isinstance(admin.site, ConsoleSite)  # what @admin.register registers on
+    assert console_site is admin.site

@@ -112,7 +112,7 @@ def test_invitation_accepted_by_link(redis_client, django_capture_on_commit_call
     link = _link_in(mail.outbox[0])
     path = link.split("://", 1)[1].split("/", 1)[1]
     client = Client()
-    assert client.get("/" + path).status_code == 302  # sign in first
+    assert "I have an account: sign in" in client.get("/" + path).content.decode()
     client.force_login(invitee)
     assert "Accept the invitation" in client.get("/" + path).content.decode()
     response = client.post("/" + path)
@@ -136,3 +136,25 @@ def test_user_without_org_can_apply_with_a_new_one(redis_client):
     response = client.post("/portal/orgs/new/", {"name": "Agents Ltd"})
     org = Organization.objects.get(name="Agents Ltd")
     assert response["Location"] == f"/portal/o/{org.slug}/"
+
+
+def test_invitee_without_account_creates_one_and_joins(redis_client,
+                                                        django_capture_on_commit_callbacks):
+    org = OrganizationFactory()
+    with django_capture_on_commit_callbacks(execute=True):
+        _, token = invitation_create(org=org, email="new@voice.test", role=Role.VIEWER,
+                                     actor=UserFactory())
+    client = Client()
+    response = client.post(f"/portal/invitations/{token}/", {"email": "new@voice.test",
+                                                             "password": STRONG})
+    assert response["Location"] == f"/portal/o/{org.slug}/"
+    user = User.objects.get(username="new@voice.test")
+    assert Membership.objects.get(org=org, user=user).role == Role.VIEWER
+    assert not Organization.objects.exclude(pk=org.pk).exists()  # joining applies for nothing
+
+
+def test_signup_through_a_dead_invitation_link_creates_no_account(redis_client):
+    response = Client().post("/portal/invitations/inv_000000000000_forged/",
+                             {"email": "new@voice.test", "password": STRONG})
+    assert response.status_code == 404
+    assert not User.objects.filter(username="new@voice.test").exists()
