@@ -21,6 +21,7 @@ def a_objects(orgs):
 
 ORG_PAGES = [
     ("get", "/portal/o/{slug}/"),
+    ("post", "/portal/o/{slug}/reapply/"),
     ("get", "/portal/o/{slug}/members/"),
     ("post", "/portal/o/{slug}/members/invite/"),
     ("post", "/portal/o/{slug}/members/{member}/role/"),
@@ -167,3 +168,18 @@ def test_list_pages_use_a_constant_number_of_queries(orgs, django_assert_num_que
                           (f"/portal/o/{slug}/quotas/", 5), (f"/portal/o/{slug}/", 5)]:
         with django_assert_num_queries(expected):
             assert a.client.get(url).status_code == 200
+
+
+def test_rejected_org_owner_applies_again(orgs, viewer):
+    a, _ = orgs
+    a.org.status = OrgStatus.REJECTED
+    a.org.save()
+    viewer_client = portal_client(viewer)
+    assert "Apply again" not in viewer_client.get(f"/portal/o/{a.org.slug}/").content.decode()
+    assert viewer_client.post(f"/portal/o/{a.org.slug}/reapply/").status_code == 403
+    assert "Apply again" in a.client.get(f"/portal/o/{a.org.slug}/").content.decode()
+    a.client.post(f"/portal/o/{a.org.slug}/reapply/")
+    a.org.refresh_from_db()
+    assert a.org.status == OrgStatus.APPLIED
+    again = a.client.post(f"/portal/o/{a.org.slug}/reapply/", follow=True)
+    assert "Cannot reapply an organization that is applied." in again.content.decode()
