@@ -52,10 +52,6 @@ class OrgContext:
         return self._memberships
 
     @property
-    def can_manage_members(self) -> bool:
-        return self.membership.role in MEMBER_MANAGERS
-
-    @property
     def can_manage_keys(self) -> bool:
         return self.membership.role in KEY_MANAGERS
 
