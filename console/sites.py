@@ -7,7 +7,8 @@ which sends anyone without `has_permission` (staff + verified second factor) to 
 """
 
 from django.contrib import admin
-from django.urls import path
+from django.contrib.auth.views import LogoutView
+from django.urls import path, reverse
 from django_otp.admin import OTPAdminSite
 
 
@@ -24,6 +25,10 @@ class ConsoleSite(OTPAdminSite):
         from console.views.auth import console_login
 
         return console_login(request, site=self)
+
+    def logout(self, request, extra_context=None):
+        # Back to the console's sign-in, not the portal's (LOGOUT_REDIRECT_URL).
+        return LogoutView.as_view(next_page=reverse("admin:login"))(request)
 
     def index(self, request, extra_context=None):
         from console.views.pages import dashboard

@@ -46,7 +46,11 @@ def test_signup_with_taken_email_writes_nothing(redis_client):
 def test_signup_rejects_a_weak_password(redis_client):
     response = Client().post("/portal/signup/", {"org_name": "X", "email": "x@x.test",
                                                   "password": "12345678"})
-    assert "This password is too common." in response.content.decode()
+    page = response.content.decode()
+    assert "This password is too common." in page
+    # Help text and errors are tied to the field for screen readers.
+    assert 'aria-describedby="id_password_helptext"' in page and 'id="id_password_helptext"' in page
+    assert 'aria-invalid="true"' in page
     assert not User.objects.filter(username="x@x.test").exists()
 
 
