@@ -49,8 +49,8 @@ def test_signup_rejects_a_weak_password(redis_client):
     page = response.content.decode()
     assert "This password is too common." in page
     # Help text and errors are tied to the field for screen readers.
-    assert 'aria-describedby="id_password_helptext"' in page and 'id="id_password_helptext"' in page
-    assert 'aria-invalid="true"' in page
+    assert 'aria-describedby="id_password_helptext id_password_error"' in page
+    assert 'id="id_password_helptext"' in page and 'aria-invalid="true"' in page
     assert not User.objects.filter(username="x@x.test").exists()
 
 
