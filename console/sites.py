@@ -6,7 +6,9 @@ registered with `admin.site` or `@admin.register` appears here; the console's ow
 which sends anyone without `has_permission` (staff + verified second factor) to the login.
 """
 
-from django.urls import path
+from django.contrib import admin
+from django.contrib.auth.views import LogoutView
+from django.urls import path, reverse
 from django_otp.admin import OTPAdminSite
 
 
@@ -23,6 +25,10 @@ class ConsoleSite(OTPAdminSite):
         from console.views.auth import console_login
 
         return console_login(request, site=self)
+
+    def logout(self, request, extra_context=None):
+        # Back to the console's sign-in, not the portal's (LOGOUT_REDIRECT_URL).
+        return LogoutView.as_view(next_page=reverse("admin:login"))(request)
 
     def index(self, request, extra_context=None):
         from console.views.pages import dashboard
@@ -55,10 +61,5 @@ class ConsoleSite(OTPAdminSite):
         ]
 
 
-def _console_site() -> ConsoleSite:
-    from django.contrib import admin
-
-    return admin.site  # the DefaultAdminSite proxy, whose class is ConsoleSite
-
-
-console_site = _console_site()
+# The one console instance: Django's lazy default site, built from ConsoleSite on first use.
+console_site = admin.site

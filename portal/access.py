@@ -52,10 +52,6 @@ class OrgContext:
         return self._memberships
 
     @property
-    def can_manage_members(self) -> bool:
-        return self.membership.role in MEMBER_MANAGERS
-
-    @property
     def can_manage_keys(self) -> bool:
         return self.membership.role in KEY_MANAGERS
 
@@ -72,8 +68,10 @@ def org_page(*, page: str, roles: frozenset | None = None):
             if roles is not None and membership.role not in roles:
                 raise PermissionDenied("Your role in this organization does not allow this.")
             request.portal = OrgContext(request=request, membership=membership, current=page)
-            # Remembered so /portal/ reopens the org the user worked in last.
-            request.session["portal_org"] = membership.org.slug
+            # Remembered so /portal/ reopens the org the user worked in last (written only on
+            # change: an unchanged session is not saved again).
+            if request.session.get("portal_org") != membership.org.slug:
+                request.session["portal_org"] = membership.org.slug
             return view(request, membership, *args, **kwargs)
 
         return wrapper

@@ -1,12 +1,11 @@
 from django import forms
-from django.contrib.auth import password_validation
+from django.contrib.auth import get_user_model, password_validation
 
 from orgs.models import Role
 from sluice.auth_forms import ThrottledAuthenticationForm
 
 
-class SignUpForm(forms.Form):
-    org_name = forms.CharField(label="Organization name", max_length=200)
+class AccountForm(forms.Form):
     email = forms.EmailField(label="Work email", widget=forms.EmailInput(
         attrs={"autocomplete": "email"}))
     password = forms.CharField(label="Password", strip=False, widget=forms.PasswordInput(
@@ -17,15 +16,18 @@ class SignUpForm(forms.Form):
         cleaned = super().clean()
         password, email = cleaned.get("password"), cleaned.get("email")
         if password:
-            # A throwaway user lets the similarity validator compare against the email.
-            from django.contrib.auth import get_user_model
-
+            # An unsaved user lets the similarity validator compare against the email.
             candidate = get_user_model()(username=email or "", email=email or "")
             try:
                 password_validation.validate_password(password, candidate)
             except forms.ValidationError as error:
                 self.add_error("password", error)
         return cleaned
+
+
+class SignUpForm(AccountForm):
+    org_name = forms.CharField(label="Organization name", max_length=200)
+    field_order = ["org_name", "email", "password"]
 
 
 class LoginForm(ThrottledAuthenticationForm):

@@ -11,7 +11,7 @@ from django.utils.encoding import force_bytes
 from django.utils.http import urlsafe_base64_encode
 
 from orgs.models import Organization, Role
-from orgs.services import audit_record, membership_add, org_create
+from orgs.services import audit_record, invitation_accept, membership_add, org_create
 from portal.models import VerifiedEmail
 from sluice.errors import Conflict
 
@@ -39,7 +39,8 @@ def org_apply(*, name: str, user) -> Organization:
 
 
 @transaction.atomic
-def account_signup(*, email: str, password: str, org_name: str) -> tuple:
+def account_create(*, email: str, password: str):
+    """A user whose username is their email address, asked to confirm it."""
     email = User.objects.normalize_email(email).strip().lower()
     try:
         with transaction.atomic():
@@ -48,9 +49,23 @@ def account_signup(*, email: str, password: str, org_name: str) -> tuple:
         raise Conflict("An account with this email address exists already.",
                        code="email_taken") from None
     audit_record(actor=user, action="user.signup", target=user, after={"email": email})
-    org = org_apply(name=org_name, user=user)
     email_verification_send(user=user)
-    return user, org
+    return user
+
+
+@transaction.atomic
+def account_signup(*, email: str, password: str, org_name: str) -> tuple:
+    """Sign-up from the front door: the account and its organization's application."""
+    user = account_create(email=email, password=password)
+    return user, org_apply(name=org_name, user=user)
+
+
+@transaction.atomic
+def account_join(*, email: str, password: str, invitation_token: str):
+    """Sign-up through an invitation link: the account and its membership, or neither (an
+    invalid or expired link rolls the new account back)."""
+    user = account_create(email=email, password=password)
+    return invitation_accept(token=invitation_token, user=user)
 
 
 def _verification_email(*, user) -> None:

@@ -23,6 +23,7 @@ urlpatterns = [
     path("switch/", accounts.org_switch, name="switch"),
     path("orgs/new/", accounts.org_new, name="org_new"),
     path("o/<slug:slug>/", org.status, name="status"),
+    path("o/<slug:slug>/reapply/", org.reapply, name="reapply"),
     path("o/<slug:slug>/members/", org.members, name="members"),
     path("o/<slug:slug>/members/invite/", org.member_invite, name="member_invite"),
     path("o/<slug:slug>/members/<int:membership_id>/role/", org.member_role, name="member_role"),

@@ -55,6 +55,11 @@ CONSOLE_NAV = [
     ("admin:console_audit", "Audit log", perm.VIEW_AUDIT),
 ]
 
+LIFECYCLE_LABELS = {
+    "review_start": "Start review", "approve": "Approve", "reject": "Reject", "admit": "Admit",
+    "suspend": "Suspend", "restore": "Restore", "offboard": "Offboard",
+    "reapply": "Reopen application",
+}
 LIFECYCLE_SERVICES = {
     "review_start": org_review_start, "approve": org_approve, "reject": org_reject,
     "admit": org_admit, "suspend": org_suspend, "restore": org_restore,
@@ -97,7 +102,8 @@ def org_detail(request, *, site, org_id: int):
 
 def _org_page(request, site, *, org, grant_form=None, status=200):
     return _render(request, site, "console/org_detail.html", {
-        "org": org, "actions": org_allowed_actions(org=org),
+        "org": org,
+        "actions": [(a, LIFECYCLE_LABELS[a]) for a in org_allowed_actions(org=org)],
         "allocations": org_allocations(org=org), "keys": org_keys(org=org),
         "members": org_members(org=org),
         "audit": audit_events(org_id=org.pk)[:PAGE_SIZE],

@@ -11,9 +11,15 @@ from django.utils.http import urlsafe_base64_decode
 from django.views.decorators.http import require_POST
 
 from orgs.services import invitation_accept
-from portal.forms import LoginForm, OrgApplyForm, SignUpForm
+from portal.forms import AccountForm, LoginForm, OrgApplyForm, SignUpForm
 from portal.selectors import membership_get, memberships_for_user
-from portal.services import account_signup, email_verification_send, email_verify, org_apply
+from portal.services import (
+    account_join,
+    account_signup,
+    email_verification_send,
+    email_verify,
+    org_apply,
+)
 from sluice.errors import DomainError
 
 User = get_user_model()
@@ -105,13 +111,25 @@ def email_verification_resend(request):
     return redirect("portal:home")
 
 
-@login_required
 def invitation_accept_view(request, token: str):
-    if request.method != "POST":
-        return render(request, "portal/invitation.html", {})
+    """Signed in: accept. Not signed in: sign in first, or create the account that joins."""
+    form = AccountForm(request.POST or None) if not request.user.is_authenticated else None
+    if request.method != "POST" or (form is not None and not form.is_valid()):
+        return render(request, "portal/invitation.html", {"form": form},
+                      status=400 if request.method == "POST" else 200)
     try:
-        membership = invitation_accept(token=token, user=request.user)
+        if form is None:
+            membership = invitation_accept(token=token, user=request.user)
+        else:
+            membership = account_join(email=form.cleaned_data["email"],
+                                      password=form.cleaned_data["password"],
+                                      invitation_token=token)
+            login(request, membership.user,
+                  backend="django.contrib.auth.backends.ModelBackend")
     except DomainError as error:
+        if form is not None and error.code == "email_taken":
+            form.add_error("email", f"{error.message} Sign in to accept the invitation.")
+            return render(request, "portal/invitation.html", {"form": form}, status=409)
         return render(request, "portal/invitation.html", {"error": error.message},
                       status=error.status)
     messages.success(request, f"You joined {membership.org.name} as {membership.role}.")

@@ -13,6 +13,7 @@ from orgs.services import (
     invitation_revoke,
     membership_remove,
     membership_role_change,
+    org_reapply,
 )
 from orgs.services.lifecycle import TRANSITIONS
 from portal.access import org_page
@@ -52,9 +53,18 @@ def status(request, membership):
               "current": i == current} for i, s in enumerate(LIFECYCLE_STEPS)]
     return render(request, "portal/status.html", {
         "org": org, "steps": steps, "next_step": NEXT_STEP[org.status],
-        "can_reapply": org.status in TRANSITIONS["reapply"][0],
+        "can_reapply": (org.status in TRANSITIONS["reapply"][0]
+                        and membership.role in MEMBER_MANAGERS),
         "email_verified": user_email_verified(user=request.user),
     })
+
+
+@require_POST
+@org_page(page="status", roles=MEMBER_MANAGERS)
+def reapply(request, membership):
+    _flash_result(request, lambda: org_reapply(org=membership.org, actor=request.user),
+                  f"{membership.org.name} has applied again.")
+    return redirect("portal:status", membership.org.slug)
 
 
 @org_page(page="members", roles=MEMBER_MANAGERS)
@@ -161,8 +171,10 @@ def key_create(request, membership):
             context = {"new_key": key, "secret": secret, "form": ApiKeyCreateForm()}
             status_code = 201
     if request.headers.get("HX-Request"):
-        return render(request, "portal/_key_created.html",
-                      {"org": membership.org, **context}, status=status_code)
+        # The fragment also replaces the key list out of band, so the new key is listed.
+        return render(request, "portal/_key_created.html", {
+            "org": membership.org, "keys": org_api_keys(org=membership.org), "oob": True,
+            "can_manage_keys": True, **context}, status=status_code)
     return render(request, "portal/keys.html", _keys_context(request, membership, **context),
                   status=status_code)
 

@@ -8,6 +8,8 @@ from django import template
 register = template.Library()
 
 METER_WIDTH = 1000  # viewBox units; the SVG scales to its container
+# Bar charts are drawn narrow (420 units) so their 12-unit text stays legible once scaled.
+BAR_X, BAR_MAX = 150, 220
 
 
 @dataclass(frozen=True)
@@ -62,11 +64,13 @@ def allocation_meter(allocation):
 
 @register.inclusion_tag("charts/bars.html")
 def bar_chart(rows, label):
-    """Horizontal bars for `rows` of {"label", "value"}: one row per 28 units of height."""
+    """Horizontal bars for `rows` of {"label", "value"}: one row per 28 units of height, labels
+    in the first BAR_X units, the longest bar BAR_MAX long."""
     peak = max((row["value"] for row in rows), default=0)
     bars = [
         {"label": row["label"], "value": row["value"], "y": i * 28,
-         "width": round(600 * row["value"] / peak, 1) if peak else 0}
+         "width": round(BAR_MAX * row["value"] / peak, 1) if peak else 0}
         for i, row in enumerate(rows)
     ]
-    return {"bars": bars, "height": max(len(bars) * 28, 28), "label": label}
+    return {"bars": bars, "height": max(len(bars) * 28, 28), "label": label, "bar_x": BAR_X,
+            "width": BAR_X + BAR_MAX + 50}

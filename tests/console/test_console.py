@@ -230,3 +230,26 @@ def test_list_pages_use_a_constant_number_of_queries(operator_console, django_as
     _count_queries(django_assert_num_queries, operator_console, "/admin/", 7)
     _count_queries(django_assert_num_queries, operator_console,
                    f"/admin/console/orgs/{org.pk}/", 11)
+
+
+def test_the_default_admin_site_is_the_console():
+    from django.contrib import admin
+
+    from console.sites import ConsoleSite, console_site
+
+    assert isinstance(admin.site, ConsoleSite)  # what @admin.register registers on
+    assert console_site is admin.site
+
+
+def test_audit_changes_lists_changed_fields_only():
+    from console.templatetags.audit import audit_changes
+
+    event = AuditEvent(before={"status": "applied", "suspension_reason": ""},
+                       after={"status": "in_review", "suspension_reason": "", "note": "x"})
+    assert audit_changes(event) == ["status: applied → in_review", "note: x"]
+    assert audit_changes(AuditEvent(before={"role": "owner"})) == ["role: owner (removed)"]
+
+
+def test_console_sign_out_returns_to_console_sign_in(operator_console):
+    response = operator_console.post("/admin/logout/")
+    assert response.status_code == 302 and response["Location"] == "/admin/login/"
