@@ -53,7 +53,7 @@ def _operator_signs_in_with_totp(page):
 
 
 def _operator_admits_and_grants(page, org, pool):
-    page.get_by_role("link", name="Organizations").click()
+    page.get_by_role("link", name="Organizations", exact=True).click()
     page.get_by_role("link", name=org.name).click()
     for button, state in [("Start review", "in_review"), ("Approve", "approved"),
                           ("Admit", "active")]:
@@ -73,12 +73,12 @@ def _operator_admits_and_grants(page, org, pool):
     grant.get_by_role("button", name="Grant").click()
     expect(page.get_by_role("status")).to_contain_text("Allocation granted")
     screenshot(page, "console-org")
-    page.get_by_role("link", name="Dashboard").click()
+    page.get_by_role("link", name="Dashboard", exact=True).click()
     expect(page.locator(f'[data-pool="{pool.pk}"]')).to_contain_text("600 of 900")
     screenshot(page, "console-dashboard")
-    page.get_by_role("link", name="Pools").click()
+    page.get_by_role("link", name="Pools", exact=True).click()
     screenshot(page, "console-pools")
-    page.get_by_role("link", name="Audit log").click()
+    page.get_by_role("link", name="Audit log", exact=True).click()
     expect(page.locator('[data-action="allocation.grant"]')).to_have_count(1)
     screenshot(page, "console-audit")
 
@@ -87,10 +87,10 @@ def _owner_creates_and_revokes_a_key(page, org):
     page.goto("/portal/")
     expect(page.locator("[data-status]")).to_have_text("Active")
     screenshot(page, "portal-status-active")
-    page.get_by_role("link", name="Quotas").click()
+    page.get_by_role("link", name="Quotas", exact=True).click()
     expect(page.locator('[data-field="guaranteed_tps"]')).to_contain_text("600")
     screenshot(page, "portal-quotas")
-    page.get_by_role("link", name="API keys").click()
+    page.get_by_role("link", name="API keys", exact=True).click()
     page.get_by_label("Key name").fill("voice prod")
     page.get_by_role("button", name="Create key").click()  # htmx: the fragment swaps in
     secret = page.locator("[data-secret]").inner_text()
@@ -108,7 +108,7 @@ def _owner_creates_and_revokes_a_key(page, org):
     expect(page.locator(f'[data-key="{key.display_prefix}"]')).to_contain_text("Revoked")
     key.refresh_from_db()
     assert key.revoked_at is not None
-    page.get_by_role("link", name="Members").click()
+    page.get_by_role("link", name="Members", exact=True).click()
     screenshot(page, "portal-members")
 
 
@@ -136,9 +136,9 @@ def test_viewer_cannot_see_member_management(new_page):
     page.get_by_role("button", name="Sign in").click()
     expect(page.get_by_role("heading", name="Agents Ltd")).to_be_visible()
     nav = page.get_by_role("navigation", name="Main")
-    expect(nav.get_by_role("link", name="Status")).to_be_visible()
-    expect(nav.get_by_role("link", name="Members")).to_have_count(0)
-    page.get_by_role("link", name="API keys").click()
+    expect(nav.get_by_role("link", name="Status", exact=True)).to_be_visible()
+    expect(nav.get_by_role("link", name="Members", exact=True)).to_have_count(0)
+    page.get_by_role("link", name="API keys", exact=True).click()
     expect(page.get_by_role("heading", name="Create a key")).to_have_count(0)
     page.set_viewport_size({"width": 390, "height": 844})  # the layout holds on a phone
     screenshot(page, "portal-keys-mobile")
