@@ -28,6 +28,8 @@ class LimiterUnavailable(Exception):
 
 def limiter_client() -> redis.Redis:
     global _client
+    if _client is not None:
+        return _client
     with _lock:
         if _client is None:
             timeout = settings.REDIS_TIMEOUT_SECONDS
