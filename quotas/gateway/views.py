@@ -52,7 +52,7 @@ def hook_view(histogram):
             try:
                 if request.method != "POST":
                     return _error("method_not_allowed", "Use POST.", 405)
-                gateway = gateway_authenticate(request.headers.get("Authorization", ""))
+                gateway = gateway_authenticate(request.META.get("HTTP_AUTHORIZATION", ""))
                 if gateway is None:
                     return _error("invalid_gateway_token",
                                   "A valid gateway token is required (Bearer gw_...).", 401)

@@ -14,12 +14,16 @@ import redis
 from django.conf import settings
 
 SCRIPTS_DIR = Path(__file__).parent / "scripts"
-# After a connection failure, skip Redis for this long and apply the failure policy directly.
+# After BREAKER_FAILURES failures in a row, skip Redis for BREAKER_SECONDS and apply the
+# failure policy directly: a dead Redis then costs one timeout per period, not one per request,
+# while a single slow reply on a busy machine does not turn a whole burst away.
+BREAKER_FAILURES = 3
 BREAKER_SECONDS = 0.5
 
 _lock = threading.Lock()
 _client: redis.Redis | None = None
 _broken_until = 0.0
+_failures = 0
 
 
 class LimiterUnavailable(Exception):
@@ -42,11 +46,11 @@ def limiter_client() -> redis.Redis:
 
 def limiter_reset() -> None:
     """Forget the client and close the breaker (tests that stop Redis or change its URL)."""
-    global _client, _broken_until
+    global _client, _broken_until, _failures
     with _lock:
         if _client is not None:
             _client.close()
-        _client, _broken_until = None, 0.0
+        _client, _broken_until, _failures = None, 0.0, 0
     _script.cache_clear()
 
 
@@ -59,14 +63,18 @@ def _script(name: str):
 
 
 def script_run(name: str, *, keys: list[str], args: list):
-    global _broken_until
-    if time.monotonic() < _broken_until:
-        raise LimiterUnavailable("circuit open after a recent Redis failure")
+    global _broken_until, _failures
+    if _broken_until and time.monotonic() < _broken_until:
+        raise LimiterUnavailable("circuit open after repeated Redis failures")
     try:
-        return _script(name)(keys=keys, args=args)
+        reply = _script(name)(keys=keys, args=args)
     except (redis.ConnectionError, redis.TimeoutError) as exc:
-        _broken_until = time.monotonic() + BREAKER_SECONDS
+        _failures += 1
+        if _failures >= BREAKER_FAILURES:
+            _broken_until = time.monotonic() + BREAKER_SECONDS
         raise LimiterUnavailable(str(exc)) from exc
+    _failures, _broken_until = 0, 0.0
+    return reply
 
 
 def pool_tag(pool_id: int) -> str:
