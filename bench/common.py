@@ -29,22 +29,28 @@ def django_setup() -> None:
     call_command("migrate", verbosity=0)
 
 
+def org_seed():
+    from orgs.models import Organization, OrgStatus
+
+    tag = uuid.uuid4().hex[:8]
+    return Organization.objects.create(name=f"Bench {tag}", slug=f"bench-{tag}",
+                                       status=OrgStatus.ACTIVE)
+
+
 def tenant_seed(*, capacity_tps=2_000_000_000, guaranteed_tps=1_000_000_000,
                 burst_tps=1_000_000_000,
                 daily_tokens=10**13, max_concurrency=10**6, pool_policy="fail_closed"):
     """A fresh pool, active org, allocation, API key and gateway token; Redis synced."""
-    from orgs.models import Organization, OrgStatus
     from orgs.services.api_keys import api_key_create
     from quotas.gateway.tokens import gateway_token_create
     from quotas.limiter.sync import limiter_sync_pool
     from quotas.models import Allocation, CapacityPool
 
     tag = uuid.uuid4().hex[:8]
+    org = org_seed()
     pool = CapacityPool.objects.create(model=f"bench-{tag}", region="local",
                                        capacity_tps=capacity_tps,
                                        limiter_failure_policy=pool_policy)
-    org = Organization.objects.create(name=f"Bench {tag}", slug=f"bench-{tag}",
-                                      status=OrgStatus.ACTIVE)
     allocation = Allocation.objects.create(org=org, pool=pool, guaranteed_tps=guaranteed_tps,
                                            burst_tps=burst_tps, daily_tokens=daily_tokens,
                                            max_concurrency=max_concurrency)
