@@ -7,4 +7,5 @@ app_name = "gateway"
 urlpatterns = [
     path("authorize", schema.documented_by(schema.AuthorizeSchema)(views.authorize),
          name="authorize"),
+    path("usage", schema.documented_by(schema.UsageSchema)(views.usage), name="usage"),
 ]

@@ -15,13 +15,20 @@ from django.views.decorators.csrf import csrf_exempt
 from quotas.gateway import messages
 from quotas.gateway.fail_open import fail_open_authorize
 from quotas.gateway.headers import ratelimit_headers
-from quotas.gateway.inputs import BadInput, authorize_input, json_body
-from quotas.gateway.metrics import AUTHORIZE_SECONDS, DECISIONS, LIMITER_ERRORS
+from quotas.gateway.inputs import BadInput, authorize_input, json_body, usage_input
+from quotas.gateway.metrics import (
+    AUTHORIZE_SECONDS,
+    DECISIONS,
+    LIMITER_ERRORS,
+    USAGE_EVENTS,
+    USAGE_SECONDS,
+)
 from quotas.gateway.reservations import reservation_id_issue
 from quotas.gateway.routing import RouteError, pool_route
 from quotas.gateway.tokens import gateway_authenticate
 from quotas.limiter.connection import LimiterUnavailable
 from quotas.limiter.engine import Decision, limiter_authorize
+from quotas.usage import usage_record
 
 
 def _json(body: dict, status: int = 200) -> HttpResponse:
@@ -45,7 +52,7 @@ def hook_view(histogram):
             try:
                 if request.method != "POST":
                     return _error("method_not_allowed", "Use POST.", 405)
-                gateway = gateway_authenticate(request.headers.get("Authorization", ""))
+                gateway = gateway_authenticate(request.META.get("HTTP_AUTHORIZATION", ""))
                 if gateway is None:
                     return _error("invalid_gateway_token",
                                   "A valid gateway token is required (Bearer gw_...).", 401)
@@ -109,3 +116,21 @@ def authorize(request, body, gateway):
     DECISIONS.labels(decision.outcome, limiter).inc()
     return _decision_response(decision, pool_id=route.pool_id, request_id=ask.request_id,
                               dry_run=ask.dry_run, limiter=limiter)
+
+
+@hook_view(USAGE_SECONDS)
+def usage(request, body, gateway):
+    results = usage_record(events=usage_input(body))
+    counts = {"recorded": 0, "duplicate": 0, "rejected": 0}
+    out = []
+    for r in results:
+        counts[r.result] += 1
+        item = {"request_id": r.request_id, "result": r.result}
+        if r.error_code:
+            item["error"] = {"code": r.error_code, "message": r.error_message}
+        out.append(item)
+    for result, n in counts.items():
+        if n:
+            USAGE_EVENTS.labels(result).inc(n)
+    return _json({"results": out, "recorded": counts["recorded"],
+                  "duplicates": counts["duplicate"], "rejected": counts["rejected"]})

@@ -119,20 +119,21 @@ def limiter_settle(*, pool_id: int, settlements: list[Settlement]) -> int:
                   settings.RESERVATION_TTL_SECONDS * 1000 + RECORD_GRACE_MS]
     for s in settlements:
         args += [s.request_id, s.org_id, s.tokens]
-    return script_run("settle", keys=[f"{pool_tag(pool_id)}:keys"], args=args)
+    return script_run("settle", keys=[f"{pool_tag(pool_id)}:keys"], args=args, bulk=True)
 
 
-def limiter_reservation_owner(*, pool_ids: list[int], request_ids: list[str]) -> dict:
-    """request_id -> (pool_id, org_id, api_key_id) for the reservations Redis still holds,
-    looked up in every given pool in one pipelined round trip."""
-    pipe = limiter_client().pipeline(transaction=False)
-    pairs = [(p, r) for r in request_ids for p in pool_ids]
-    for pool_id, request_id in pairs:
-        pipe.hmget(f"{pool_tag(pool_id)}:res:{request_id}", "o", "k")
-    found = {}
-    for (pool_id, request_id), (org, key) in zip(pairs, pipe.execute(), strict=True):
-        if org is not None:
-            found[request_id] = (pool_id, int(org), int(key) if key else None)
+def limiter_reservations_lookup(*, pool_id: int, request_ids: list[str]) -> list:
+    """Per request_id: (org_id, api_key_id or None, live) for the reservations the pool holds,
+    None for the others. One script call."""
+    replies = script_run("lookup", keys=[f"{pool_tag(pool_id)}:keys"],
+                         args=[epoch_ms(clock.now()), *request_ids], bulk=True)
+    found = []
+    for reply in replies:
+        if reply is None:
+            found.append(None)
+            continue
+        org, key, live = reply.decode().split(":")
+        found.append((int(org), int(key) if key else None, live == "1"))
     return found
 
 
@@ -144,7 +145,7 @@ def _org_pool_ids(org_id: int) -> list[int]:
 def spend_add(*, org_id: int, month: str, micros: int) -> None:
     """Add spend (micro-dollars) to the org's month counter in every pool slot it holds an
     allocation in: authorize reads the counter of the pool it runs in."""
-    pipe = limiter_client().pipeline(transaction=False)
+    pipe = limiter_client(bulk=True).pipeline(transaction=False)
     for pool_id in _org_pool_ids(org_id):
         counter = f"{pool_tag(pool_id)}:spend:{org_id}:{month}"
         pipe.incrby(counter, micros)
@@ -155,7 +156,7 @@ def spend_add(*, org_id: int, month: str, micros: int) -> None:
 def spend_cap_set(*, org_id: int, micros: int) -> None:
     """Write a cap straight to Redis (0 = none). The org sync writes the same field from
     `limits_spend_cap_micros`, so billing normally sets caps through that."""
-    pipe = limiter_client().pipeline(transaction=False)
+    pipe = limiter_client(bulk=True).pipeline(transaction=False)
     for pool_id in _org_pool_ids(org_id):
         pipe.hset(f"{pool_tag(pool_id)}:org:{org_id}", "scap", micros)
     pipe.execute()

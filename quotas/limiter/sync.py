@@ -114,7 +114,8 @@ def _publish(*, org_ids=None, pool_ids=None) -> int:
     for m in members:
         args = _publish_args(m, headroom=headroom[m.pool.pk], keys=keys.get(m.org.pk, []),
                              day_used=used.get((m.org.pk, m.pool.pk), 0), now=now)
-        script_run("org_publish", keys=[f"{pool_tag(m.pool.pk)}:keys"], args=args)
+        script_run("org_publish", keys=[f"{pool_tag(m.pool.pk)}:keys"], args=args,
+                   bulk=True)
     return len(members)
 
 
@@ -127,7 +128,7 @@ def limiter_sync_pool(*, pool_id: int) -> int:
     """Rebuild one pool from PostgreSQL, then mark it synced. Returns the orgs written."""
     written = _publish(pool_ids=[pool_id])
     try:
-        limiter_client().set(f"{pool_tag(pool_id)}:synced", "1")
+        limiter_client(bulk=True).set(f"{pool_tag(pool_id)}:synced", "1")
     except Exception as exc:
         raise LimiterUnavailable(str(exc)) from exc
     return written

@@ -198,3 +198,12 @@ def test_schema_documents_the_hook(operator_client):
     fields = schema["components"]["schemas"]["AuthorizeRequest"]["properties"]
     assert set(fields) == {"request_id", "api_key", "model", "region", "input_tokens",
                            "max_output_tokens", "dry_run"}
+
+
+def test_metrics_count_decisions_by_outcome(gateway, tenant):
+    post(gateway, ask(tenant))
+    post(gateway, ask(tenant, api_key="sk_000000000000_wrong", request_id="r2"))
+    text = Client().get("/metrics").content.decode()
+    assert 'sluice_authorize_decisions_total{limiter="redis",outcome="allowed"}' in text
+    assert 'sluice_authorize_decisions_total{limiter="redis",outcome="invalid_api_key"}' in text
+    assert "sluice_authorize_seconds_bucket" in text

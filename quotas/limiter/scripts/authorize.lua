@@ -44,9 +44,12 @@ local active = redis.call('ZCOUNT', inflight_key, '(' .. now, '+inf')
 local used = num(redis.call('GET', day_key), 0)
 local s = buckets_read(org, now)
 
-local oldest = redis.call('ZRANGEBYSCORE', inflight_key, '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
 local conc_reset = 0
-if oldest[2] and active >= conc then conc_reset = tonumber(oldest[2]) - now end
+if active >= conc then  -- the next slot frees when the oldest reservation expires (or settles)
+  local oldest = redis.call('ZRANGEBYSCORE', inflight_key, '(' .. now, '+inf', 'WITHSCORES',
+                            'LIMIT', 0, 1)
+  if oldest[2] then conc_reset = tonumber(oldest[2]) - now end
+end
 
 local take_g = math.min(cost, math.max(s.g, 0))
 local rest = cost - take_g

@@ -1,0 +1,108 @@
+"""Shared by the benchmarks: Django set-up with the production settings, a seeded tenant, a
+gunicorn server with the production configuration, and table printing."""
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.base")
+os.environ.setdefault("SLUICE_SECRET_KEY", "bench-only-secret-key")
+os.environ.setdefault("SLUICE_DEBUG", "0")
+os.environ.setdefault("SLUICE_LOG_LEVEL", "WARNING")
+
+
+def django_setup() -> None:
+    import django
+    from django.core.management import call_command
+
+    if "DATABASE_URL" not in os.environ or "REDIS_URL" not in os.environ:
+        sys.exit("Set DATABASE_URL and REDIS_URL (a Redis database the benchmark may flush).")
+    django.setup()
+    call_command("migrate", verbosity=0)
+
+
+def org_seed():
+    from orgs.models import Organization, OrgStatus
+
+    tag = uuid.uuid4().hex[:8]
+    return Organization.objects.create(name=f"Bench {tag}", slug=f"bench-{tag}",
+                                       status=OrgStatus.ACTIVE)
+
+
+def tenant_seed(*, capacity_tps=2_000_000_000, guaranteed_tps=1_000_000_000,
+                burst_tps=1_000_000_000,
+                daily_tokens=10**13, max_concurrency=10**6, pool_policy="fail_closed"):
+    """A fresh pool, active org, allocation, API key and gateway token; Redis synced."""
+    from orgs.services.api_keys import api_key_create
+    from quotas.gateway.tokens import gateway_token_create
+    from quotas.limiter.sync import limiter_sync_pool
+    from quotas.models import Allocation, CapacityPool
+
+    tag = uuid.uuid4().hex[:8]
+    org = org_seed()
+    pool = CapacityPool.objects.create(model=f"bench-{tag}", region="local",
+                                       capacity_tps=capacity_tps,
+                                       limiter_failure_policy=pool_policy)
+    allocation = Allocation.objects.create(org=org, pool=pool, guaranteed_tps=guaranteed_tps,
+                                           burst_tps=burst_tps, daily_tokens=daily_tokens,
+                                           max_concurrency=max_concurrency)
+    _, api_key = api_key_create(org=org, name="bench", actor="bench")
+    _, gateway = gateway_token_create(name=f"bench-{tag}", actor="bench")
+    limiter_sync_pool(pool_id=pool.pk)
+    return pool, org, allocation, api_key, gateway
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def gunicorn(*, workers: int, threads: int = 1):
+    """The production server: gunicorn with bench/gunicorn_conf.py, DEBUG off."""
+    port = free_port()
+    metrics_dir = tempfile.mkdtemp(prefix="sluice-metrics-")
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": metrics_dir,
+           "SLUICE_WEB_CONCURRENCY": str(workers), "GUNICORN_THREADS": str(threads)}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gunicorn", "config.wsgi:application", "-c",
+         str(ROOT / "bench" / "gunicorn_conf.py"), "--bind", f"127.0.0.1:{port}"],
+        cwd=ROOT, env=env)
+    try:
+        _wait_ready(port)
+        yield port
+    finally:
+        process.terminate()
+        process.wait()
+
+
+def _wait_ready(port: int) -> None:
+    import httpx
+
+    for _ in range(300):
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"http://127.0.0.1:{port}/healthz").status_code == 200:
+                return
+        time.sleep(0.05)
+    raise RuntimeError("gunicorn did not start")
+
+
+def table(title: str, header: list[str], rows: list[list]) -> None:
+    cells = [header] + [[f"{c:,.1f}" if isinstance(c, float) else
+                         (f"{c:,}" if isinstance(c, int) else str(c)) for c in row]
+                        for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    print(f"\n{title}")
+    for n, row in enumerate(cells):
+        print("| " + " | ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)) + " |")
+        if n == 0:
+            print("|" + "|".join("-" * (w + 2) for w in widths) + "|")

@@ -1,0 +1,193 @@
+"""SluiceClient: authorize, report_usage with background batching, and a disk spool."""
+
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import httpx
+
+from sluice_client.spool import Spool
+
+logger = logging.getLogger("sluice_client")
+MAX_BATCH = 1000
+# Rejections worth sending again later (Sluice could not attribute the event just then).
+RETRYABLE_REJECTIONS = {"attribution_unavailable"}
+
+
+class SluiceUnavailable(Exception):
+    """Sluice could not be reached (after retries)."""
+
+
+@dataclass(frozen=True)
+class AuthorizeResult:
+    allowed: bool
+    status_code: int
+    reservation_id: str | None = None
+    org: int | None = None
+    reserved_tokens: int = 0
+    headers: dict = field(default_factory=dict)
+    error_code: str | None = None
+    message: str | None = None
+    retry_after_ms: int | None = None
+    limiter: str = "redis"
+
+    @classmethod
+    def from_response(cls, response: httpx.Response) -> "AuthorizeResult":
+        body = response.json()
+        error = body.get("error") or {}
+        return cls(allowed=bool(body.get("allowed")), status_code=response.status_code,
+                   reservation_id=body.get("reservation_id"), org=body.get("org"),
+                   reserved_tokens=body.get("reserved_tokens", 0),
+                   headers=body.get("headers", {}), error_code=error.get("code"),
+                   message=error.get("message"), retry_after_ms=error.get("retry_after_ms"),
+                   limiter=body.get("limiter", "redis"))
+
+
+@dataclass(frozen=True)
+class UsageEvent:
+    request_id: str
+    input_tokens: int
+    output_tokens: int
+    status: str  # completed, failed, cancelled
+    started_at: datetime
+    finished_at: datetime
+    first_token_at: datetime | None = None
+    reservation_id: str | None = None
+
+    def as_json(self) -> dict:
+        body = {"request_id": self.request_id, "input_tokens": self.input_tokens,
+                "output_tokens": self.output_tokens, "status": self.status,
+                "started_at": self.started_at.isoformat(),
+                "first_token_at": self.first_token_at.isoformat() if self.first_token_at
+                else None,
+                "finished_at": self.finished_at.isoformat()}
+        if self.reservation_id:
+            body["reservation_id"] = self.reservation_id
+        return body
+
+
+class SluiceClient:
+    def __init__(self, base_url: str, *, token: str, spool_path: str, timeout: float = 2.0,
+                 retries: int = 2, batch_size: int = 500, flush_interval: float = 1.0,
+                 transport: httpx.BaseTransport | None = None):
+        self.base_url = base_url.rstrip("/")
+        self.retries, self.batch_size = retries, min(batch_size, MAX_BATCH)
+        self.flush_interval = flush_interval
+        self.spool = Spool(spool_path)
+        self._http = httpx.Client(timeout=timeout, transport=transport,
+                                  headers={"Authorization": f"Bearer {token}"})
+        self._queue: queue.Queue[dict] = queue.Queue()
+        self._send_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._worker = threading.Thread(target=self._run, name="sluice-usage", daemon=True)
+        self._worker.start()
+
+    # -- authorize ---------------------------------------------------------------------------
+
+    def authorize(self, *, request_id: str, api_key: str, model: str, input_tokens: int,
+                  max_output_tokens: int, region: str | None = None,
+                  dry_run: bool = False) -> AuthorizeResult:
+        body = {"request_id": request_id, "api_key": api_key, "model": model,
+                "input_tokens": input_tokens, "max_output_tokens": max_output_tokens,
+                "dry_run": dry_run}
+        if region:
+            body["region"] = region
+        return AuthorizeResult.from_response(self._post("/api/gateway/v1/authorize", body))
+
+    def _post(self, path: str, body: dict) -> httpx.Response:
+        """POST, retrying network errors and 5xx with the same body (same request_id): the
+        endpoints are idempotent. A 503 that is a decision (limiter_unavailable) is final."""
+        last: Exception | None = None
+        for attempt in range(self.retries + 1):
+            if attempt:
+                time.sleep(min(0.05 * 2 ** attempt, 1.0))
+            try:
+                response = self._http.post(self.base_url + path, json=body)
+            except httpx.TransportError as exc:
+                last = exc
+                continue
+            if response.status_code < 500 or _is_decision(response):
+                return response
+            last = SluiceUnavailable(f"HTTP {response.status_code}")
+        raise SluiceUnavailable(str(last)) from last
+
+    # -- usage -------------------------------------------------------------------------------
+
+    def report_usage(self, event: UsageEvent | dict) -> None:
+        self._queue.put(event.as_json() if isinstance(event, UsageEvent) else dict(event))
+
+    def flush(self) -> None:
+        """Send everything queued, then replay the spool. Returns when both were tried."""
+        with self._send_lock:
+            self._send_queued()
+            self._replay()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._worker.join()
+        self.flush()
+        self._http.close()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.flush_interval):
+            try:
+                self.flush()
+            except Exception:  # the worker must survive anything; the spool keeps the events
+                logger.exception("sluice usage flush failed")
+
+    def _drain(self) -> list[dict]:
+        events = []
+        while len(events) < self.batch_size:
+            try:
+                events.append(self._queue.get_nowait())
+            except queue.Empty:
+                break
+        return events
+
+    def _send_queued(self) -> None:
+        while batch := self._drain():
+            if not self._deliver(batch):
+                self.spool.append(batch)
+
+    def _replay(self) -> None:
+        spooled = self.spool.take()
+        if not spooled:
+            return
+        undelivered = []
+        for i in range(0, len(spooled), self.batch_size):
+            batch = spooled[i:i + self.batch_size]
+            if undelivered or not self._deliver(batch):
+                undelivered.extend(batch)  # Sluice is down again: keep the rest for later
+        self.spool.append(undelivered)
+        self.spool.taken()
+
+    def _deliver(self, batch: list[dict]) -> bool:
+        """True when Sluice answered for every event (even if some go to the dead file)."""
+        try:
+            response = self._post("/api/gateway/v1/usage", {"events": batch})
+        except SluiceUnavailable:
+            return False
+        if response.status_code == 400:
+            logger.error("sluice refused a usage batch as malformed: %s", response.text)
+            self.spool.append(batch, dead=True)
+            return True
+        if response.status_code != 200:
+            return False
+        retry, dead = [], []
+        for event, result in zip(batch, response.json()["results"], strict=True):
+            if result["result"] == "rejected":
+                code = result.get("error", {}).get("code")
+                (retry if code in RETRYABLE_REJECTIONS else dead).append(event)
+        self.spool.append(retry)
+        self.spool.append(dead, dead=True)
+        return True
+
+
+def _is_decision(response: httpx.Response) -> bool:
+    try:
+        return response.json().get("error", {}).get("code") == "limiter_unavailable"
+    except ValueError:
+        return False

@@ -1,0 +1,114 @@
+"""The gateway client against the real service (pytest-django's live_server, real PostgreSQL
+and Redis). Sluice's outage is a closed port, then the live server again."""
+
+import socket
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from sluice_client import SluiceClient, SluiceUnavailable, UsageEvent
+
+from quotas.gateway.routing import pool_routes_reload
+from quotas.gateway.tokens import gateway_token_cache_clear, gateway_token_create
+from quotas.limiter.connection import limiter_reset
+from quotas.models import UsageEvent as StoredEvent
+from quotas.models import UsageHourly
+from tests.quotas.conftest import tenant_create
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def service(live_server, redis_client):
+    limiter_reset()
+    gateway_token_cache_clear()
+    t = tenant_create(guaranteed_tps=1000, burst_tps=1000, daily_tokens=10**6,
+                      max_concurrency=2)
+    pool_routes_reload()
+    _, token = gateway_token_create(name="edge", actor="test")
+    yield live_server.url, token, t
+    limiter_reset()
+
+
+def _dead_url() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{s.getsockname()[1]}"
+
+
+def usage(request_id, reservation_id=None):
+    start = datetime.now(UTC) - timedelta(seconds=3)
+    return UsageEvent(request_id=request_id, reservation_id=reservation_id, input_tokens=10,
+                      output_tokens=600, status="completed", started_at=start,
+                      first_token_at=start + timedelta(milliseconds=150),
+                      finished_at=start + timedelta(seconds=1))
+
+
+def client(url, token, tmp_path, **kwargs):
+    return SluiceClient(url, token=token, spool_path=str(tmp_path / "usage.jsonl"),
+                        flush_interval=3600, **kwargs)
+
+
+def test_authorize_allows_refuses_and_retries_idempotently(service, tmp_path):
+    url, token, t = service
+    sluice = client(url, token, tmp_path)
+    grant = sluice.authorize(request_id="c1", api_key=t.plaintext, model=t.pool.model,
+                             input_tokens=10, max_output_tokens=100)
+    assert grant.allowed and grant.org == t.org.pk and grant.reserved_tokens == 110
+    assert grant.headers["x-ratelimit-remaining-requests"] == "1"
+    again = sluice.authorize(request_id="c1", api_key=t.plaintext, model=t.pool.model,
+                             input_tokens=10, max_output_tokens=100)
+    assert again.reservation_id == grant.reservation_id
+    sluice.authorize(request_id="c2", api_key=t.plaintext, model=t.pool.model,
+                     input_tokens=10, max_output_tokens=100)
+    refused = sluice.authorize(request_id="c3", api_key=t.plaintext, model=t.pool.model,
+                               input_tokens=10, max_output_tokens=100)
+    assert (refused.allowed, refused.status_code, refused.error_code) == (
+        False, 429, "concurrency_exceeded")
+    sluice.close()
+
+
+def test_usage_is_batched_and_settles(service, tmp_path):
+    url, token, t = service
+    sluice = client(url, token, tmp_path)
+    for i in range(2):
+        grant = sluice.authorize(request_id=f"u{i}", api_key=t.plaintext, model=t.pool.model,
+                                 input_tokens=10, max_output_tokens=1000)
+        sluice.report_usage(usage(f"u{i}", grant.reservation_id))
+    sluice.report_usage(usage("u0", None))  # a retry: acknowledged, not counted
+    sluice.flush()
+    assert StoredEvent.objects.count() == 2
+    assert UsageHourly.objects.get().output_tokens == 1200
+    assert len(sluice.spool) == 0
+    sluice.close()
+
+
+def test_an_outage_loses_no_usage(service, tmp_path):
+    url, token, t = service
+    online = client(url, token, tmp_path)
+    grants = [online.authorize(request_id=f"o{i}", api_key=t.plaintext, model=t.pool.model,
+                               input_tokens=10, max_output_tokens=1000) for i in range(2)]
+    online.close()
+    offline = client(_dead_url(), token, tmp_path, retries=1)
+    with pytest.raises(SluiceUnavailable):
+        offline.authorize(request_id="x", api_key=t.plaintext, model=t.pool.model,
+                          input_tokens=1, max_output_tokens=1)
+    for i, grant in enumerate(grants):
+        offline.report_usage(usage(f"o{i}", grant.reservation_id))
+    offline.close()  # could not deliver: both events are on disk
+    assert len(offline.spool) == 2 and StoredEvent.objects.count() == 0
+    # Sluice is back; a new gateway process with the same spool replays it.
+    back = client(url, token, tmp_path)
+    back.flush()
+    assert sorted(StoredEvent.objects.values_list("request_id", flat=True)) == ["o0", "o1"]
+    assert len(back.spool) == 0
+    back.close()
+
+
+def test_events_sluice_rejects_for_good_go_to_the_dead_file(service, tmp_path):
+    url, token, t = service
+    sluice = client(url, token, tmp_path)
+    sluice.report_usage(usage("never-authorized"))
+    sluice.flush()
+    assert len(sluice.spool) == 0
+    assert "never-authorized" in sluice.spool.dead.read_text()
+    sluice.close()
