@@ -24,7 +24,7 @@ def _free_port() -> int:
 
 @dataclass
 class StripeServer:
-    """The local Stripe (tests/billing/stripe_server.py) as a subprocess on 127.0.0.1."""
+    """The local Stripe (devstripe/server.py) as a subprocess on 127.0.0.1."""
 
     data_dir: Path
     port: int = field(default_factory=_free_port)
@@ -36,7 +36,7 @@ class StripeServer:
 
     def start(self) -> None:
         self.process = subprocess.Popen(  # noqa: S603 - our own module
-            [sys.executable, "-m", "tests.billing.stripe_server", "--port", str(self.port),
+            [sys.executable, "-m", "devstripe.server", "--port", str(self.port),
              "--data-dir", str(self.data_dir)], cwd=ROOT,
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         for _ in range(200):

@@ -2,20 +2,18 @@
 action that calls the revoke service."""
 
 import pytest
-from django.test import Client
 
 from orgs.models import AuditEvent
 from quotas.models import GatewayToken
 from sluice.secrets import secret_matches
+from tests.totp import console_client
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
 def admin_client(operator):
-    client = Client()
-    client.force_login(operator)
-    return client
+    return console_client(operator)
 
 
 def test_admin_creates_a_token_and_shows_the_secret_once(admin_client):
