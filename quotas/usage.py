@@ -14,7 +14,7 @@ that arrives after expiry, or that was admitted while failing open, is still cou
 import logging
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 
 import psycopg
 from django.db import connection, transaction
@@ -23,9 +23,14 @@ from orgs.services.api_keys import LAST_USED_RESOLUTION, api_key_touch
 from quotas.gateway.inputs import UsageInput
 from quotas.gateway.reservations import ReservationRef, reservation_id_parse
 from quotas.gateway.routing import PoolRoute, pool_route_by_id, pool_routes_all
-from quotas.limiter.clock import clock
+from quotas.limiter.clock import clock, month_stamp
 from quotas.limiter.connection import LimiterUnavailable
-from quotas.limiter.engine import Settlement, limiter_reservations_lookup, limiter_settle
+from quotas.limiter.engine import (
+    Settlement,
+    limiter_reservations_lookup,
+    limiter_settle,
+    spend_add,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -209,6 +214,50 @@ def _settle(rows: list[_Row]) -> None:
                            len(settlements), pool_id)
 
 
+def _hour_cells(rows: list[_Row]) -> dict[int, dict[tuple[int, datetime], list[int]]]:
+    """org -> (pool, UTC hour) -> [input, output, premium input, premium output]: the same
+    cells as the hourly rollups, so the live counter and the invoice price the same tokens."""
+    cells: dict = defaultdict(lambda: defaultdict(lambda: [0, 0, 0, 0]))
+    for r in rows:
+        hour = r.event.started_at.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+        cell = cells[r.ref.org_id][(r.ref.pool_id, hour)]
+        cell[0] += r.event.input_tokens
+        cell[1] += r.event.output_tokens
+        if r.premium_eligible:
+            cell[2] += r.event.input_tokens
+            cell[3] += r.event.output_tokens
+    return cells
+
+
+def _spend_record(rows: list[_Row]) -> None:
+    """Price newly recorded usage with billing's rating and add it to each capped org's month
+    counter, so authorize refuses (`spend_cap_reached`) as usage settles, not after a batch
+    job. Uncapped orgs are skipped: authorize never reads their counter, and setting a cap
+    republishes the org, which raises the counter to the rated month-to-date."""
+    from billing.rating import UsageRow  # billing depends on quotas, not the other way
+    from billing.selectors import billing_spend_cap_micros, usage_batch_cost_micros
+
+    for org_id, cells in _hour_cells(rows).items():
+        if not billing_spend_cap_micros(org=org_id):
+            continue
+        by_month: dict[str, list[UsageRow]] = defaultdict(list)
+        for (pool_id, hour), (i, o, pi, po) in cells.items():
+            by_month[month_stamp(hour)].append(UsageRow(pool_id, hour, i, o, pi, po))
+        for month, usage in by_month.items():
+            micros = usage_batch_cost_micros(org_id=org_id, usage=usage)
+            try:
+                spend_add(org_id=org_id, month=month, micros=micros)
+            except LimiterUnavailable:
+                # The periodic limiter sync raises the counter to the rated figure again.
+                logger.warning("usage: could not add %d micro-dollars to org %s's month",
+                               micros, org_id)
+
+
+def _after_commit(rows: list[_Row]) -> None:
+    _settle(rows)
+    _spend_record(rows)
+
+
 # key id -> when this process last touched it: saves a query per call for busy keys.
 _touched: dict[int, datetime] = {}
 
@@ -235,7 +284,7 @@ def _store(rows: list[_Row]) -> set[str]:
             if r.event.request_id in inserted and r.ref.api_key_id is not None}
     _keys_touch(keys, now)
     fresh = [r for r in rows if r.event.request_id in inserted]
-    transaction.on_commit(lambda: _settle(fresh))
+    transaction.on_commit(lambda: _after_commit(fresh))
     return inserted
 
 

@@ -10,6 +10,7 @@ import hashlib
 from dataclasses import dataclass
 from datetime import datetime
 
+import redis
 from django.conf import settings
 
 from quotas.limiter.clock import (
@@ -19,7 +20,7 @@ from quotas.limiter.clock import (
     month_stamp,
     ms_until_next_utc_day,
 )
-from quotas.limiter.connection import limiter_client, pool_tag, script_run
+from quotas.limiter.connection import LimiterUnavailable, limiter_client, pool_tag, script_run
 from quotas.limiter.sync import limiter_sync_pool
 from quotas.models import Allocation
 
@@ -144,18 +145,22 @@ def _org_pool_ids(org_id: int) -> list[int]:
 
 def spend_add(*, org_id: int, month: str, micros: int) -> None:
     """Add spend (micro-dollars) to the org's month counter in every pool slot it holds an
-    allocation in: authorize reads the counter of the pool it runs in."""
+    allocation in: authorize reads the counter of the pool it runs in. Raises
+    LimiterUnavailable when Redis cannot be reached."""
     pipe = limiter_client(bulk=True).pipeline(transaction=False)
     for pool_id in _org_pool_ids(org_id):
         counter = f"{pool_tag(pool_id)}:spend:{org_id}:{month}"
         pipe.incrby(counter, micros)
         pipe.expire(counter, 40 * 86400)
-    pipe.execute()
+    try:
+        pipe.execute()
+    except redis.RedisError as exc:
+        raise LimiterUnavailable(str(exc)) from exc
 
 
 def spend_cap_set(*, org_id: int, micros: int) -> None:
     """Write a cap straight to Redis (0 = none). The org sync writes the same field from
-    `limits_spend_cap_micros`, so billing normally sets caps through that."""
+    billing's cap (`billing_spend_cap_micros`), so billing normally sets caps through that."""
     pipe = limiter_client(bulk=True).pipeline(transaction=False)
     for pool_id in _org_pool_ids(org_id):
         pipe.hset(f"{pool_tag(pool_id)}:org:{org_id}", "scap", micros)

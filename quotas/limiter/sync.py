@@ -19,7 +19,7 @@ from django.db import transaction
 from django.db.models import F, Q, Sum
 
 from orgs.models import ApiKey, Organization
-from quotas.limiter.clock import clock, day_stamp, epoch_ms
+from quotas.limiter.clock import clock, day_stamp, epoch_ms, month_stamp
 from quotas.limiter.connection import LimiterUnavailable, limiter_client, pool_tag, script_run
 from quotas.models import Allocation, CapacityPool, UsageHourly
 from quotas.selectors import allocations_in_force
@@ -31,10 +31,17 @@ logger = logging.getLogger(__name__)
 BUCKET_SECONDS = 10
 
 
-def limits_spend_cap_micros(org: Organization) -> int:
-    """The org's monthly spend cap in micro-dollars, 0 for none. Billing (issue 5) owns caps;
-    until it is merged no org has one."""
-    return 0
+def _spend_by_org(orgs: dict[int, Organization], now: datetime) -> dict[int, tuple[int, int]]:
+    """org id -> (monthly spend cap, month-to-date spend), in micro-dollars, from billing.
+    Only capped orgs are rated: without a cap, authorize never reads the counter."""
+    from billing.selectors import billing_spend_cap_micros  # billing depends on quotas
+    from billing.services.caps import month_to_date_micros
+
+    result = {}
+    for org_id, org in orgs.items():
+        cap = billing_spend_cap_micros(org=org)
+        result[org_id] = (cap, month_to_date_micros(org=org, now=now) if cap else 0)
+    return result
 
 
 @dataclass(frozen=True)
@@ -88,15 +95,15 @@ def _memberships(*, org_ids=None, pool_ids=None, now: datetime) -> list[_OrgInPo
 
 
 def _publish_args(m: _OrgInPool, *, headroom: int, keys: list, day_used: int,
-                  now: datetime) -> list:
+                  spend: tuple[int, int], now: datetime) -> list:
     a = m.allocation
     g, b = (a.guaranteed_tps, a.burst_tps - a.guaranteed_tps) if a else (0, 0)
     args = [
         m.org.pk, m.org.status, m.org.suspension_reason, "1" if a else "0",
         g, g * BUCKET_SECONDS, b, b * BUCKET_SECONDS,
         a.daily_tokens if a else 0, a.max_concurrency if a else 0,
-        limits_spend_cap_micros(m.org), headroom, headroom * BUCKET_SECONDS,
-        day_stamp(now), day_used,
+        spend[0], headroom, headroom * BUCKET_SECONDS,
+        day_stamp(now), day_used, month_stamp(now), spend[1],
     ]
     for digest, entry in keys:
         args += [digest, entry]
@@ -111,9 +118,11 @@ def _publish(*, org_ids=None, pool_ids=None) -> int:
     headroom = _headroom_by_pool(pools, now)
     keys = _keys_by_org(orgs, now)
     used = _day_used(orgs, pools, now)
+    spend = _spend_by_org({m.org.pk: m.org for m in members}, now)
     for m in members:
         args = _publish_args(m, headroom=headroom[m.pool.pk], keys=keys.get(m.org.pk, []),
-                             day_used=used.get((m.org.pk, m.pool.pk), 0), now=now)
+                             day_used=used.get((m.org.pk, m.pool.pk), 0),
+                             spend=spend[m.org.pk], now=now)
         script_run("org_publish", keys=[f"{pool_tag(m.pool.pk)}:keys"], args=args,
                    bulk=True)
     return len(members)
