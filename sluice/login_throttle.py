@@ -20,6 +20,14 @@ WINDOW_SECONDS = 15 * 60
 
 _client: redis.Redis | None = None
 
+# INCR, and start the window on the first failure only. A script rather than EXPIRE's NX flag,
+# which needs Redis 7 (the embedded development Redis is 6.2).
+_COUNT_FAILURE = """
+local failures = redis.call('INCR', KEYS[1])
+if failures == 1 then redis.call('EXPIRE', KEYS[1], ARGV[1]) end
+return failures
+"""
+
 
 def _redis() -> redis.Redis:
     global _client
@@ -60,10 +68,7 @@ def login_failure_record(*, username: str, ip: str) -> int:
     """Counts one failure; the window starts at the first failure and is not extended."""
     key = _key(username=username, ip=ip)
     try:
-        pipe = _redis().pipeline()
-        pipe.incr(key)
-        pipe.expire(key, WINDOW_SECONDS, nx=True)
-        failures, _ = pipe.execute()
+        failures = _redis().register_script(_COUNT_FAILURE)(keys=[key], args=[WINDOW_SECONDS])
     except redis.RedisError:
         logger.warning("login throttle unavailable; failure not counted", exc_info=True)
         return 0
