@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from portal.views import accounts, org
+from portal.views import accounts, application, org
 
 app_name = "portal"
 
@@ -23,7 +23,7 @@ urlpatterns = [
     path("switch/", accounts.org_switch, name="switch"),
     path("orgs/new/", accounts.org_new, name="org_new"),
     path("o/<slug:slug>/", org.status, name="status"),
-    path("o/<slug:slug>/reapply/", org.reapply, name="reapply"),
+    path("o/<slug:slug>/application/", application.application, name="application"),
     path("o/<slug:slug>/members/", org.members, name="members"),
     path("o/<slug:slug>/members/invite/", org.member_invite, name="member_invite"),
     path("o/<slug:slug>/members/<int:membership_id>/role/", org.member_role, name="member_role"),
