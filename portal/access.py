@@ -25,6 +25,7 @@ PORTAL_NAV = [
     NavItem("members", "Members", roles=MEMBER_MANAGERS),
     NavItem("keys", "API keys"),
     NavItem("quotas", "Quotas"),
+    NavItem("usage", "Usage"),
 ]
 
 

@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from portal.views import accounts, application, org
+from portal.views import accounts, application, org, usage
 
 app_name = "portal"
 
@@ -35,4 +35,7 @@ urlpatterns = [
     path("o/<slug:slug>/keys/new/", org.key_create, name="key_create"),
     path("o/<slug:slug>/keys/<int:key_id>/revoke/", org.key_revoke, name="key_revoke"),
     path("o/<slug:slug>/quotas/", org.quotas, name="quotas"),
+    path("o/<slug:slug>/usage/", usage.usage, name="usage"),
+    path("o/<slug:slug>/usage/live/", usage.usage_live, name="usage_live"),
+    path("o/<slug:slug>/usage/export.csv", usage.usage_export, name="usage_export"),
 ]

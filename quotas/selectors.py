@@ -1,7 +1,7 @@
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from django.db.models import Count, DateTimeField, F, Func, Q, QuerySet, Sum, Value
+from django.db.models import Avg, Count, DateTimeField, F, Func, Q, QuerySet, Sum, Value
 from django.utils import timezone
 
 from quotas.models import (
@@ -162,15 +162,24 @@ def usage_by_key(*, org, since: datetime) -> list[KeyUsage]:
 
 
 def usage_tokens_by_pool(*, org, since: datetime) -> dict[int, int]:
-    """Tokens used per pool since `since`: finished hours from the rollup plus the current,
-    still-open hour from the raw events (the rollup of that hour may lag ingestion)."""
-    hour = since.replace(minute=0, second=0, microsecond=0)
-    current_hour = timezone.now().replace(minute=0, second=0, microsecond=0)
-    totals: dict[int, int] = {}
-    hourly = (UsageHourly.objects.filter(org=org, hour__gte=hour, hour__lt=current_hour)
-              .values("pool_id").order_by().annotate(t=Sum(F("input_tokens") + F("output_tokens"))))
-    live = (UsageEvent.objects.filter(org=org, finished_at__gte=max(since, current_hour))
-            .values("pool_id").order_by().annotate(t=Sum(F("input_tokens") + F("output_tokens"))))
-    for row in [*hourly, *live]:
-        totals[row["pool_id"]] = totals.get(row["pool_id"], 0) + (row["t"] or 0)
-    return totals
+    """Tokens used per pool in the hours from `since` (the hourly rollup is written in the same
+    transaction as each usage batch, so it includes the current hour)."""
+    rows = (UsageHourly.objects.filter(org=org, hour__gte=since).values("pool_id").order_by()
+            .annotate(t=Sum(F("input_tokens") + F("output_tokens"))))
+    return {row["pool_id"]: row["t"] or 0 for row in rows}
+
+
+@dataclass(frozen=True)
+class DeliveredSpeed:
+    requests: int
+    avg_ttft_ms: int | None
+    avg_output_tps: float | None
+
+
+def usage_speed(*, org, since: datetime) -> DeliveredSpeed:
+    """Mean time to first token and mean decode speed of the org's requests since `since`."""
+    row = UsageEvent.objects.filter(org=org, finished_at__gte=since).aggregate(
+        n=Count("id"), ttft=Avg("ttft_ms"), tps=Avg("output_tps"))
+    return DeliveredSpeed(requests=row["n"],
+                          avg_ttft_ms=round(row["ttft"]) if row["ttft"] is not None else None,
+                          avg_output_tps=round(row["tps"], 1) if row["tps"] is not None else None)
