@@ -76,8 +76,9 @@ def bar_chart(rows, label):
             "width": BAR_X + BAR_MAX + 50}
 
 
-# Line charts: a plot area of LINE_W x LINE_H units right of a LINE_X gutter for the y labels.
-LINE_X, LINE_W, LINE_H = 60, 540, 150
+# Line charts: a plot area of LINE_W x LINE_H units right of a LINE_X gutter for the y labels;
+# about 1000 units wide, so the 12-unit text stays near 12px on a desktop-wide card.
+LINE_X, LINE_W, LINE_H = 90, 880, 200
 
 
 def _polyline(values: list[float], top: float) -> str:
