@@ -76,6 +76,7 @@ def pool_capacity_summaries() -> list[PoolCapacitySummary]:
 
 # date_bin needs an origin; buckets are aligned to the Unix epoch (so to whole UTC minutes/hours).
 _BIN_ORIGIN = "1970-01-01T00:00:00Z"
+HOUR = timedelta(hours=1)
 
 
 @dataclass(frozen=True)
@@ -107,12 +108,13 @@ def _filled(rows, *, since: datetime, until: datetime, step: timedelta) -> list[
 def usage_tps_series(*, org, since: datetime, bucket_seconds: int = 60,
                      until: datetime | None = None) -> list[UsagePoint]:
     """Tokens (input + output, what the limiter meters), requests and errors per bucket of
-    `bucket_seconds`, from the raw events: bucketed by PostgreSQL's date_bin in one query."""
+    `bucket_seconds`, from the raw events: bucketed by PostgreSQL's date_bin in one query, by
+    start time like the hourly rollup, which keeps it on the (org, started_at) index."""
     until = until or timezone.now()
-    bucket = Func(Value(timedelta(seconds=bucket_seconds)), F("finished_at"),
+    bucket = Func(Value(timedelta(seconds=bucket_seconds)), F("started_at"),
                   Value(datetime.fromisoformat(_BIN_ORIGIN)), function="date_bin",
                   output_field=DateTimeField())
-    rows = (UsageEvent.objects.filter(org=org, finished_at__gte=since, finished_at__lte=until)
+    rows = (UsageEvent.objects.filter(org=org, started_at__gte=since, started_at__lte=until)
             .annotate(bucket=bucket).values("bucket").order_by()
             .annotate(tokens=Sum(F("input_tokens") + F("output_tokens")), requests=Count("id"),
                       errors=Count("id", filter=Q(status=UsageStatus.FAILED))))
@@ -123,12 +125,12 @@ def usage_hourly_series(*, org, since: datetime, until: datetime | None = None
                         ) -> list[UsagePoint]:
     """The same per hour, from the hourly rollup (cheap over a day or more)."""
     until = until or timezone.now()
-    rows = (UsageHourly.objects.filter(org=org, hour__gte=since - timedelta(hours=1),
+    rows = (UsageHourly.objects.filter(org=org, hour__gte=_bins(since, until, HOUR)[0],
                                        hour__lte=until)
             .values(bucket=F("hour")).order_by()
             .annotate(tokens=Sum(F("input_tokens") + F("output_tokens")),
                       requests=Sum("requests"), errors=Sum("errors")))
-    return _filled(rows, since=since, until=until, step=timedelta(hours=1))
+    return _filled(rows, since=since, until=until, step=HOUR)
 
 
 @dataclass(frozen=True)
@@ -178,7 +180,7 @@ class DeliveredSpeed:
 
 def usage_speed(*, org, since: datetime) -> DeliveredSpeed:
     """Mean time to first token and mean decode speed of the org's requests since `since`."""
-    row = UsageEvent.objects.filter(org=org, finished_at__gte=since).aggregate(
+    row = UsageEvent.objects.filter(org=org, started_at__gte=since).aggregate(
         n=Count("id"), ttft=Avg("ttft_ms"), tps=Avg("output_tps"))
     return DeliveredSpeed(requests=row["n"],
                           avg_ttft_ms=round(row["ttft"]) if row["ttft"] is not None else None,
