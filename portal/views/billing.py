@@ -2,6 +2,8 @@
 Month to date is rated by the same selector as the monthly invoice; invoices render with
 billing's own HTML and PDF renderers."""
 
+from decimal import Decimal
+
 from django.conf import settings
 from django.contrib import messages
 from django.http import Http404, HttpResponse
@@ -30,7 +32,7 @@ billing_page = org_page(page="billing", roles=BILLING_READERS, hidden=True)
 def billing(request, membership):
     account = selectors.billing_account_or_default(org=membership.org)
     form = SpendCapForm(initial={
-        "spend_cap_dollars": account.spend_cap_micros / MICROS_PER_DOLLAR,
+        "spend_cap_dollars": Decimal(account.spend_cap_micros) / MICROS_PER_DOLLAR,
         "alert_thresholds": ", ".join(str(t) for t in account.alert_thresholds)})
     return _page(request, membership, form=form)
 
