@@ -6,9 +6,10 @@ from functools import wraps
 
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
+from django.http import Http404
 from django.urls import reverse
 
-from orgs.models import KEY_MANAGERS, MEMBER_MANAGERS, Membership
+from orgs.models import BILLING_READERS, KEY_MANAGERS, MEMBER_MANAGERS, Membership
 from portal.selectors import membership_get, memberships_for_user
 
 
@@ -25,6 +26,9 @@ PORTAL_NAV = [
     NavItem("members", "Members", roles=MEMBER_MANAGERS),
     NavItem("keys", "API keys"),
     NavItem("quotas", "Quotas"),
+    NavItem("usage", "Usage"),
+    NavItem("quota_requests", "Ask for more"),
+    NavItem("billing", "Billing", roles=BILLING_READERS),
 ]
 
 
@@ -56,9 +60,10 @@ class OrgContext:
         return self.membership.role in KEY_MANAGERS
 
 
-def org_page(*, page: str, roles: frozenset | None = None):
+def org_page(*, page: str, roles: frozenset | None = None, hidden: bool = False):
     """Decorates `view(request, membership, ...)` reached at /portal/o/<slug>/...: the user must
-    be a member (else 404) holding one of `roles` (else 403)."""
+    be a member (else 404) holding one of `roles` (else 403, or 404 when `hidden`: billing
+    pages do not admit they exist, like the billing API)."""
 
     def decorator(view):
         @login_required
@@ -66,6 +71,8 @@ def org_page(*, page: str, roles: frozenset | None = None):
         def wrapper(request, slug: str, *args, **kwargs):
             membership = membership_get(user=request.user, slug=slug)
             if roles is not None and membership.role not in roles:
+                if hidden:
+                    raise Http404("No such page.")
                 raise PermissionDenied("Your role in this organization does not allow this.")
             request.portal = OrgContext(request=request, membership=membership, current=page)
             # Remembered so /portal/ reopens the org the user worked in last (written only on

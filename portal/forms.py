@@ -1,8 +1,11 @@
 from django import forms
 from django.contrib.auth import get_user_model, password_validation
 
-from orgs.models import Role
+from orgs.models import Application, Role
+from orgs.services.applications import APPLICANT_FIELDS
+from quotas.models import CapacityPool
 from sluice.auth_forms import ThrottledAuthenticationForm
+from sluice.errors import DomainError
 
 
 class AccountForm(forms.Form):
@@ -51,3 +54,88 @@ class RoleForm(forms.Form):
 class ApiKeyCreateForm(forms.Form):
     name = forms.CharField(label="Key name", max_length=100,
                            help_text="Where the key is used, e.g. “production voice agent”.")
+
+
+class ApplicationForm(forms.ModelForm):
+    """The applicant's answers. Field rules come from the model (bounds as the REST API's);
+    the service validates again and its field errors are put back on this form."""
+
+    website = forms.URLField(label="Website", max_length=300, assume_scheme="https")
+    expected_peak_tps = forms.IntegerField(label="Expected peak tokens/s", min_value=1,
+                                           max_value=10_000_000)
+    expected_daily_tokens = forms.IntegerField(label="Expected daily tokens", min_value=1,
+                                               max_value=10**15)
+
+    class Meta:
+        model = Application
+        fields = list(APPLICANT_FIELDS)
+        widgets = {"use_case_description": forms.Textarea(attrs={"rows": 4}),
+                   "country": forms.TextInput(attrs={"maxlength": 2, "placeholder": "DE"})}
+
+    def add_service_errors(self, error: DomainError) -> None:
+        fields = (error.details or {}).get("fields") or {}
+        for name, problems in fields.items():
+            for problem in problems:
+                self.add_error(name if name in self.fields else None, problem)
+        if not fields:
+            self.add_error(None, error.message)
+
+
+class ApplicationUpdateForm(ApplicationForm):
+    response = forms.CharField(label="Your answer to the reviewer", required=False,
+                               widget=forms.Textarea(attrs={"rows": 3}))
+
+
+class QuotaRequestForm(forms.Form):
+    pool = forms.ModelChoiceField(label="Pool", queryset=CapacityPool.objects.order_by("model"))
+    guaranteed_tps = forms.IntegerField(label="Guaranteed tokens/s", min_value=1)
+    burst_tps = forms.IntegerField(label="Burst tokens/s", min_value=1)
+    daily_tokens = forms.IntegerField(label="Daily tokens", min_value=1)
+    max_concurrency = forms.IntegerField(label="Concurrent requests", min_value=1,
+                                         max_value=100_000)
+    reason = forms.CharField(label="Why you need it", max_length=4000,
+                             widget=forms.Textarea(attrs={"rows": 3}))
+
+    def clean(self):
+        cleaned = super().clean()
+        if (cleaned.get("burst_tps") or 0) < (cleaned.get("guaranteed_tps") or 0):
+            self.add_error("burst_tps", "Must be at least the guaranteed tokens/s.")
+        return cleaned
+
+
+# A year of hourly rows per key is the most one export covers; more is asked in pieces.
+USAGE_EXPORT_MAX_DAYS = 366
+
+
+class UsageExportForm(forms.Form):
+    start = forms.DateField(label="From (UTC)", widget=forms.DateInput(attrs={"type": "date"}))
+    end = forms.DateField(label="To (UTC, inclusive)",
+                          widget=forms.DateInput(attrs={"type": "date"}))
+
+    def clean(self):
+        cleaned = super().clean()
+        start, end = cleaned.get("start"), cleaned.get("end")
+        if start and end:
+            if end < start:
+                self.add_error("end", "The end date is before the start date.")
+            elif (end - start).days >= USAGE_EXPORT_MAX_DAYS:
+                self.add_error("end", f"Export at most {USAGE_EXPORT_MAX_DAYS} days at once.")
+        return cleaned
+
+
+class SpendCapForm(forms.Form):
+    spend_cap_dollars = forms.DecimalField(label="Monthly spend cap (USD, 0 = none)",
+                                           min_value=0, max_digits=12, decimal_places=2)
+    alert_thresholds = forms.CharField(
+        label="Alert at (% of the cap)", max_length=100,
+        help_text="Comma-separated percentages, e.g. 50, 80, 100.")
+
+    def clean_alert_thresholds(self) -> list[int]:
+        try:
+            values = [int(part) for part in self.cleaned_data["alert_thresholds"].split(",")
+                      if part.strip()]
+        except ValueError:
+            raise forms.ValidationError("Use whole numbers separated by commas.") from None
+        if not values or any(v < 1 or v > 100 for v in values):
+            raise forms.ValidationError("Each threshold is a percentage between 1 and 100.")
+        return values

@@ -3,9 +3,9 @@
 from django.db.models import QuerySet
 from django.http import Http404
 
-from orgs.models import ApiKey, Invitation, Membership
+from orgs.models import ApiKey, Application, Invitation, Membership
 from portal.models import VerifiedEmail
-from quotas.models import Allocation
+from quotas.models import Allocation, QuotaRequest
 from quotas.selectors import allocations_in_force
 
 
@@ -62,3 +62,21 @@ def org_allocations(*, org) -> QuerySet[Allocation]:
 
 def user_email_verified(*, user) -> bool:
     return VerifiedEmail.objects.filter(user=user, email=user.email).exists()
+
+
+def org_latest_application(*, org) -> Application | None:
+    """The org's newest application with its checklist (the items and whether they are done;
+    the status page never shows the operators' notes)."""
+    return (Application.objects.filter(org=org).order_by("-submitted_at", "-id")
+            .prefetch_related("checks").first())
+
+
+def org_quota_requests(*, org) -> QuerySet[QuotaRequest]:
+    return QuotaRequest.objects.filter(org=org).select_related("pool")
+
+
+def org_quota_request_get(*, org, request_id: int) -> QuotaRequest:
+    quota_request = QuotaRequest.objects.filter(org=org, pk=request_id).first()
+    if quota_request is None:
+        raise Http404("No such quota request.")
+    return quota_request

@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from portal.views import accounts, org
+from portal.views import accounts, application, billing, org, quota_requests, usage
 
 app_name = "portal"
 
@@ -23,7 +23,7 @@ urlpatterns = [
     path("switch/", accounts.org_switch, name="switch"),
     path("orgs/new/", accounts.org_new, name="org_new"),
     path("o/<slug:slug>/", org.status, name="status"),
-    path("o/<slug:slug>/reapply/", org.reapply, name="reapply"),
+    path("o/<slug:slug>/application/", application.application, name="application"),
     path("o/<slug:slug>/members/", org.members, name="members"),
     path("o/<slug:slug>/members/invite/", org.member_invite, name="member_invite"),
     path("o/<slug:slug>/members/<int:membership_id>/role/", org.member_role, name="member_role"),
@@ -35,4 +35,20 @@ urlpatterns = [
     path("o/<slug:slug>/keys/new/", org.key_create, name="key_create"),
     path("o/<slug:slug>/keys/<int:key_id>/revoke/", org.key_revoke, name="key_revoke"),
     path("o/<slug:slug>/quotas/", org.quotas, name="quotas"),
+    path("o/<slug:slug>/usage/", usage.usage, name="usage"),
+    path("o/<slug:slug>/usage/live/", usage.usage_live, name="usage_live"),
+    path("o/<slug:slug>/usage/export.csv", usage.usage_export, name="usage_export"),
+    path("o/<slug:slug>/quota-requests/", quota_requests.quota_requests, name="quota_requests"),
+    path("o/<slug:slug>/quota-requests/new/", quota_requests.quota_request_new,
+         name="quota_request_new"),
+    path("o/<slug:slug>/quota-requests/<int:request_id>/cancel/",
+         quota_requests.quota_request_cancel_view, name="quota_request_cancel"),
+    path("o/<slug:slug>/billing/", billing.billing, name="billing"),
+    path("o/<slug:slug>/billing/spend-cap/", billing.spend_cap, name="billing_spend_cap"),
+    path("o/<slug:slug>/billing/payment-method/", billing.payment_method,
+         name="billing_payment_method"),
+    path("o/<slug:slug>/billing/invoices/<int:invoice_id>/", billing.invoice_view,
+         name="billing_invoice"),
+    path("o/<slug:slug>/billing/invoices/<int:invoice_id>/pdf/", billing.invoice_pdf_view,
+         name="billing_invoice_pdf"),
 ]

@@ -1,9 +1,17 @@
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 
-from django.db.models import Count, Q, QuerySet, Sum
+from django.db.models import Avg, Count, DateTimeField, F, Func, Q, QuerySet, Sum, Value
 from django.utils import timezone
 
-from quotas.models import Allocation, AllocationStatus, CapacityPool
+from quotas.models import (
+    Allocation,
+    AllocationStatus,
+    CapacityPool,
+    UsageEvent,
+    UsageHourly,
+    UsageStatus,
+)
 
 
 def allocations_in_force(*, now=None) -> QuerySet[Allocation]:
@@ -62,3 +70,118 @@ def pool_capacity_summaries() -> list[PoolCapacitySummary]:
         orgs=Count("allocations__org", filter=in_force, distinct=True),
     )
     return [_summary(p, p.guaranteed or 0, p.orgs) for p in pools]
+
+
+# --- An org's usage, read for its charts --------------------------------------------------------
+
+# date_bin needs an origin; buckets are aligned to the Unix epoch (so to whole UTC minutes/hours).
+_BIN_ORIGIN = "1970-01-01T00:00:00Z"
+HOUR = timedelta(hours=1)
+
+
+@dataclass(frozen=True)
+class UsagePoint:
+    at: datetime
+    tokens: int
+    requests: int
+    errors: int
+
+    def tps(self, bucket_seconds: int) -> float:
+        return self.tokens / bucket_seconds
+
+
+def _bins(since: datetime, until: datetime, step: timedelta) -> list[datetime]:
+    start = datetime.fromtimestamp(since.timestamp() // step.total_seconds()
+                                   * step.total_seconds(), tz=UTC)
+    return [start + i * step for i in range(int((until - start) / step) + 1)]
+
+
+def _filled(rows, *, since: datetime, until: datetime, step: timedelta) -> list[UsagePoint]:
+    """Every bucket of the window, empty ones as zero, so a quiet minute reads as a dip."""
+    by_bucket = {row["bucket"]: row for row in rows}
+    return [UsagePoint(at=b, tokens=by_bucket.get(b, {}).get("tokens") or 0,
+                       requests=by_bucket.get(b, {}).get("requests") or 0,
+                       errors=by_bucket.get(b, {}).get("errors") or 0)
+            for b in _bins(since, until, step)]
+
+
+def usage_tps_series(*, org, since: datetime, bucket_seconds: int = 60,
+                     until: datetime | None = None) -> list[UsagePoint]:
+    """Tokens (input + output, what the limiter meters), requests and errors per bucket of
+    `bucket_seconds`, from the raw events: bucketed by PostgreSQL's date_bin in one query, by
+    start time like the hourly rollup, which keeps it on the (org, started_at) index."""
+    until = until or timezone.now()
+    bucket = Func(Value(timedelta(seconds=bucket_seconds)), F("started_at"),
+                  Value(datetime.fromisoformat(_BIN_ORIGIN)), function="date_bin",
+                  output_field=DateTimeField())
+    rows = (UsageEvent.objects.filter(org=org, started_at__gte=since, started_at__lte=until)
+            .annotate(bucket=bucket).values("bucket").order_by()
+            .annotate(tokens=Sum(F("input_tokens") + F("output_tokens")), requests=Count("id"),
+                      errors=Count("id", filter=Q(status=UsageStatus.FAILED))))
+    return _filled(rows, since=since, until=until, step=timedelta(seconds=bucket_seconds))
+
+
+def usage_hourly_series(*, org, since: datetime, until: datetime | None = None
+                        ) -> list[UsagePoint]:
+    """The same per hour, from the hourly rollup (cheap over a day or more)."""
+    until = until or timezone.now()
+    rows = (UsageHourly.objects.filter(org=org, hour__gte=_bins(since, until, HOUR)[0],
+                                       hour__lte=until)
+            .values(bucket=F("hour")).order_by()
+            .annotate(tokens=Sum(F("input_tokens") + F("output_tokens")),
+                      requests=Sum("requests"), errors=Sum("errors")))
+    return _filled(rows, since=since, until=until, step=HOUR)
+
+
+@dataclass(frozen=True)
+class KeyUsage:
+    api_key_id: int | None
+    name: str
+    prefix: str
+    requests: int
+    errors: int
+    input_tokens: int
+    output_tokens: int
+    avg_ttft_ms: int | None
+    output_tps: float | None
+
+
+def usage_by_key(*, org, since: datetime) -> list[KeyUsage]:
+    """Per API key since `since` (whole hours, from the rollup), busiest first, with the speed
+    delivered: mean time to first token and output tokens/s while decoding."""
+    rows = (UsageHourly.objects.filter(org=org, hour__gte=since)
+            .values("api_key_id", "api_key__name", "api_key__lookup").order_by()
+            .annotate(requests=Sum("requests"), errors=Sum("errors"), i=Sum("input_tokens"),
+                      o=Sum("output_tokens"), ttft=Sum("ttft_ms_total"), n=Sum("ttft_count"),
+                      decode=Sum("decode_ms_total")))
+    usage = [KeyUsage(api_key_id=r["api_key_id"], name=r["api_key__name"] or "(no key)",
+                      prefix=r["api_key__lookup"] or "", requests=r["requests"],
+                      errors=r["errors"], input_tokens=r["i"], output_tokens=r["o"],
+                      avg_ttft_ms=round(r["ttft"] / r["n"]) if r["n"] else None,
+                      output_tps=round(r["o"] * 1000 / r["decode"], 1) if r["decode"] else None)
+             for r in rows]
+    return sorted(usage, key=lambda k: -(k.input_tokens + k.output_tokens))
+
+
+def usage_tokens_by_pool(*, org, since: datetime) -> dict[int, int]:
+    """Tokens used per pool in the hours from `since` (the hourly rollup is written in the same
+    transaction as each usage batch, so it includes the current hour)."""
+    rows = (UsageHourly.objects.filter(org=org, hour__gte=since).values("pool_id").order_by()
+            .annotate(t=Sum(F("input_tokens") + F("output_tokens"))))
+    return {row["pool_id"]: row["t"] or 0 for row in rows}
+
+
+@dataclass(frozen=True)
+class DeliveredSpeed:
+    requests: int
+    avg_ttft_ms: int | None
+    avg_output_tps: float | None
+
+
+def usage_speed(*, org, since: datetime) -> DeliveredSpeed:
+    """Mean time to first token and mean decode speed of the org's requests since `since`."""
+    row = UsageEvent.objects.filter(org=org, started_at__gte=since).aggregate(
+        n=Count("id"), ttft=Avg("ttft_ms"), tps=Avg("output_tps"))
+    return DeliveredSpeed(requests=row["n"],
+                          avg_ttft_ms=round(row["ttft"]) if row["ttft"] is not None else None,
+                          avg_output_tps=round(row["tps"], 1) if row["tps"] is not None else None)

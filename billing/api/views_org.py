@@ -111,8 +111,13 @@ CSV_HEADER = ["hour_utc", "pool", "api_key", "requests", "errors", "input_tokens
 
 
 def usage_csv_response(*, org, month: date, filename: str) -> StreamingHttpResponse:
-    """Streamed: a month of hourly rows per key can be large."""
     start, end = month_bounds(month)
+    return usage_csv_stream(org=org, start=start, end=end, filename=filename)
+
+
+def usage_csv_stream(*, org, start, end, filename: str) -> StreamingHttpResponse:
+    """Hourly usage per key in [start, end), streamed: a month (or the portal's chosen range)
+    of hourly rows per key can be large."""
     writer = csv.writer(_Echo())
 
     def rows():

@@ -5,7 +5,7 @@ from django.contrib import messages
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from orgs.models import KEY_MANAGERS, MEMBER_MANAGERS, OrgStatus, Role
+from orgs.models import KEY_MANAGERS, MEMBER_MANAGERS, ApplicationState, OrgStatus, Role
 from orgs.services import (
     api_key_create,
     api_key_revoke,
@@ -13,9 +13,7 @@ from orgs.services import (
     invitation_revoke,
     membership_remove,
     membership_role_change,
-    org_reapply,
 )
-from orgs.services.lifecycle import TRANSITIONS
 from portal.access import org_page
 from portal.forms import ApiKeyCreateForm, InviteForm, RoleForm
 from portal.selectors import (
@@ -24,10 +22,13 @@ from portal.selectors import (
     org_api_keys,
     org_invitation_get,
     org_invitations_pending,
+    org_latest_application,
     org_member_get,
     org_members,
     user_email_verified,
 )
+from portal.views.application import EDITABLE_STATES
+from quotas.waitlist import org_waitlist_estimate
 from sluice.errors import DomainError
 
 # The path an application normally takes, shown as steps on the status page.
@@ -39,7 +40,8 @@ NEXT_STEP = {
     OrgStatus.APPROVED: "You are approved and on the waitlist. Organizations are admitted in "
                         "rollout waves as capacity grows; we email you when you are admitted.",
     OrgStatus.ACTIVE: "You have access. Create an API key and send traffic.",
-    OrgStatus.REJECTED: "Your application was not accepted this time.",
+    OrgStatus.REJECTED: "Your application was not accepted this time. You may apply again "
+                        "after the cooling-off period.",
     OrgStatus.SUSPENDED: "Traffic is stopped while your organization is suspended.",
     OrgStatus.OFFBOARDED: "This organization no longer has access.",
 }
@@ -51,20 +53,31 @@ def status(request, membership):
     current = LIFECYCLE_STEPS.index(org.status) if org.status in LIFECYCLE_STEPS else None
     steps = [{"label": OrgStatus(s).label, "done": current is not None and i < current,
               "current": i == current} for i, s in enumerate(LIFECYCLE_STEPS)]
+    application = org_latest_application(org=org)
     return render(request, "portal/status.html", {
-        "org": org, "steps": steps, "next_step": NEXT_STEP[org.status],
-        "can_reapply": (org.status in TRANSITIONS["reapply"][0]
-                        and membership.role in MEMBER_MANAGERS),
+        "org": org, "steps": steps, "next_step": _next_step(org, application),
+        "application": application,
+        "can_apply": membership.role in MEMBER_MANAGERS and _may_apply(org, application),
+        "can_update": (membership.role in MEMBER_MANAGERS and application is not None
+                       and application.state in EDITABLE_STATES),
+        "estimate": org_waitlist_estimate(org=org),
         "email_verified": user_email_verified(user=request.user),
     })
 
 
-@require_POST
-@org_page(page="status", roles=MEMBER_MANAGERS)
-def reapply(request, membership):
-    _flash_result(request, lambda: org_reapply(org=membership.org, actor=request.user),
-                  f"{membership.org.name} has applied again.")
-    return redirect("portal:status", membership.org.slug)
+def _may_apply(org, application) -> bool:
+    """A new org without an application, or a rejected one (the cooling-off is checked when
+    the form is sent, and its message shown there)."""
+    return org.status == OrgStatus.REJECTED or (
+        org.status == OrgStatus.APPLIED and application is None)
+
+
+def _next_step(org, application) -> str:
+    if org.status == OrgStatus.APPLIED and application is None:
+        return "Fill in the application form so operators can vet your organization."
+    if application is not None and application.state == ApplicationState.INFO_REQUESTED:
+        return "A reviewer needs more information: update your application."
+    return NEXT_STEP[org.status]
 
 
 @org_page(page="members", roles=MEMBER_MANAGERS)

@@ -74,3 +74,37 @@ def bar_chart(rows, label):
     ]
     return {"bars": bars, "height": max(len(bars) * 28, 28), "label": label, "bar_x": BAR_X,
             "width": BAR_X + BAR_MAX + 50}
+
+
+# Line charts: a plot area of LINE_W x LINE_H units right of a LINE_X gutter for the y labels;
+# about 1000 units wide, so the 12-unit text stays near 12px on a desktop-wide card.
+LINE_X, LINE_W, LINE_H = 90, 880, 200
+
+
+def _polyline(values: list[float], top: float) -> str:
+    step = LINE_W / max(len(values) - 1, 1)
+    return " ".join(f"{LINE_X + i * step:.1f},{LINE_H - LINE_H * v / top:.1f}"
+                    for i, v in enumerate(values))
+
+
+@register.inclusion_tag("charts/lines.html")
+def line_chart(chart):
+    """`chart`: {"label", "times", "series", "limits"?, "unit"?}. `series`: [{"name", "css",
+    "values"}] drawn over `times` (datetimes, equally spaced); `limits`: [{"name", "value"}]
+    drawn as dashed horizontal lines (allocation ceilings). The y axis runs from 0 to a little
+    above the highest value or limit."""
+    label, times, series = chart["label"], chart["times"], chart["series"]
+    limits, unit = chart.get("limits", ()), chart.get("unit", "")
+    peak = max([v for s in series for v in s["values"]] + [lim["value"] for lim in limits]
+               + [1])
+    top = peak * 1.1
+    return {
+        "label": label, "unit": unit, "x0": LINE_X, "x1": LINE_X + LINE_W, "height": LINE_H,
+        "width": LINE_X + LINE_W + 10, "top": round(top), "first": times[0] if times else None,
+        "last": times[-1] if times else None,
+        "lines": [{"name": s["name"], "css": s["css"], "points": _polyline(s["values"], top),
+                   "total": round(sum(s["values"]), 1), "latest": s["values"][-1] if s["values"]
+                   else 0} for s in series],
+        "limits": [{"name": lim["name"], "value": lim["value"],
+                    "y": round(LINE_H - LINE_H * lim["value"] / top, 1)} for lim in limits],
+    }

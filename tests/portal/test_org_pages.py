@@ -21,7 +21,7 @@ def a_objects(orgs):
 
 ORG_PAGES = [
     ("get", "/portal/o/{slug}/"),
-    ("post", "/portal/o/{slug}/reapply/"),
+    ("post", "/portal/o/{slug}/application/"),
     ("get", "/portal/o/{slug}/members/"),
     ("post", "/portal/o/{slug}/members/invite/"),
     ("post", "/portal/o/{slug}/members/{member}/role/"),
@@ -163,23 +163,9 @@ def test_list_pages_use_a_constant_number_of_queries(orgs, django_assert_num_que
     slug = a.org.slug
     a.client.get(f"/portal/o/{slug}/")  # the first visit remembers the org in the session
     # Session, user, membership, the switcher's memberships, then the page's own reads:
-    # members + invitations, verified email + keys, allocations, verified email.
+    # members + invitations, verified email + keys, allocations; status: the latest
+    # application, the pool preference (waitlist), verified email.
     for url, expected in [(f"/portal/o/{slug}/members/", 6), (f"/portal/o/{slug}/keys/", 6),
-                          (f"/portal/o/{slug}/quotas/", 5), (f"/portal/o/{slug}/", 5)]:
+                          (f"/portal/o/{slug}/quotas/", 5), (f"/portal/o/{slug}/", 7)]:
         with django_assert_num_queries(expected):
             assert a.client.get(url).status_code == 200
-
-
-def test_rejected_org_owner_applies_again(orgs, viewer):
-    a, _ = orgs
-    a.org.status = OrgStatus.REJECTED
-    a.org.save()
-    viewer_client = portal_client(viewer)
-    assert "Apply again" not in viewer_client.get(f"/portal/o/{a.org.slug}/").content.decode()
-    assert viewer_client.post(f"/portal/o/{a.org.slug}/reapply/").status_code == 403
-    assert "Apply again" in a.client.get(f"/portal/o/{a.org.slug}/").content.decode()
-    a.client.post(f"/portal/o/{a.org.slug}/reapply/")
-    a.org.refresh_from_db()
-    assert a.org.status == OrgStatus.APPLIED
-    again = a.client.post(f"/portal/o/{a.org.slug}/reapply/", follow=True)
-    assert "Cannot reapply an organization that is applied." in again.content.decode()

@@ -1,0 +1,59 @@
+"""Asking for more quota: the request form (owners and admins, as in the REST API), the org's
+requests with their status and the operator's reason, and cancelling a pending one."""
+
+from django.contrib import messages
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from orgs.models import MEMBER_MANAGERS
+from portal.access import org_page
+from portal.forms import QuotaRequestForm
+from portal.selectors import org_allocations, org_quota_request_get, org_quota_requests
+from quotas.models import QuotaRequestStatus
+from quotas.quota_requests import quota_request_cancel, quota_request_create
+from sluice.errors import DomainError
+
+
+@org_page(page="quota_requests")
+def quota_requests(request, membership):
+    return _page(request, membership, form=QuotaRequestForm())
+
+
+def _page(request, membership, *, form, status_code=200):
+    org = membership.org
+    return render(request, "portal/quota_requests.html", {
+        "org": org, "form": form, "requests": org_quota_requests(org=org),
+        "allocations": org_allocations(org=org),
+        "can_ask": membership.role in MEMBER_MANAGERS, "pending": QuotaRequestStatus.PENDING,
+    }, status=status_code)
+
+
+@require_POST
+@org_page(page="quota_requests", roles=MEMBER_MANAGERS)
+def quota_request_new(request, membership):
+    form = QuotaRequestForm(request.POST)
+    if not form.is_valid():
+        return _page(request, membership, form=form, status_code=400)
+    try:
+        created = quota_request_create(org=membership.org, actor=request.user,
+                                       **form.cleaned_data)
+    except DomainError as error:
+        form.add_error(None, error.message)
+        return _page(request, membership, form=form, status_code=error.status)
+    messages.success(request, "Approved at once: your new limits are in force."
+                     if created.status == QuotaRequestStatus.APPROVED
+                     else "Your request was sent to the operators.")
+    return redirect("portal:quota_requests", membership.org.slug)
+
+
+@require_POST
+@org_page(page="quota_requests", roles=MEMBER_MANAGERS)
+def quota_request_cancel_view(request, membership, request_id: int):
+    quota_request = org_quota_request_get(org=membership.org, request_id=request_id)
+    try:
+        quota_request_cancel(request=quota_request, actor=request.user)
+    except DomainError as error:
+        messages.error(request, error.message)
+    else:
+        messages.success(request, "The request was cancelled.")
+    return redirect("portal:quota_requests", membership.org.slug)
