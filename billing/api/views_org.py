@@ -7,6 +7,7 @@ from datetime import date
 from django.conf import settings
 from django.http import HttpResponse, StreamingHttpResponse
 from django.template.loader import render_to_string
+from django.urls import reverse
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
@@ -193,7 +194,7 @@ class PaymentMethodSessionView(OrgBillingView):
         """A Stripe Checkout link (setup mode) to add or replace the payment method."""
         org = self.org(request, org_id)
         customer_id = services.stripe_customer_ensure(org=org)
-        back = f"{settings.PUBLIC_URL}/portal/orgs/{org.pk}/billing"
+        back = settings.PUBLIC_URL + reverse("portal:billing", kwargs={"slug": org.slug})
         url = stripe_api.setup_session_create(customer_id=customer_id,
                                               success_url=f"{back}?setup=done",
                                               cancel_url=back)
