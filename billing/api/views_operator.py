@@ -4,8 +4,6 @@ and failed Stripe events, each with its retry action."""
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
-from rest_framework.pagination import LimitOffsetPagination
-from rest_framework.permissions import IsAdminUser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -22,15 +20,15 @@ from billing.periods import month_parse
 from orgs.models import Organization
 from quotas.models import CapacityPool
 from sluice.errors import NotFound
+from sluice.pagination import paginate
+from sluice.permissions import operator_access
 
 
 class OperatorView(APIView):
-    permission_classes = [IsAdminUser]
+    permission_classes = [operator_access("billing.change_invoice")]
 
     def paginated(self, request, queryset, serializer_class):
-        paginator = LimitOffsetPagination()
-        page = paginator.paginate_queryset(queryset, request, view=self)
-        return paginator.get_paginated_response(serializer_class(page, many=True).data)
+        return paginate(request, self, queryset, serializer_class)
 
 
 class MonthField(serializers.CharField):

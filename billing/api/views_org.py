@@ -11,7 +11,6 @@ from django.urls import reverse
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
-from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -21,6 +20,7 @@ from billing.pdf import invoice_pdf
 from billing.periods import month_bounds, month_of, month_parse
 from billing.rating import total_cents
 from sluice.errors import NotFound
+from sluice.pagination import paginate
 
 
 class OrgBillingView(APIView):
@@ -69,9 +69,7 @@ class InvoiceListView(OrgBillingView):
     def get(self, request, org_id: int):
         invoices = selectors.invoices_for_org(org=self.org(request, org_id)) \
             .select_related("replaces")
-        paginator = LimitOffsetPagination()
-        page = paginator.paginate_queryset(invoices, request, view=self)
-        return paginator.get_paginated_response(InvoiceSerializer(page, many=True).data)
+        return paginate(request, self, invoices, InvoiceSerializer)
 
 
 class InvoiceDetailView(OrgBillingView):

@@ -12,7 +12,6 @@ from django.urls import path
 from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import serializers, status
 from rest_framework.pagination import LimitOffsetPagination
-from rest_framework.permissions import IsAdminUser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -42,6 +41,7 @@ from quotas.models import CapacityPool
 from quotas.waitlist import application_rows, org_waitlist_estimate
 from sluice.api import validated_input
 from sluice.errors import NotFound, PermissionDenied
+from sluice.permissions import operator_access
 
 # --- Serializers shared by both audiences ------------------------------------------------------
 
@@ -153,7 +153,7 @@ class OperatorApplicationListApi(APIView):
     """The vetting queue. Scores depend on pools and scheduled waves, so they are computed in
     Python (a fixed number of queries) and the score filter applies before pagination."""
 
-    permission_classes = [IsAdminUser]
+    permission_classes = [operator_access("orgs.change_application")]
 
     class ApplicationFilter(serializers.Serializer):
         state = serializers.ChoiceField(choices=ApplicationState.choices, required=False)
@@ -182,7 +182,7 @@ class OperatorApplicationListApi(APIView):
 
 
 class OperatorApplicationDetailApi(APIView):
-    permission_classes = [IsAdminUser]
+    permission_classes = [operator_access("orgs.change_application")]
 
     @extend_schema(responses=OperatorApplicationDetailOutput)
     def get(self, request, pk: int):
@@ -197,7 +197,7 @@ def _app_or_404(pk: int) -> Application:
 
 
 class OperatorApplicationCheckApi(APIView):
-    permission_classes = [IsAdminUser]
+    permission_classes = [operator_access("orgs.change_application")]
 
     class ApplicationCheckInput(serializers.Serializer):
         item = serializers.ChoiceField(choices=CheckItem.choices)
@@ -212,7 +212,7 @@ class OperatorApplicationCheckApi(APIView):
 
 
 class OperatorApplicationReviewerApi(APIView):
-    permission_classes = [IsAdminUser]
+    permission_classes = [operator_access("orgs.change_application")]
 
     class ApplicationReviewerInput(serializers.Serializer):
         reviewer = serializers.PrimaryKeyRelatedField(queryset=get_user_model().objects.all())
@@ -226,7 +226,7 @@ class OperatorApplicationReviewerApi(APIView):
 
 
 class OperatorApplicationNoteApi(APIView):
-    permission_classes = [IsAdminUser]
+    permission_classes = [operator_access("orgs.change_application")]
 
     class ApplicationNoteInput(serializers.Serializer):
         body = serializers.CharField(max_length=10_000)
@@ -239,7 +239,7 @@ class OperatorApplicationNoteApi(APIView):
 
 
 class OperatorApplicationDecisionApi(APIView):
-    permission_classes = [IsAdminUser]
+    permission_classes = [operator_access("orgs.change_application")]
 
     class ApplicationDecisionInput(serializers.Serializer):
         decision = serializers.ChoiceField(choices=Decision.choices)
@@ -257,7 +257,7 @@ class OperatorApplicationDecisionApi(APIView):
 
 
 class OperatorApplicationBulkDecisionApi(APIView):
-    permission_classes = [IsAdminUser]
+    permission_classes = [operator_access("orgs.change_application")]
 
     class ApplicationBulkDecisionInput(serializers.Serializer):
         applications = serializers.ListField(child=serializers.IntegerField(min_value=1),
@@ -279,7 +279,7 @@ class OperatorApplicationBulkDecisionApi(APIView):
 
 
 class OperatorApplicationScoreOverrideApi(APIView):
-    permission_classes = [IsAdminUser]
+    permission_classes = [operator_access("orgs.change_application")]
 
     class ApplicationScoreOverrideInput(serializers.Serializer):
         score = serializers.IntegerField(allow_null=True, min_value=-1_000, max_value=1_000)
@@ -293,7 +293,7 @@ class OperatorApplicationScoreOverrideApi(APIView):
 
 
 class OperatorApplicationPoolApi(APIView):
-    permission_classes = [IsAdminUser]
+    permission_classes = [operator_access("orgs.change_application")]
 
     class ApplicationPoolInput(serializers.Serializer):
         pool = serializers.PrimaryKeyRelatedField(queryset=CapacityPool.objects.all())

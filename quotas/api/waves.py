@@ -4,7 +4,6 @@ auto-admission switch. Included by config/urls.py under api/v1/."""
 from django.urls import path
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
-from rest_framework.permissions import IsAdminUser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -12,6 +11,7 @@ from quotas.models import CapacityPool, RolloutWave, WaveState
 from quotas.waves import pool_auto_admit_set, wave_close, wave_create, wave_open, wave_plan
 from sluice.api import validated_input
 from sluice.errors import NotFound
+from sluice.permissions import operator_access
 
 
 class WaveOutput(serializers.ModelSerializer):
@@ -57,7 +57,7 @@ def _wave(pk: int) -> RolloutWave:
 
 
 class WaveListApi(APIView):
-    permission_classes = [IsAdminUser]
+    permission_classes = [operator_access("quotas.change_rolloutwave")]
 
     class WaveFilter(serializers.Serializer):
         pool = serializers.IntegerField(min_value=1, required=False)
@@ -89,7 +89,7 @@ class WaveListApi(APIView):
 
 
 class WaveDetailApi(APIView):
-    permission_classes = [IsAdminUser]
+    permission_classes = [operator_access("quotas.change_rolloutwave")]
 
     @extend_schema(responses=WaveOutput)
     def get(self, request, pk: int):
@@ -97,7 +97,7 @@ class WaveDetailApi(APIView):
 
 
 class WavePlanApi(APIView):
-    permission_classes = [IsAdminUser]
+    permission_classes = [operator_access("quotas.change_rolloutwave")]
 
     @extend_schema(responses=WavePlanOutput)
     def get(self, request, pk: int):
@@ -105,7 +105,7 @@ class WavePlanApi(APIView):
 
 
 class WaveOpenApi(APIView):
-    permission_classes = [IsAdminUser]
+    permission_classes = [operator_access("quotas.change_rolloutwave")]
 
     @extend_schema(request=None, responses=WaveOutput)
     def post(self, request, pk: int):
@@ -113,7 +113,7 @@ class WaveOpenApi(APIView):
 
 
 class WaveCloseApi(APIView):
-    permission_classes = [IsAdminUser]
+    permission_classes = [operator_access("quotas.change_rolloutwave")]
 
     class WaveCloseInput(serializers.Serializer):
         reason = serializers.CharField(max_length=5_000, required=False, default="",
@@ -127,7 +127,7 @@ class WaveCloseApi(APIView):
 
 
 class PoolAutoAdmissionApi(APIView):
-    permission_classes = [IsAdminUser]
+    permission_classes = [operator_access("quotas.change_capacitypool")]
 
     class PoolAutoAdmissionInput(serializers.Serializer):
         auto_admit = serializers.BooleanField()
