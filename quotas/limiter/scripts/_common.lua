@@ -21,9 +21,10 @@ local function refill(level, at, rate, capacity, now)
   return math.min(capacity, tonumber(level) + elapsed * rate / 1000)
 end
 
--- The org's buckets and the pool's headroom bucket, refilled to `now`.
-local function buckets_read(org, now)
-  local limits = redis.call('HMGET', key('org', org), 'gr', 'gc', 'br', 'bc')
+-- The org's buckets and the pool's headroom bucket, refilled to `now`. `limits` is the org's
+-- {gr, gc, br, bc} when the caller has read them already.
+local function buckets_read(org, now, limits)
+  limits = limits or redis.call('HMGET', key('org', org), 'gr', 'gc', 'br', 'bc')
   local gr, gc = num(limits[1], 0), num(limits[2], 0)
   local br, bc = num(limits[3], 0), num(limits[4], 0)
   local tb = redis.call('HMGET', key('tb', org), 'g', 'b', 't')
@@ -40,9 +41,12 @@ end
 
 local DAY_MS = 86400000
 
-local function buckets_write(org, s, now)
+-- `headroom_changed` false skips the pool bucket: its stored level refills to the same value.
+local function buckets_write(org, s, now, headroom_changed)
   redis.call('HSET', key('tb', org), 'g', s.g, 'b', s.b, 't', now)
   redis.call('PEXPIRE', key('tb', org), DAY_MS)
-  redis.call('HSET', key('hb'), 'l', s.h, 't', now)
-  redis.call('PEXPIRE', key('hb'), DAY_MS)
+  if headroom_changed then
+    redis.call('HSET', key('hb'), 'l', s.h, 't', now)
+    redis.call('PEXPIRE', key('hb'), DAY_MS)
+  end
 end
