@@ -161,3 +161,22 @@ def test_key_expiry_is_published(tenant, limiter_clock):
                                   expires_at=limiter_clock.now() + timedelta(minutes=5))
     limiter_sync_pool(pool_id=tenant.pool.pk)
     assert authorize(tenant, "r1", api_key=plaintext).allowed
+
+
+def test_limiter_sync_command_rebuilds_every_pool(tenant, limiter, capsys):
+    from django.core.management import call_command
+
+    limiter.flushdb()
+    call_command("limiter_sync")
+    assert f"pool {tenant.pool.pk}: 1 org(s) synced" in capsys.readouterr().out
+    assert limiter.exists(f"{{p{tenant.pool.pk}}}:synced")
+    assert authorize(tenant, "r1").allowed
+
+
+def test_publish_task_is_safe_to_run_twice(tenant, limiter):
+    from quotas.tasks import limits_publish_org
+
+    limiter.delete(f"{{p{tenant.pool.pk}}}:org:{tenant.org.pk}")
+    assert limits_publish_org.delay(org_id=tenant.org.pk).get() == 1
+    assert limits_publish_org.delay(org_id=tenant.org.pk).get() == 1
+    assert authorize(tenant, "r1").allowed
