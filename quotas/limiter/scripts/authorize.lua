@@ -75,7 +75,7 @@ if outcome == 'allowed' then
   s.g, s.b, s.h = s.g - take_g, s.b - rest, s.h - rest
   used, active = used + cost, active + 1
   if not dry then
-    buckets_write(org, s, now, rest > 0)
+    buckets_write(org, s, rest > 0)
     redis.call('INCRBY', day_key, cost)
     redis.call('PEXPIRE', day_key, 2 * DAY_MS)
     redis.call('ZREMRANGEBYSCORE', inflight_key, '-inf', now)
