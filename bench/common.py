@@ -74,7 +74,7 @@ def gunicorn(*, workers: int, threads: int = 1):
     env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": metrics_dir,
            "SLUICE_WEB_CONCURRENCY": str(workers), "GUNICORN_THREADS": str(threads)}
     process = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "config.wsgi:application", "-c",
+        [sys.executable, "-m", "gunicorn", "bench.wsgi_ceiling:application", "-c",
          str(ROOT / "bench" / "gunicorn_conf.py"), "--bind", f"127.0.0.1:{port}"],
         cwd=ROOT, env=env)
     try:

@@ -45,7 +45,7 @@ class UsageResult:
     error_message: str = ""
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class _Row:
     event: UsageInput
     ref: ReservationRef

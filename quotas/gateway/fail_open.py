@@ -18,6 +18,8 @@ from quotas.selectors import allocations_in_force
 from sluice.secrets import secret_digest, secret_parse_lookup
 
 CACHE_SECONDS = 30.0
+# Unknown keys are remembered too (so guessing does not hammer PostgreSQL); bound the memory.
+CACHE_MAX_ENTRIES = 50_000
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,8 @@ def _caller(api_key: str, pool_id: int) -> _Caller | None:
     if hit is not None and hit[1] > time.monotonic():
         return hit[0]
     caller = _caller_load(api_key, pool_id)
+    if len(_callers) >= CACHE_MAX_ENTRIES:
+        _callers.clear()
     _callers[cache_key] = (caller, time.monotonic() + CACHE_SECONDS)
     return caller
 

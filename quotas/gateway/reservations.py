@@ -31,7 +31,8 @@ def _signing_key() -> bytes:
 
 def _signature(pool_id: int, org_id: int, key_part: str, request_id: str) -> str:
     message = f"{pool_id}.{org_id}.{key_part}.{request_id}".encode()
-    return hmac.new(_signing_key(), message, hashlib.sha256).hexdigest()[:20]
+    # hmac.digest is the one-shot C path: a usage batch verifies up to 1,000 of these.
+    return hmac.digest(_signing_key(), message, "sha256").hex()[:20]
 
 
 def reservation_id_issue(*, pool_id: int, org_id: int, api_key_id: int | None,

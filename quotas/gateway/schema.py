@@ -8,6 +8,7 @@ reads its `extend_schema`, while requests are served by the function and never r
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.utils import OpenApiExample, PolymorphicProxySerializer, extend_schema
 from rest_framework import authentication, exceptions, serializers
+from rest_framework.parsers import JSONParser
 from rest_framework.views import APIView
 
 from quotas.gateway.inputs import MAX_EVENTS, REQUEST_ID, USAGE_STATUSES
@@ -109,6 +110,7 @@ class AuthorizeRefused(serializers.Serializer):
 class AuthorizeSchema(APIView):
     authentication_classes = [GatewayTokenAuthentication]
     permission_classes: list = []
+    parser_classes = [JSONParser]
 
     @extend_schema(
         operation_id="gateway_authorize", tags=["gateway"],
@@ -161,6 +163,7 @@ class UsageResponse(serializers.Serializer):
 class UsageSchema(APIView):
     authentication_classes = [GatewayTokenAuthentication]
     permission_classes: list = []
+    parser_classes = [JSONParser]
 
     @extend_schema(
         operation_id="gateway_usage", tags=["gateway"],
@@ -168,7 +171,7 @@ class UsageSchema(APIView):
         description="Every event is durable in PostgreSQL before the answer. Idempotent by "
                     "request_id: a duplicate is acknowledged and never counted twice. A "
                     "malformed body is a 400 and writes nothing.",
-        request=PolymorphicProxySerializer(component_name="UsageRequest",
+        request=PolymorphicProxySerializer(component_name="Usage",
                                            serializers=[UsageEvent, UsageBatch],
                                            resource_type_field_name=None),
         responses={200: UsageResponse, 400: ErrorResponse, 401: ErrorResponse},

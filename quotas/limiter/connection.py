@@ -74,12 +74,31 @@ def script_run(name: str, *, keys: list[str], args: list, bulk: bool = False):
     return _script_run_hot(name, keys=keys, args=args)
 
 
+def _evalsha(script, keys: list[str], args: list):
+    """EVALSHA on a pooled connection, without the client's per-command machinery (retries,
+    observability hooks): this runs once per inference request."""
+    pool = script.registered_client.connection_pool
+    conn = pool.get_connection()
+    try:
+        conn.send_command("EVALSHA", script.sha, len(keys), *keys, *args)
+        return conn.read_response()
+    except (redis.ConnectionError, redis.TimeoutError):
+        conn.disconnect()
+        raise
+    finally:
+        pool.release(conn)
+
+
 def _script_run_hot(name: str, *, keys: list[str], args: list):
     global _broken_until, _failures
     if _broken_until and time.monotonic() < _broken_until:
         raise LimiterUnavailable("circuit open after repeated Redis failures")
+    script = _script(name)
     try:
-        reply = _script(name)(keys=keys, args=args)
+        try:
+            reply = _evalsha(script, keys, args)
+        except redis.exceptions.NoScriptError:  # Redis restarted: load the script once more
+            reply = script(keys=keys, args=args)
     except (redis.ConnectionError, redis.TimeoutError) as exc:
         _failures += 1
         if _failures >= BREAKER_FAILURES:

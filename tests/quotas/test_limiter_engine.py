@@ -158,3 +158,15 @@ def test_expired_key_is_refused(tenant, limiter_clock):
     assert authorize(tenant, "r1", api_key=plaintext).allowed
     limiter_clock.advance(hours=1)
     assert authorize(tenant, "r2", api_key=plaintext).outcome == "invalid_api_key"
+
+
+def test_a_caller_whose_clock_is_behind_never_refills_twice(tenant, limiter_clock):
+    """Callers stamp their own `now`; one that computed it earlier but ran later must not move
+    the bucket's timestamp back (the same interval would be refilled twice)."""
+    t0 = limiter_clock.now()
+    limiter_clock.freeze(t0 + timedelta(seconds=1))
+    assert authorize(tenant, "r1").tokens_remaining == 900
+    limiter_clock.freeze(t0 + timedelta(milliseconds=500))
+    assert authorize(tenant, "r2").tokens_remaining == 800
+    limiter_clock.freeze(t0 + timedelta(seconds=1))
+    assert authorize(tenant, "r3", input_tokens=1, max_output_tokens=0).tokens_remaining == 799

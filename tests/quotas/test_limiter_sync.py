@@ -128,13 +128,23 @@ def test_daily_and_tps_limits_hold_under_a_thread_race(limiter):
     assert _race(tps, 40, cost=100).count("allowed") == 15
 
 
-def _race(t, n: int, *, cost: int) -> list[str]:
+@pytest.mark.django_db(transaction=True)
+def test_retries_racing_on_one_request_id_reserve_once(limiter):
+    t = tenant_create(guaranteed_tps=10_000, burst_tps=10_000, daily_tokens=10**9,
+                      max_concurrency=100)
+    outcomes = _race(t, 20, cost=100, same_id=True)
+    assert sorted(set(outcomes)) == ["allowed", "duplicate"]
+    assert outcomes.count("allowed") == 1
+    assert authorize(t, "after", cost=1).day_remaining == 10**9 - 100 - 1
+
+
+def _race(t, n: int, *, cost: int, same_id: bool = False) -> list[str]:
     barrier = threading.Barrier(n)
     outcomes: list[str] = []
 
     def worker(i):
         barrier.wait()
-        outcomes.append(authorize(t, f"race-{i}", cost=cost).outcome)
+        outcomes.append(authorize(t, "race" if same_id else f"race-{i}", cost=cost).outcome)
 
     threads = [threading.Thread(target=worker, args=(i,)) for i in range(n)]
     for th in threads:
@@ -151,3 +161,22 @@ def test_key_expiry_is_published(tenant, limiter_clock):
                                   expires_at=limiter_clock.now() + timedelta(minutes=5))
     limiter_sync_pool(pool_id=tenant.pool.pk)
     assert authorize(tenant, "r1", api_key=plaintext).allowed
+
+
+def test_limiter_sync_command_rebuilds_every_pool(tenant, limiter, capsys):
+    from django.core.management import call_command
+
+    limiter.flushdb()
+    call_command("limiter_sync")
+    assert f"pool {tenant.pool.pk}: 1 org(s) synced" in capsys.readouterr().out
+    assert limiter.exists(f"{{p{tenant.pool.pk}}}:synced")
+    assert authorize(tenant, "r1").allowed
+
+
+def test_publish_task_is_safe_to_run_twice(tenant, limiter):
+    from quotas.tasks import limits_publish_org
+
+    limiter.delete(f"{{p{tenant.pool.pk}}}:org:{tenant.org.pk}")
+    assert limits_publish_org.delay(org_id=tenant.org.pk).get() == 1
+    assert limits_publish_org.delay(org_id=tenant.org.pk).get() == 1
+    assert authorize(tenant, "r1").allowed

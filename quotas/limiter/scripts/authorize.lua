@@ -21,7 +21,8 @@ end
 local org, key_id, key_expires = string.match(entry, '^(%d+):(%d+):(%d+)$')
 if tonumber(key_expires) > 0 and tonumber(key_expires) <= now then return {'invalid_api_key'} end
 
-local o = redis.call('HMGET', key('org', org), 'st', 'sr', 'alloc', 'daily', 'conc', 'scap')
+local o = redis.call('HMGET', key('org', org), 'st', 'sr', 'alloc', 'daily', 'conc', 'scap',
+                     'gr', 'gc', 'br', 'bc')
 if not o[1] then return {'unsynced'} end
 if o[1] ~= 'active' then
   if o[2] == 'payment' then return {'payment_required', org, key_id} end
@@ -42,7 +43,7 @@ local daily, conc = num(o[4], 0), num(o[5], 0)
 local inflight_key, day_key = key('inflight', org), key('day', org, day)
 local active = redis.call('ZCOUNT', inflight_key, '(' .. now, '+inf')
 local used = num(redis.call('GET', day_key), 0)
-local s = buckets_read(org, now)
+local s = buckets_read(org, now, {o[7], o[8], o[9], o[10]})
 
 local conc_reset = 0
 if active >= conc then  -- the next slot frees when the oldest reservation expires (or settles)
@@ -74,7 +75,7 @@ if outcome == 'allowed' then
   s.g, s.b, s.h = s.g - take_g, s.b - rest, s.h - rest
   used, active = used + cost, active + 1
   if not dry then
-    buckets_write(org, s, now)
+    buckets_write(org, s, rest > 0)
     redis.call('INCRBY', day_key, cost)
     redis.call('PEXPIRE', day_key, 2 * DAY_MS)
     redis.call('ZREMRANGEBYSCORE', inflight_key, '-inf', now)

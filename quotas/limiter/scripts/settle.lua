@@ -41,6 +41,6 @@ for org, acc in pairs(per_org) do
   s.b = math.min(s.bc, s.b + acc[2])
   s.h = math.min(s.hc, s.h + acc[2])
   s.g = math.min(s.gc, s.g + acc[3]) - acc[1]
-  buckets_write(org, s, now)
+  buckets_write(org, s, acc[2] > 0)
 end
 return settled

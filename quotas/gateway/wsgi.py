@@ -1,0 +1,61 @@
+"""A WSGI fast path for POST /api/gateway/v1/authorize, in front of the Django application.
+
+Authorize runs before every inference request. Served here it skips Django's request and
+response objects and its middleware (sessions, auth, CSRF, messages: none of which the hook
+uses), about a third of a decision's CPU. What the hook needs from the middleware is kept:
+the Host check against ALLOWED_HOSTS, the body size limit, `nosniff`, and database connection
+hygiene (fail-open and a pool rebuild query PostgreSQL). Every other request goes to Django,
+and the same logic is reachable through the Django view (quotas.gateway.views.authorize).
+"""
+
+import json
+from http import HTTPStatus
+
+from django.conf import settings
+from django.core import signals
+from django.http.request import split_domain_port, validate_host
+
+from quotas.gateway.hook import authorize_handle, hook_call
+from quotas.gateway.metrics import AUTHORIZE_SECONDS
+
+AUTHORIZE_PATH = "/api/gateway/v1/authorize"
+
+
+def _reply(start_response, status: int, body: dict):
+    data = json.dumps(body, separators=(",", ":")).encode()
+    start_response(f"{status} {HTTPStatus(status).phrase}", [
+        ("Content-Type", "application/json"), ("Content-Length", str(len(data))),
+        ("X-Content-Type-Options", "nosniff")])
+    return [data]
+
+
+def _refusal(environ) -> tuple[int, dict] | None:
+    host = environ.get("HTTP_HOST") or environ.get("SERVER_NAME", "")
+    domain, _ = split_domain_port(host)
+    if not domain or not validate_host(domain, settings.ALLOWED_HOSTS):
+        return 400, {"error": {"code": "bad_host", "message": f"Host {host!r} not allowed."}}
+    length = environ.get("CONTENT_LENGTH") or "0"
+    if not length.isdigit() or int(length) > settings.DATA_UPLOAD_MAX_MEMORY_SIZE:
+        return 400, {"error": {"code": "malformed_request",
+                               "message": "Missing or too large Content-Length."}}
+    return None
+
+
+def gateway_fast_path(django_app):
+    def application(environ, start_response):
+        if environ.get("PATH_INFO") != AUTHORIZE_PATH or environ.get("REQUEST_METHOD") != "POST":
+            return django_app(environ, start_response)
+        refusal = _refusal(environ)
+        if refusal is not None:
+            return _reply(start_response, *refusal)
+        body = environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0))
+        # Django's request signals: its receivers close stale database connections.
+        signals.request_started.send(sender=gateway_fast_path, environ=environ)
+        try:
+            status, answer = hook_call(authorize_handle, AUTHORIZE_SECONDS, method="POST",
+                                       authorization=environ.get("HTTP_AUTHORIZATION", ""),
+                                       body=body)
+        finally:
+            signals.request_finished.send(sender=gateway_fast_path)
+        return _reply(start_response, status, answer)
+    return application
