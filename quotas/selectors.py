@@ -1,9 +1,16 @@
 from dataclasses import dataclass
 
-from django.db.models import Count, Q, QuerySet, Sum
+from django.db.models import Case, Count, Q, QuerySet, Sum, When
 from django.utils import timezone
 
-from quotas.models import Allocation, AllocationStatus, CapacityPool
+from quotas.models import (
+    Allocation,
+    AllocationStatus,
+    CapacityPool,
+    QuotaRequest,
+    RolloutWave,
+    WaveState,
+)
 
 
 def allocations_in_force(*, now=None) -> QuerySet[Allocation]:
@@ -62,3 +69,19 @@ def pool_capacity_summaries() -> list[PoolCapacitySummary]:
         orgs=Count("allocations__org", filter=in_force, distinct=True),
     )
     return [_summary(p, p.guaranteed or 0, p.orgs) for p in pools]
+
+
+def quota_requests_inbox(*, status: str = "pending") -> QuerySet[QuotaRequest]:
+    """Oldest first: requests are answered in the order they came."""
+    return (QuotaRequest.objects.filter(status=status).select_related("org", "pool")
+            .order_by("created_at", "id"))
+
+
+def org_quota_requests(*, org) -> QuerySet[QuotaRequest]:
+    return QuotaRequest.objects.filter(org=org).select_related("pool")
+
+
+def waves_by_state() -> QuerySet[RolloutWave]:
+    """Scheduled and open waves first (soonest opening first), then the closed ones."""
+    return RolloutWave.objects.select_related("pool").order_by(
+        Case(When(state=WaveState.CLOSED, then=1), default=0), "opens_at", "id")

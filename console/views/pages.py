@@ -38,7 +38,7 @@ from orgs.services import (
 )
 from orgs.services.lifecycle import org_allowed_actions
 from quotas.models import CapacityPool
-from quotas.selectors import pool_capacity_summaries
+from quotas.selectors import org_quota_requests, pool_capacity_summaries
 from quotas.services import allocation_change, pool_capacity_set
 from quotas.services import allocation_end as allocation_end_service
 from quotas.services import allocation_grant as allocation_grant_service
@@ -51,6 +51,9 @@ PAGE_SIZE = 50
 CONSOLE_NAV = [
     ("admin:index", "Dashboard", None),
     ("admin:console_orgs", "Organizations", perm.VIEW_ORGS),
+    ("admin:console_vetting", "Vetting", perm.VIEW_APPLICATIONS),
+    ("admin:console_waves", "Waves", perm.VIEW_WAVES),
+    ("admin:console_quota_requests", "Quota requests", perm.VIEW_QUOTA_REQUESTS),
     ("admin:console_pools", "Pools", perm.VIEW_POOLS),
     ("admin:console_audit", "Audit log", perm.VIEW_AUDIT),
 ]
@@ -108,6 +111,8 @@ def _org_page(request, site, *, org, grant_form=None, status=200):
         "members": org_members(org=org),
         "audit": audit_events(org_id=org.pk)[:PAGE_SIZE],
         "grant_form": grant_form or AllocationGrantForm(),
+        "requests": org_quota_requests(org=org)[:PAGE_SIZE],
+        "can_decide": request.user.has_perm(perm.DECIDE_QUOTA_REQUESTS),
     }, status=status)
 
 
