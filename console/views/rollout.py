@@ -103,11 +103,11 @@ def application_page(request, *, site, application_id: int, forms=None, status=2
         "history": audit_search(target=f"orgs.application:{app.pk}")[:PAGE_SIZE],
         "can_decide": request.user.has_perm(perm.DECIDE_APPLICATIONS),
         "reviewer_form": forms.get("reviewer") or ReviewerForm(
-            initial={"reviewer": app.reviewer_id}),
-        "note_form": forms.get("note") or NoteForm(),
+            initial={"reviewer": app.reviewer_id}, auto_id="reviewer_%s"),
+        "note_form": forms.get("note") or NoteForm(auto_id="note_%s"),
         "score_form": forms.get("score") or ScoreOverrideForm(
-            initial={"score": app.score_override}),
-        "decision_form": forms.get("decision") or DecisionForm(),
+            initial={"score": app.score_override}, auto_id="score_%s"),
+        "decision_form": forms.get("decision") or DecisionForm(auto_id="decision_%s"),
     }, status=status)
 
 
@@ -156,7 +156,8 @@ def application_op(request, *, site, application_id: int, op: str):
         raise Http404("No such action.")
     form_class, call = APPLICATION_OPS[op]
     app = _application(application_id)
-    form = form_class(request.POST)
+    # Several forms share field names (reason): ids are prefixed by op so labels stay unique.
+    form = form_class(request.POST, auto_id=f"{op}_%s")
     if form.is_valid():
         try:
             message = call(app, form.cleaned_data, request.user)
