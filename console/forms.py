@@ -140,3 +140,28 @@ class WaveForm(forms.Form):
 
 class ReasonForm(forms.Form):
     reason = forms.CharField(label="Reason", required=False, max_length=1000)
+
+
+class DollarsPerMtokField(forms.DecimalField):
+    """Dollars per million tokens, entered as "5" or "0.25", kept as integer micro-dollars."""
+
+    def __init__(self, **kwargs):
+        super().__init__(min_value=0, max_digits=12, decimal_places=6, **kwargs)
+
+    def clean(self, value):
+        dollars = super().clean(value)
+        return None if dollars is None else int(dollars * 1_000_000)
+
+
+class PriceVersionForm(forms.Form):
+    pool = forms.ModelChoiceField(label="Pool", queryset=CapacityPool.objects.all())
+    effective_from = forms.DateTimeField(
+        label="Effective from (UTC, a whole hour)",
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local", "step": 3600}))
+    input_micros_per_mtok = DollarsPerMtokField(label="Input, $ per million tokens")
+    output_micros_per_mtok = DollarsPerMtokField(label="Output, $ per million tokens")
+    premium_input_micros_per_mtok = DollarsPerMtokField(
+        label="Fast-tier premium on input, $ per million tokens", initial=0)
+    premium_output_micros_per_mtok = DollarsPerMtokField(
+        label="Fast-tier premium on output, $ per million tokens", initial=0)
+    note = forms.CharField(label="Note", required=False, max_length=200)

@@ -22,6 +22,13 @@ VIEW_WAVES = "quotas.view_rolloutwave"
 CHANGE_WAVES = "quotas.change_rolloutwave"
 VIEW_QUOTA_REQUESTS = "quotas.view_quotarequest"
 DECIDE_QUOTA_REQUESTS = "quotas.change_quotarequest"
+CHANGE_POOL_ADMISSION = "quotas.change_pooladmission"
+VIEW_PRICES = "billing.view_priceversion"
+ADD_PRICE = "billing.add_priceversion"
+VIEW_BILLING_PROBLEMS = "billing.view_outboxmessage"
+RETRY_OUTBOX = "billing.change_outboxmessage"
+REPROCESS_STRIPE_EVENT = "billing.change_stripeevent"
+VIEW_INVOICES = "billing.view_invoice"
 
 SUPPORT_PERMISSIONS = [
     "orgs.view_organization", "orgs.view_membership", "orgs.view_invitation",

@@ -36,7 +36,7 @@ class ConsoleSite(OTPAdminSite):
         return dashboard(request, site=self)
 
     def get_urls(self):
-        from console.views import auth, pages, rollout
+        from console.views import auth, money, pages, rollout
 
         def page(view):
             return self.admin_view(lambda request, **kw: view(request, site=self, **kw))
@@ -76,6 +76,15 @@ class ConsoleSite(OTPAdminSite):
                  name="console_quota_requests"),
             path("console/quota-requests/<int:request_id>/<slug:decision>/",
                  page(rollout.quota_request_decide), name="console_quota_request_decide"),
+            path("console/prices/", page(money.price_book_page), name="console_prices"),
+            path("console/prices/new/", page(money.price_version_add),
+                 name="console_price_add"),
+            path("console/billing/", page(money.billing_problems),
+                 name="console_billing_problems"),
+            path("console/billing/outbox/<int:message_id>/retry/",
+                 page(money.outbox_retry_view), name="console_outbox_retry"),
+            path("console/billing/stripe-events/<int:event_id>/reprocess/",
+                 page(money.stripe_event_reprocess), name="console_stripe_event_reprocess"),
             *super().get_urls(),
         ]
 

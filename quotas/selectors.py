@@ -1,6 +1,18 @@
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
-from django.db.models import Case, Count, Q, QuerySet, Sum, When
+from django.db.models import (
+    Case,
+    Count,
+    DateTimeField,
+    F,
+    Func,
+    Q,
+    QuerySet,
+    Sum,
+    Value,
+    When,
+)
 from django.utils import timezone
 
 from quotas.models import (
@@ -9,6 +21,8 @@ from quotas.models import (
     CapacityPool,
     QuotaRequest,
     RolloutWave,
+    UsageEvent,
+    UsageHourly,
     WaveState,
 )
 
@@ -85,3 +99,37 @@ def waves_by_state() -> QuerySet[RolloutWave]:
     """Scheduled and open waves first (soonest opening first), then the closed ones."""
     return RolloutWave.objects.select_related("pool").order_by(
         Case(When(state=WaveState.CLOSED, then=1), default=0), "opens_at", "id")
+
+
+def _date_bin(bucket: timedelta, column: str, origin: datetime) -> Func:
+    return Func(Value(bucket), F(column), Value(origin), function="date_bin",
+                output_field=DateTimeField())
+
+
+def pools_tps_series(*, since: datetime, bucket: timedelta, until: datetime | None = None
+                     ) -> dict[int, list[tuple[datetime, float]]]:
+    """Tokens/s (input + output, what the admission engine budgets) per pool, averaged over
+    buckets of `bucket` from `since` (aligned on it) to `until`, every bucket present (zeros
+    included). Summed in PostgreSQL with date_bin, one query: raw events for sub-hour buckets,
+    the hourly rollups otherwise (their hours are whole, so buckets must be whole hours)."""
+    until = until or timezone.now()
+    if bucket < timedelta(hours=1):
+        rows = UsageEvent.objects.filter(finished_at__gte=since, finished_at__lt=until)
+        column = "finished_at"
+    else:
+        rows = UsageHourly.objects.filter(hour__gte=since, hour__lt=until)
+        column = "hour"
+    sums = (rows.annotate(bucket=_date_bin(bucket, column, since))
+            .values("pool_id", "bucket")
+            .annotate(tokens=Sum(F("input_tokens") + F("output_tokens"))).order_by())
+    tokens = {(row["pool_id"], row["bucket"]): row["tokens"] for row in sums}
+    starts = [since + bucket * i for i in range(int((until - since) / bucket) + 1)
+              if since + bucket * i < until]
+    seconds = bucket.total_seconds()
+    return {pool.pk: [(start, tokens.get((pool.pk, start), 0) / seconds) for start in starts]
+            for pool in CapacityPool.objects.only("pk")}
+
+
+def next_scheduled_wave() -> RolloutWave | None:
+    return (RolloutWave.objects.filter(state=WaveState.SCHEDULED).select_related("pool")
+            .order_by("opens_at", "id").first())

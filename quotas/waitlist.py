@@ -10,7 +10,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from django.db.models import Sum
+from django.db.models import Count, Sum
 from django.utils import timezone
 
 from orgs.models import Application, ApplicationState, Organization, OrgStatus
@@ -268,3 +268,10 @@ def vetting_queue(*, state: str = "", use_case: str = "", pool_id: int | None = 
     rows.sort(key=lambda a: rank_key(score=a.score.score, submitted_at=a.submitted_at,
                                      application_id=a.pk))
     return rows
+
+
+def waitlist_lengths() -> dict[int, int]:
+    """Queued orgs per pool (approved, not yet admitted), in one GROUP BY."""
+    return dict(_queued_applications(CapacityPool.objects.values("pk"))
+                .values_list("org__pool_preference__pool_id").annotate(n=Count("id"))
+                .order_by())

@@ -11,6 +11,7 @@ from django.http import Http404
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
+from billing.selectors import billing_problem_counts
 from console import permissions as perm
 from console.forms import AllocationChangeForm, AllocationGrantForm, LifecycleForm, PoolCapacityForm
 from console.selectors import (
@@ -21,6 +22,7 @@ from console.selectors import (
     org_members,
     org_search,
     orgs_by_status,
+    pools_live_use,
 )
 from console.selectors import (
     audit_search as audit_events,
@@ -38,10 +40,11 @@ from orgs.services import (
 )
 from orgs.services.lifecycle import org_allowed_actions
 from quotas.models import CapacityPool
-from quotas.selectors import org_quota_requests, pool_capacity_summaries
+from quotas.selectors import next_scheduled_wave, org_quota_requests, pool_capacity_summaries
 from quotas.services import allocation_change, pool_capacity_set
 from quotas.services import allocation_end as allocation_end_service
 from quotas.services import allocation_grant as allocation_grant_service
+from quotas.waitlist import waitlist_lengths
 from sluice.errors import DomainError
 
 PAGE_SIZE = 50
@@ -55,6 +58,8 @@ CONSOLE_NAV = [
     ("admin:console_waves", "Waves", perm.VIEW_WAVES),
     ("admin:console_quota_requests", "Quota requests", perm.VIEW_QUOTA_REQUESTS),
     ("admin:console_pools", "Pools", perm.VIEW_POOLS),
+    ("admin:console_prices", "Price book", perm.VIEW_PRICES),
+    ("admin:console_billing_problems", "Billing problems", perm.VIEW_BILLING_PROBLEMS),
     ("admin:console_audit", "Audit log", perm.VIEW_AUDIT),
 ]
 
@@ -79,9 +84,15 @@ def _render(request, site, template: str, context: dict, status: int = 200):
 
 def dashboard(request, *, site):
     by_status = orgs_by_status()
+    live = pools_live_use()
+    queued = waitlist_lengths()
+    pools = [{"summary": s, "live": live[s.pool_id], "queued": queued.get(s.pool_id, 0)}
+             for s in pool_capacity_summaries()]
     return _render(request, site, "console/dashboard.html", {
-        "pools": pool_capacity_summaries(), "orgs_by_status": by_status,
+        "pools": pools, "orgs_by_status": by_status,
         "org_total": sum(row["value"] for row in by_status),
+        "waitlist_total": sum(queued.values()), "next_wave": next_scheduled_wave(),
+        "billing": billing_problem_counts(),
     })
 
 

@@ -74,3 +74,24 @@ def bar_chart(rows, label):
     ]
     return {"bars": bars, "height": max(len(bars) * 28, 28), "label": label, "bar_x": BAR_X,
             "width": BAR_X + BAR_MAX + 50}
+
+
+COLUMNS_WIDTH, COLUMNS_HEIGHT = 480, 120
+
+
+@register.inclusion_tag("charts/columns.html")
+def column_chart(points, label, limit=None, unit=""):
+    """Columns over time for `points` of (start, value), oldest left. `limit` (a capacity or
+    an allocation) is drawn as a dashed line and sets the scale when it is the higher."""
+    peak = max([value for _, value in points] + [limit or 0]) or 1
+    step = COLUMNS_WIDTH / max(len(points), 1)
+    columns = [
+        {"x": round(i * step, 1), "width": round(max(step - 2, 1), 1),
+         "height": round(COLUMNS_HEIGHT * value / peak, 1),
+         "y": round(COLUMNS_HEIGHT * (1 - value / peak), 1),
+         "title": f"{start:%Y-%m-%d %H:%M} UTC: {value:,.1f} {unit}".strip()}
+        for i, (start, value) in enumerate(points)
+    ]
+    return {"columns": columns, "label": label, "width": COLUMNS_WIDTH,
+            "height": COLUMNS_HEIGHT, "limit": limit,
+            "limit_y": round(COLUMNS_HEIGHT * (1 - (limit or 0) / peak), 1)}
