@@ -133,3 +133,35 @@ def pools_tps_series(*, since: datetime, bucket: timedelta, until: datetime | No
 def next_scheduled_wave() -> RolloutWave | None:
     return (RolloutWave.objects.filter(state=WaveState.SCHEDULED).select_related("pool")
             .order_by("opens_at", "id").first())
+
+
+def org_usage_buckets(*, org, since: datetime, bucket: timedelta,
+                      until: datetime | None = None) -> list[dict]:
+    """An org's usage across its pools and keys, from the hourly rollups, summed per bucket
+    (whole hours, aligned on `since`) by date_bin in one query; every bucket present. Each row:
+    start, requests, errors, tokens, output_tokens, avg_ttft_ms and output_tps (None when
+    there was nothing to measure)."""
+    until = until or timezone.now()
+    sums = (UsageHourly.objects.filter(org=org, hour__gte=since, hour__lt=until)
+            .annotate(bucket=_date_bin(bucket, "hour", since)).values("bucket")
+            .annotate(requests=Sum("requests"), errors=Sum("errors"),
+                      tokens=Sum(F("input_tokens") + F("output_tokens")),
+                      output_tokens=Sum("output_tokens"), ttft_ms=Sum("ttft_ms_total"),
+                      ttft_count=Sum("ttft_count"), decode_ms=Sum("decode_ms_total"))
+            .order_by())
+    by_start = {row.pop("bucket"): row for row in sums}
+    empty = {"requests": 0, "errors": 0, "tokens": 0, "output_tokens": 0, "ttft_ms": 0,
+             "ttft_count": 0, "decode_ms": 0}
+    rows = []
+    start = since
+    while start < until:
+        row = by_start.get(start, empty)
+        rows.append({
+            "start": start, "requests": row["requests"], "errors": row["errors"],
+            "tokens": row["tokens"], "output_tokens": row["output_tokens"],
+            "avg_ttft_ms": row["ttft_ms"] / row["ttft_count"] if row["ttft_count"] else None,
+            "output_tps": row["output_tokens"] * 1000 / row["decode_ms"] if row["decode_ms"]
+            else None,
+        })
+        start += bucket
+    return rows

@@ -1,6 +1,7 @@
 """The console's own pages. Each is wrapped by ConsoleSite.admin_view (staff with a verified
 second factor); changes need the operator permissions of console.permissions."""
 
+from datetime import timedelta
 from urllib.parse import urlencode
 
 from django import forms
@@ -9,9 +10,10 @@ from django.contrib.auth.decorators import permission_required
 from django.core.paginator import Paginator
 from django.http import Http404
 from django.shortcuts import redirect, render
+from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from billing.selectors import billing_problem_counts
+from billing.selectors import billing_problem_counts, invoices_for_org
 from console import permissions as perm
 from console.forms import AllocationChangeForm, AllocationGrantForm, LifecycleForm, PoolCapacityForm
 from console.selectors import (
@@ -40,7 +42,12 @@ from orgs.services import (
 )
 from orgs.services.lifecycle import org_allowed_actions
 from quotas.models import CapacityPool
-from quotas.selectors import next_scheduled_wave, org_quota_requests, pool_capacity_summaries
+from quotas.selectors import (
+    next_scheduled_wave,
+    org_quota_requests,
+    org_usage_buckets,
+    pool_capacity_summaries,
+)
 from quotas.services import allocation_change, pool_capacity_set
 from quotas.services import allocation_end as allocation_end_service
 from quotas.services import allocation_grant as allocation_grant_service
@@ -109,13 +116,41 @@ def org_list(request, *, site):
     })
 
 
+# The org page's usage ranges: hourly buckets over the last day or week.
+USAGE_RANGES = {"24h": timedelta(hours=24), "7d": timedelta(days=7)}
+USAGE_CHARTS = [  # (row key, chart title, unit)
+    ("tokens", "Tokens per hour", "tokens"), ("requests", "Requests per hour", "requests"),
+    ("errors", "Errors per hour", "errors"), ("avg_ttft_ms", "Average time to first token",
+                                               "ms"),
+    ("output_tps", "Output tokens/s while decoding", "tokens/s"),
+]
+
+
+def _org_usage(request, org) -> dict:
+    usage_range = request.GET.get("range", "24h")
+    usage_range = usage_range if usage_range in USAGE_RANGES else "24h"
+    now = timezone.now()
+    since = now.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1) \
+        - USAGE_RANGES[usage_range]
+    rows = org_usage_buckets(org=org, since=since, bucket=timedelta(hours=1), until=now)
+    charts = [{"key": key, "title": title, "unit": unit,
+               "points": [(row["start"], row[key] or 0) for row in rows],
+               "total": sum(row[key] for row in rows if row[key] is not None)
+               if key in ("tokens", "requests", "errors") else None}
+              for key, title, unit in USAGE_CHARTS]
+    return {"usage_range": usage_range, "usage_ranges": list(USAGE_RANGES), "charts": charts}
+
+
 @permission_required(perm.VIEW_ORGS, raise_exception=True)
 def org_detail(request, *, site, org_id: int):
     return _org_page(request, site, org=org_get(org_id=org_id))
 
 
 def _org_page(request, site, *, org, grant_form=None, status=200):
+    can_see_invoices = request.user.has_perm(perm.VIEW_INVOICES)
     return _render(request, site, "console/org_detail.html", {
+        **_org_usage(request, org),
+        "invoices": invoices_for_org(org=org)[:PAGE_SIZE] if can_see_invoices else None,
         "org": org,
         "actions": [(a, LIFECYCLE_LABELS[a]) for a in org_allowed_actions(org=org)],
         "allocations": org_allocations(org=org), "keys": org_keys(org=org),

@@ -226,13 +226,13 @@ def test_list_pages_use_a_constant_number_of_queries(operator_console, django_as
     # state, two live-use series (sums + pools each), queue lengths, next wave, three billing
     # counts;
     # org + allocations + keys + members + audit trail + the grant form's pools + quota
-    # requests (org page).
+    # requests + usage buckets + invoices (org page).
     _count_queries(django_assert_num_queries, operator_console, "/admin/console/orgs/", 7)
     _count_queries(django_assert_num_queries, operator_console, "/admin/console/audit/", 7)
     _count_queries(django_assert_num_queries, operator_console, "/admin/console/pools/", 7)
     _count_queries(django_assert_num_queries, operator_console, "/admin/", 16)
     _count_queries(django_assert_num_queries, operator_console,
-                   f"/admin/console/orgs/{org.pk}/", 12)
+                   f"/admin/console/orgs/{org.pk}/", 14)
 
 
 def test_the_default_admin_site_is_the_console():

@@ -1,16 +1,23 @@
 """Dashboard slots (live use per pool, waitlist, next wave, billing problems), the price book
 and the billing problems page."""
 
-from datetime import timedelta
+from datetime import date, timedelta
 
 import pytest
 from django.utils import timezone
 
-from billing.models import BillingAccount, OutboxMessage, OutboxStatus, PriceVersion, StripeEvent
+from billing.models import (
+    BillingAccount,
+    Invoice,
+    OutboxMessage,
+    OutboxStatus,
+    PriceVersion,
+    StripeEvent,
+)
 from console.selectors import pools_live_use
 from orgs.models import AuditEvent, OrgStatus
 from quotas.models import UsageEvent, UsageHourly
-from quotas.selectors import pools_tps_series
+from quotas.selectors import org_usage_buckets, pools_tps_series
 from tests.factories import OrganizationFactory, PoolFactory, RolloutWaveFactory
 from tests.waitlist import approved_application
 
@@ -159,3 +166,43 @@ def test_support_reads_money_pages_but_cannot_change_money(support_console):
     assert not PriceVersion.objects.exists()
     assert OutboxMessage.objects.get(pk=dead.pk).status == OutboxStatus.DEAD
     assert StripeEvent.objects.get(pk=event.pk).status == "failed"
+
+
+def test_org_usage_buckets_sum_pools_and_keys_per_hour_with_speed():
+    org = OrganizationFactory(status=OrgStatus.ACTIVE)
+    other = OrganizationFactory(status=OrgStatus.ACTIVE)
+    a, b = PoolFactory(), PoolFactory()
+    hour = timezone.now().replace(minute=0, second=0, microsecond=0) - timedelta(hours=3)
+    for pool in (a, b):
+        UsageHourly.objects.create(org=org, pool=pool, hour=hour, requests=5, errors=1,
+                                   input_tokens=100, output_tokens=900, ttft_ms_total=1_000,
+                                   ttft_count=5, decode_ms_total=1_500)
+    UsageHourly.objects.create(org=other, pool=a, hour=hour, requests=99, output_tokens=1)
+    rows = org_usage_buckets(org=org, since=hour, bucket=timedelta(hours=1),
+                             until=hour + timedelta(hours=2))
+    assert rows[0] == {"start": hour, "requests": 10, "errors": 2, "tokens": 2_000,
+                       "output_tokens": 1_800, "avg_ttft_ms": 200.0, "output_tps": 600.0}
+    assert rows[1]["requests"] == 0 and rows[1]["output_tps"] is None
+
+
+def test_org_page_shows_usage_charts_and_invoices(operator_console):
+    org = OrganizationFactory(status=OrgStatus.ACTIVE)
+    hour = timezone.now().replace(minute=0, second=0, microsecond=0)
+    UsageHourly.objects.create(org=org, pool=PoolFactory(), hour=hour, requests=7,
+                               input_tokens=10, output_tokens=20)
+    invoice = Invoice.objects.create(org=org, period_start=date(2026, 10, 1),
+                                     period_end=date(2026, 11, 1), number="SL-2026-10-0001",
+                                     total_cents=12_345)
+    for usage_range, buckets in (("24h", 24), ("7d", 168)):
+        page = operator_console.get(f"/admin/console/orgs/{org.pk}/?range={usage_range}")
+        charts = {c["key"]: c for c in page.context["charts"]}
+        assert len(charts["requests"]["points"]) == buckets and charts["requests"]["total"] == 7
+    body = page.content.decode()
+    assert "SL-2026-10-0001" in body and "$123.45" in body
+    assert f"/admin/billing/invoice/{invoice.pk}/change/" in body
+
+
+def test_support_sees_usage_and_invoices_on_the_org_page(support_console):
+    org = OrganizationFactory(status=OrgStatus.ACTIVE)
+    page = support_console.get(f"/admin/console/orgs/{org.pk}/")
+    assert page.status_code == 200 and page.context["invoices"] is not None
