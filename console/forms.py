@@ -1,3 +1,5 @@
+from decimal import Decimal
+
 from django import forms
 from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
@@ -5,7 +7,7 @@ from django_otp import match_token, user_has_device
 
 from orgs.models import ApplicationState, CheckItem, Decision, UseCase
 from orgs.services.lifecycle import TRANSITIONS
-from quotas.models import CapacityPool
+from quotas.models import CapacityPool, LimiterFailurePolicy
 from sluice.auth_forms import ThrottledAuthenticationForm
 
 
@@ -165,3 +167,25 @@ class PriceVersionForm(forms.Form):
     premium_output_micros_per_mtok = DollarsPerMtokField(
         label="Fast-tier premium on output, $ per million tokens", initial=0)
     note = forms.CharField(label="Note", required=False, max_length=200)
+
+
+class PoolSettingsForm(forms.Form):
+    guaranteeable_ratio = forms.DecimalField(
+        label="Guaranteeable ratio", min_value=Decimal("0.001"), max_value=1, max_digits=4,
+        decimal_places=3, help_text="Share of capacity that may be guaranteed; the rest is "
+                                    "headroom for bursts.")
+    limiter_failure_policy = forms.ChoiceField(
+        label="When Redis is unreachable", choices=LimiterFailurePolicy.choices)
+    speed_floor_output_tps = forms.IntegerField(
+        label="Speed floor, output tokens/s", min_value=0,
+        help_text="Slower requests are billed without the fast-tier premium.")
+    ttft_ceiling_ms = forms.IntegerField(label="Time-to-first-token ceiling, ms", min_value=0)
+
+
+class PoolAdmissionForm(forms.Form):
+    auto_admit = forms.BooleanField(
+        label="Admit queued organizations automatically when capacity frees up",
+        required=False)
+    quota_auto_approve_max_tps = forms.IntegerField(
+        label="Auto-approve quota increases up to, tokens/s", min_value=0,
+        help_text="0: every request waits for an operator.")

@@ -8,6 +8,7 @@ from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import permission_required
 from django.core.paginator import Paginator
+from django.db import transaction
 from django.http import Http404
 from django.shortcuts import redirect, render
 from django.utils import timezone
@@ -15,7 +16,14 @@ from django.views.decorators.http import require_POST
 
 from billing.selectors import billing_problem_counts, invoices_for_org
 from console import permissions as perm
-from console.forms import AllocationChangeForm, AllocationGrantForm, LifecycleForm, PoolCapacityForm
+from console.forms import (
+    AllocationChangeForm,
+    AllocationGrantForm,
+    LifecycleForm,
+    PoolAdmissionForm,
+    PoolCapacityForm,
+    PoolSettingsForm,
+)
 from console.selectors import (
     allocation_get,
     org_allocations,
@@ -41,20 +49,24 @@ from orgs.services import (
     org_suspend,
 )
 from orgs.services.lifecycle import org_allowed_actions
-from quotas.models import CapacityPool
+from quotas.models import CapacityPool, PoolAdmission
+from quotas.quota_requests import pool_quota_auto_approve_set
 from quotas.selectors import (
     next_scheduled_wave,
     org_quota_requests,
     org_usage_buckets,
     pool_capacity_summaries,
 )
-from quotas.services import allocation_change, pool_capacity_set
+from quotas.services import allocation_change, pool_capacity_set, pool_settings_set
 from quotas.services import allocation_end as allocation_end_service
 from quotas.services import allocation_grant as allocation_grant_service
 from quotas.waitlist import waitlist_lengths
+from quotas.waves import pool_auto_admit_set
 from sluice.errors import DomainError
 
 PAGE_SIZE = 50
+POOL_SETTINGS = ("guaranteeable_ratio", "limiter_failure_policy", "speed_floor_output_tps",
+                 "ttft_ceiling_ms")
 
 # Console navigation, in menu order: (url name, label, permission). Domains add their pages here
 # (vetting queue, waves, quota requests, price book...).
@@ -266,24 +278,93 @@ def pool_list(request, *, site):
     return _pools_page(request, site)
 
 
-def _pools_page(request, site, *, failed_form=None, failed_pool_id=None, status=200):
-    pools = {pool.pk: pool for pool in CapacityPool.objects.all()}
-    rows = [{"summary": summary, "pool": pools[summary.pool_id],
-             "form": failed_form if summary.pool_id == failed_pool_id
-             else PoolCapacityForm(initial={"capacity_tps": summary.capacity_tps})}
-            for summary in pool_capacity_summaries()]
+def _pool_forms(pool, summary) -> dict:
+    admission = getattr(pool, "admission", None)
+    return {
+        "capacity": PoolCapacityForm(initial={"capacity_tps": summary.capacity_tps},
+                                     auto_id=f"pool{pool.pk}_capacity_%s"),
+        "settings": PoolSettingsForm(initial={f: getattr(pool, f) for f in POOL_SETTINGS},
+                                     auto_id=f"pool{pool.pk}_settings_%s"),
+        "admission": PoolAdmissionForm(initial={
+            "auto_admit": admission.auto_admit if admission else False,
+            "quota_auto_approve_max_tps":
+                admission.quota_auto_approve_max_tps if admission else 0,
+        }, auto_id=f"pool{pool.pk}_admission_%s"),
+    }
+
+
+def _pools_page(request, site, *, failed_form=None, failed_pool_id=None, failed_kind="",
+                status=200):
+    pools = {pool.pk: pool for pool in CapacityPool.objects.select_related("admission")}
+    rows = []
+    for summary in pool_capacity_summaries():
+        forms_ = _pool_forms(pools[summary.pool_id], summary)
+        if summary.pool_id == failed_pool_id:
+            forms_[failed_kind] = failed_form
+        rows.append({"summary": summary, "pool": pools[summary.pool_id], "forms": forms_})
     return _render(request, site, "console/pool_list.html", {
         "rows": rows, "can_change": request.user.has_perm(perm.CHANGE_CAPACITY),
+        "can_change_admission": request.user.has_perm(perm.CHANGE_POOL_ADMISSION),
     }, status=status)
+
+
+def _pool_get(pool_id: int) -> CapacityPool:
+    pool = CapacityPool.objects.filter(pk=pool_id).first()
+    if pool is None:
+        raise Http404("No such pool.")
+    return pool
+
+
+@require_POST
+@permission_required(perm.CHANGE_CAPACITY, raise_exception=True)
+def pool_settings(request, *, site, pool_id: int):
+    pool = _pool_get(pool_id)
+    form = PoolSettingsForm(request.POST, auto_id=f"pool{pool.pk}_settings_%s")
+    if form.is_valid():
+        try:
+            # Capacity has its own form (with a reason); here it is passed through unchanged.
+            pool_settings_set(pool=pool, actor=request.user, capacity_tps=pool.capacity_tps,
+                              **form.cleaned_data)
+        except DomainError as error:
+            _form_error_from(form, error)
+        else:
+            messages.success(request, f"Settings of {pool} saved.")
+            return redirect("admin:console_pools")
+    return _pools_page(request, site, failed_form=form, failed_pool_id=pool.pk,
+                       failed_kind="settings", status=422)
+
+
+@require_POST
+@permission_required(perm.CHANGE_POOL_ADMISSION, raise_exception=True)
+def pool_admission(request, *, site, pool_id: int):
+    pool = _pool_get(pool_id)
+    form = PoolAdmissionForm(request.POST, auto_id=f"pool{pool.pk}_admission_%s")
+    if form.is_valid():
+        data = form.cleaned_data
+        try:
+            # One form, two settings: both are saved or neither.
+            with transaction.atomic():
+                current = PoolAdmission.objects.filter(pool=pool).first()
+                if data["auto_admit"] != (current.auto_admit if current else False):
+                    # Only on a change: the service audits every call.
+                    pool_auto_admit_set(pool=pool, enabled=data["auto_admit"],
+                                        actor=request.user)
+                pool_quota_auto_approve_set(pool=pool, actor=request.user,
+                                            max_tps=data["quota_auto_approve_max_tps"])
+        except DomainError as error:
+            _form_error_from(form, error)
+        else:
+            messages.success(request, f"Admission settings of {pool} saved.")
+            return redirect("admin:console_pools")
+    return _pools_page(request, site, failed_form=form, failed_pool_id=pool.pk,
+                       failed_kind="admission", status=422)
 
 
 @require_POST
 @permission_required(perm.CHANGE_CAPACITY, raise_exception=True)
 def pool_capacity(request, *, site, pool_id: int):
-    pool = CapacityPool.objects.filter(pk=pool_id).first()
-    if pool is None:
-        raise Http404("No such pool.")
-    form = PoolCapacityForm(request.POST)
+    pool = _pool_get(pool_id)
+    form = PoolCapacityForm(request.POST, auto_id=f"pool{pool.pk}_capacity_%s")
     if form.is_valid():
         try:
             pool_capacity_set(pool=pool, capacity_tps=form.cleaned_data["capacity_tps"],
@@ -294,7 +375,8 @@ def pool_capacity(request, *, site, pool_id: int):
             messages.success(request, f"{pool} now has {form.cleaned_data['capacity_tps']} "
                                       f"tokens/s.")
             return redirect("admin:console_pools")
-    return _pools_page(request, site, failed_form=form, failed_pool_id=pool.pk, status=422)
+    return _pools_page(request, site, failed_form=form, failed_pool_id=pool.pk,
+                       failed_kind="capacity", status=422)
 
 
 class AuditSearchForm(forms.Form):

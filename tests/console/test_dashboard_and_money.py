@@ -2,6 +2,7 @@
 and the billing problems page."""
 
 from datetime import date, timedelta
+from decimal import Decimal
 
 import pytest
 from django.utils import timezone
@@ -16,9 +17,14 @@ from billing.models import (
 )
 from console.selectors import pools_live_use
 from orgs.models import AuditEvent, OrgStatus
-from quotas.models import UsageEvent, UsageHourly
+from quotas.models import PoolAdmission, UsageEvent, UsageHourly
 from quotas.selectors import org_usage_buckets, pools_tps_series
-from tests.factories import OrganizationFactory, PoolFactory, RolloutWaveFactory
+from tests.factories import (
+    AllocationFactory,
+    OrganizationFactory,
+    PoolFactory,
+    RolloutWaveFactory,
+)
 from tests.waitlist import approved_application
 
 pytestmark = pytest.mark.django_db
@@ -206,3 +212,47 @@ def test_support_sees_usage_and_invoices_on_the_org_page(support_console):
     org = OrganizationFactory(status=OrgStatus.ACTIVE)
     page = support_console.get(f"/admin/console/orgs/{org.pk}/")
     assert page.status_code == 200 and page.context["invoices"] is not None
+
+
+def test_operator_sets_pool_limiter_speed_and_admission(operator_console):
+    pool = PoolFactory()
+    response = operator_console.post(f"/admin/console/pools/{pool.pk}/settings/", {
+        "guaranteeable_ratio": "0.800", "limiter_failure_policy": "fail_open",
+        "speed_floor_output_tps": 400, "ttft_ceiling_ms": 1500})
+    assert response.status_code == 302
+    pool.refresh_from_db()
+    assert (pool.guaranteeable_ratio, pool.limiter_failure_policy, pool.speed_floor_output_tps,
+            pool.ttft_ceiling_ms) == (Decimal("0.800"), "fail_open", 400, 1500)
+    response = operator_console.post(f"/admin/console/pools/{pool.pk}/admission/", {
+        "auto_admit": "on", "quota_auto_approve_max_tps": 250})
+    assert response.status_code == 302
+    admission = PoolAdmission.objects.get(pool=pool)
+    assert (admission.auto_admit, admission.quota_auto_approve_max_tps) == (True, 250)
+    assert {"pool.settings_set", "pool.auto_admit_set", "pool.quota_auto_approve_set"} <= set(
+        AuditEvent.objects.values_list("action", flat=True))
+
+
+def test_pool_ratio_below_guarantees_is_refused_with_its_message(operator_console):
+    pool = PoolFactory(capacity_tps=10_000)
+    AllocationFactory(pool=pool, guaranteed_tps=8_000, burst_tps=8_000)
+    response = operator_console.post(f"/admin/console/pools/{pool.pk}/settings/", {
+        "guaranteeable_ratio": "0.500", "limiter_failure_policy": "fail_closed",
+        "speed_floor_output_tps": 300, "ttft_ceiling_ms": 2000})
+    assert response.status_code == 422
+    assert "8000" in response.content.decode()
+    pool.refresh_from_db()
+    assert pool.guaranteeable_ratio == Decimal("0.900")
+
+
+def test_support_cannot_change_pool_settings_or_admission(support_console):
+    pool = PoolFactory()
+    page = support_console.get("/admin/console/pools/").content.decode()
+    assert "Save settings" not in page and "Save admission" not in page
+    assert support_console.post(f"/admin/console/pools/{pool.pk}/settings/", {
+        "guaranteeable_ratio": "0.5", "limiter_failure_policy": "fail_open",
+        "speed_floor_output_tps": 1, "ttft_ceiling_ms": 1}).status_code == 403
+    assert support_console.post(f"/admin/console/pools/{pool.pk}/admission/", {
+        "auto_admit": "on", "quota_auto_approve_max_tps": 1}).status_code == 403
+    assert not PoolAdmission.objects.exists()
+    pool.refresh_from_db()
+    assert pool.limiter_failure_policy == "fail_closed"
