@@ -92,6 +92,10 @@ def column_chart(points, label, limit=None, unit=""):
          "title": f"{start:%Y-%m-%d %H:%M} UTC: {value:,.1f} {unit}".strip()}
         for i, (start, value) in enumerate(points)
     ]
+    highest = max((value for _, value in points), default=0)
     return {"columns": columns, "label": label, "width": COLUMNS_WIDTH,
             "height": COLUMNS_HEIGHT, "limit": limit,
-            "limit_y": round(COLUMNS_HEIGHT * (1 - (limit or 0) / peak), 1)}
+            "limit_y": round(COLUMNS_HEIGHT * (1 - (limit or 0) / peak), 1),
+            # The scale in words: SVG text would be stretched by preserveAspectRatio="none".
+            "scale": f"highest {highest:,.1f} {unit}".strip()
+                     + (f"; dashed line: {limit:,} {unit}".rstrip() if limit else "")}

@@ -251,3 +251,15 @@ def test_support_reads_every_page_but_every_post_is_refused(support_console, ope
     assert AuditEvent.objects.count() == before
     assert RolloutWave.objects.get(pk=wave.pk).state == WaveState.SCHEDULED
     assert QuotaRequest.objects.get(pk=request.pk).status == "pending"
+
+
+def test_wave_list_query_count_is_constant(operator_console, django_assert_num_queries):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+    RolloutWaveFactory()
+    with CaptureQueriesContext(connection) as ctx:
+        operator_console.get("/admin/console/waves/")
+    for _ in range(4):
+        RolloutWaveFactory()
+    with django_assert_num_queries(len(ctx)):
+        operator_console.get("/admin/console/waves/")

@@ -2,13 +2,23 @@
 from the vetting queue, plan and open a wave, then work the quota-increase inbox (one request
 fits, one does not). Screenshots of each console page go to artifacts/screenshots/."""
 
+from datetime import timedelta
+
 import pytest
 from django.contrib.auth.models import Group, Permission
+from django.utils import timezone
 from playwright.sync_api import expect
 
+from billing.models import OutboxMessage, OutboxStatus, PriceVersion
 from console.permissions import groups_sync
 from orgs.models import Application, OrgStatus
-from quotas.models import Allocation, QuotaRequest
+from quotas.models import (
+    Allocation,
+    PoolAdmission,
+    QuotaRequest,
+    UsageEvent,
+    UsageHourly,
+)
 from quotas.quota_requests import quota_request_create
 from tests.e2e.conftest import screenshot
 from tests.factories import (
@@ -114,3 +124,68 @@ def test_operator_vets_opens_a_wave_and_approves_a_quota_increase(new_page):
     assert QuotaRequest.objects.get(pk=too_big.pk).status == "pending"
     page.get_by_role("link", name="Dashboard", exact=True).click()
     screenshot(page, "console-dashboard-rollout")
+
+
+def _usage(org, pool):
+    """An hour of traffic in the rollups and a few minutes of raw events, for the charts."""
+    now = timezone.now()
+    for hours_ago in range(0, 24, 3):
+        UsageHourly.objects.create(
+            org=org, pool=pool, hour=now.replace(minute=0, second=0, microsecond=0)
+            - timedelta(hours=hours_ago), requests=40 + hours_ago, errors=hours_ago % 4,
+            input_tokens=20_000, output_tokens=90_000 + 5_000 * hours_ago,
+            ttft_ms_total=12_000, ttft_count=40, decode_ms_total=150_000)
+    for i in range(12):
+        finished = now - timedelta(minutes=5 * i + 1)
+        UsageEvent.objects.create(
+            request_id=f"e2e-{i}", org=org, pool=pool, status="completed",
+            input_tokens=30_000, output_tokens=60_000 + 10_000 * i,
+            started_at=finished - timedelta(seconds=2), finished_at=finished)
+
+
+def test_operator_sees_live_use_sets_prices_and_pool_settings(new_page):
+    pool = PoolFactory(region="us-east", capacity_tps=1_000)
+    org = OrganizationFactory(name="Live Co", status=OrgStatus.ACTIVE)
+    AllocationFactory(org=org, pool=pool, guaranteed_tps=400, burst_tps=800)
+    _usage(org, pool)
+    OutboxMessage.objects.create(kind="customer_sync", org=org, status=OutboxStatus.DEAD,
+                                 attempts=8, last_error="Stripe unreachable")
+    user, device = _operator()
+    page = new_page()
+    _signs_in(page, user, device)
+    expect(page.locator("[data-live='hour']")).to_contain_text("tokens/s average")
+    screenshot(page, "console-dashboard-live")
+
+    page.get_by_role("link", name="Organizations", exact=True).click()
+    page.get_by_role("link", name="Live Co").click()
+    expect(page.locator("[data-chart='tokens']")).to_be_visible()
+    screenshot(page, "console-org-usage")
+
+    page.get_by_role("link", name="Pools", exact=True).click()
+    page.get_by_label("When Redis is unreachable").select_option("fail_open")
+    page.get_by_role("button", name="Save settings").click()
+    expect(page.locator(".alert-success")).to_contain_text("Settings of")
+    page.get_by_label("Auto-approve quota increases up to, tokens/s").fill("200")
+    page.get_by_role("button", name="Save admission").click()
+    expect(page.locator(".alert-success")).to_contain_text("Admission settings")
+    screenshot(page, "console-pools-settings")
+
+    page.get_by_role("link", name="Price book", exact=True).click()
+    start = (timezone.now() + timedelta(hours=3)).strftime("%Y-%m-%dT%H:00")
+    page.get_by_label("Pool").select_option(str(pool.pk))
+    page.get_by_label("Effective from (UTC, a whole hour)").fill(start)
+    page.get_by_label("Input, $ per million tokens", exact=True).fill("5")
+    page.get_by_label("Output, $ per million tokens", exact=True).fill("30")
+    page.get_by_label("Fast-tier premium on output, $ per million tokens").fill("6")
+    page.get_by_role("button", name="Add version").click()
+    expect(page.locator(f"[data-pool='{pool.pk}']")).to_contain_text("$30 / Mtok")
+    screenshot(page, "console-price-book")
+
+    page.get_by_role("link", name="Billing problems", exact=True).click()
+    page.get_by_role("button", name="Retry").click()
+    expect(page.locator(".alert-success")).to_contain_text("queued again")
+    screenshot(page, "console-billing-problems")
+    pool.refresh_from_db()
+    assert pool.limiter_failure_policy == "fail_open"
+    assert PoolAdmission.objects.get(pool=pool).quota_auto_approve_max_tps == 200
+    assert PriceVersion.objects.filter(pool=pool, output_micros_per_mtok=30_000_000).exists()
