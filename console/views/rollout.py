@@ -5,6 +5,7 @@ POSTs are refused (403) by the change permissions."""
 
 from django.contrib import messages
 from django.contrib.auth.decorators import permission_required
+from django.core.paginator import Paginator
 from django.http import Http404
 from django.shortcuts import redirect
 from django.utils.http import url_has_allowed_host_and_scheme
@@ -54,12 +55,18 @@ def _queue_rows(form: ApplicationFilterForm) -> list[Application]:
 @permission_required(perm.VIEW_APPLICATIONS, raise_exception=True)
 def vetting_queue_page(request, *, site, bulk_form=None, status=200):
     form = ApplicationFilterForm(request.GET or None)
+    page = Paginator(_queue_rows(form), PAGE_SIZE).get_page(request.GET.get("page"))
     return _render(request, site, "console/vetting_queue.html", {
-        "filter_form": form, "rows": _queue_rows(form)[:PAGE_SIZE * 4],
-        "bulk_form": bulk_form or BulkDecisionForm(),
+        "filter_form": form, "page": page, "bulk_form": bulk_form or BulkDecisionForm(),
         "can_decide": request.user.has_perm(perm.DECIDE_APPLICATIONS),
-        "query": request.GET.urlencode(),
+        "query": _query_without_page(request),
     }, status=status)
+
+
+def _query_without_page(request) -> str:
+    query = request.GET.copy()
+    query.pop("page", None)
+    return query.urlencode()
 
 
 @require_POST
@@ -252,7 +259,9 @@ def quota_inbox(request, *, site):
     status = request.GET.get("status", QuotaRequestStatus.PENDING)
     status = status if status in QuotaRequestStatus.values else QuotaRequestStatus.PENDING
     return _render(request, site, "console/quota_inbox.html", {
-        "requests": quota_requests_inbox(status=status)[:PAGE_SIZE * 4],
+        "requests": Paginator(quota_requests_inbox(status=status), PAGE_SIZE).get_page(
+            request.GET.get("page")),
+        "page_query": _query_without_page(request),
         "status": status, "statuses": QuotaRequestStatus.choices,
         "can_decide": request.user.has_perm(perm.DECIDE_QUOTA_REQUESTS),
     })

@@ -42,12 +42,12 @@ def test_vetting_queue_filters_by_use_case_and_score(operator_console, operator_
     batch = approved_application(operator_user, pool, "Batch Co", use_case="batch",
                                  latency_sensitivity="tolerant")
     page = operator_console.get("/admin/console/applications/")
-    assert [a.pk for a in page.context["rows"]] == [voice.pk, batch.pk]
+    assert [a.pk for a in page.context["page"]] == [voice.pk, batch.pk]
     only_batch = operator_console.get("/admin/console/applications/?use_case=batch")
-    assert [a.pk for a in only_batch.context["rows"]] == [batch.pk]
-    scores = {a.pk: a.score.score for a in page.context["rows"]}
+    assert [a.pk for a in only_batch.context["page"]] == [batch.pk]
+    scores = {a.pk: a.score.score for a in page.context["page"]}
     high = operator_console.get(f"/admin/console/applications/?min_score={scores[voice.pk]}")
-    assert [a.pk for a in high.context["rows"]] == [voice.pk]
+    assert [a.pk for a in high.context["page"]] == [voice.pk]
 
 
 def test_vetting_queue_has_a_constant_number_of_queries(operator_console, operator_user,
