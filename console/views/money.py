@@ -44,7 +44,8 @@ def price_version_add(request, *, site):
             form.add_error("effective_from" if "effective_from" in error.details else None,
                            error.message)
         else:
-            messages.success(request, f"{version} added.")
+            messages.success(request, f"New prices for {version.pool} from "
+                                      f"{version.effective_from:%Y-%m-%d %H:%M} UTC.")
             return redirect("admin:console_prices")
     return price_book_page(request, site=site, form=form, status=422)
 
