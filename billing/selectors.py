@@ -11,6 +11,8 @@ from billing.models import (
     OutboxMessage,
     OutboxStatus,
     PriceVersion,
+    StripeEvent,
+    StripeEventStatus,
 )
 from billing.periods import month_bounds
 from billing.rating import Price, RatedLine, UsageRow, rate_usage, usage_cost_micros
@@ -126,3 +128,28 @@ def usage_rows_for_export(*, org: Organization, start: datetime, end: datetime):
     return (UsageHourly.objects.filter(org=org, hour__gte=start, hour__lt=end)
             .select_related("pool", "api_key").order_by("hour", "pool_id", "api_key_id")
             .iterator(chunk_size=2000))
+
+
+def accounts_in_dunning() -> QuerySet[BillingAccount]:
+    """Orgs whose payment failed and whose grace period runs (or ran out: suspended)."""
+    return (BillingAccount.objects.filter(grace_until__isnull=False).select_related("org")
+            .order_by("grace_until"))
+
+
+def stripe_events_failed() -> QuerySet[StripeEvent]:
+    return StripeEvent.objects.filter(status=StripeEventStatus.FAILED).order_by("-received_at")
+
+
+def billing_problem_counts() -> dict[str, int]:
+    """For the console dashboard (three COUNT queries)."""
+    return {
+        "dunning": accounts_in_dunning().count(),
+        "dead_letters": outbox_dead_letters().count(),
+        "failed_events": stripe_events_failed().count(),
+    }
+
+
+def price_book() -> QuerySet[PriceVersion]:
+    """Every version, public and negotiated, per pool in start order (the price book page)."""
+    return PriceVersion.objects.select_related("pool", "org", "created_by").order_by(
+        "pool_id", "org_id", "effective_from", "id")

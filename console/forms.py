@@ -1,9 +1,13 @@
+from decimal import Decimal
+
 from django import forms
+from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django_otp import match_token, user_has_device
 
+from orgs.models import ApplicationState, CheckItem, Decision, UseCase
 from orgs.services.lifecycle import TRANSITIONS
-from quotas.models import CapacityPool
+from quotas.models import CapacityPool, LimiterFailurePolicy
 from sluice.auth_forms import ThrottledAuthenticationForm
 
 
@@ -61,3 +65,127 @@ class AllocationGrantForm(AllocationChangeForm):
 class PoolCapacityForm(forms.Form):
     capacity_tps = forms.IntegerField(label="Capacity tokens/s", min_value=1)
     reason = forms.CharField(label="Reason", required=False, max_length=500)
+
+
+class ApplicationFilterForm(forms.Form):
+    state = forms.ChoiceField(label="State", required=False,
+                              choices=[("", "Any")] + ApplicationState.choices)
+    use_case = forms.ChoiceField(label="Use case", required=False,
+                                 choices=[("", "Any")] + UseCase.choices)
+    pool = forms.ModelChoiceField(label="Pool", required=False, empty_label="Any",
+                                  queryset=CapacityPool.objects.all())
+    min_score = forms.IntegerField(label="Score from", required=False)
+    max_score = forms.IntegerField(label="Score to", required=False)
+
+
+class BulkDecisionForm(forms.Form):
+    decision = forms.ChoiceField(choices=[(Decision.APPROVE, "Approve"),
+                                          (Decision.REJECT, "Reject")])
+    applications = forms.TypedMultipleChoiceField(coerce=int, choices=[])
+    reason = forms.CharField(label="Reason (audit log)", max_length=1000)
+    shared_reason = forms.CharField(label="Reason shared with the organizations",
+                                    required=False, max_length=1000)
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # Any id: the service answers for unknown ones (NotFound) with their list.
+        self.fields["applications"].valid_value = lambda value: str(value).isdigit()
+
+
+class CheckForm(forms.Form):
+    item = forms.ChoiceField(choices=CheckItem.choices)
+    done = forms.BooleanField(required=False)
+    note = forms.CharField(required=False, max_length=500)
+
+
+class ReviewerForm(forms.Form):
+    reviewer = forms.ModelChoiceField(
+        label="Reviewer", queryset=User.objects.filter(is_staff=True, is_active=True)
+        .order_by("email"))
+
+
+class NoteForm(forms.Form):
+    body = forms.CharField(label="Note", widget=forms.Textarea(attrs={"rows": 3}),
+                           max_length=5000)
+
+
+class ScoreOverrideForm(forms.Form):
+    score = forms.IntegerField(label="Score (empty restores the computed one)", required=False)
+    reason = forms.CharField(label="Reason", max_length=1000)
+
+
+class DecisionForm(forms.Form):
+    decision = forms.ChoiceField(choices=Decision.choices)
+    reason = forms.CharField(label="Internal reason (audit log)", max_length=1000)
+    shared_reason = forms.CharField(
+        label="Reason shared with the organization", required=False, max_length=1000,
+        help_text="Required when asking for information; shown in the portal.")
+    pool = forms.ModelChoiceField(label="Queue pool (approval)", required=False,
+                                  queryset=CapacityPool.objects.all(),
+                                  empty_label="Keep the org's pool")
+
+
+class WaveForm(forms.Form):
+    pool = forms.ModelChoiceField(label="Pool", queryset=CapacityPool.objects.all())
+    name = forms.CharField(label="Name", max_length=200)
+    opens_at = forms.DateTimeField(label="Opens at (UTC)", widget=forms.DateTimeInput(
+        attrs={"type": "datetime-local"}))
+    closes_at = forms.DateTimeField(label="Closes at (UTC)", required=False,
+                                    widget=forms.DateTimeInput(attrs={"type": "datetime-local"}))
+    capacity_tps = forms.IntegerField(label="Capacity added, tokens/s", min_value=0)
+    max_orgs = forms.IntegerField(label="Maximum organizations", min_value=1)
+    guaranteed_tps = forms.IntegerField(label="Default guaranteed tokens/s", min_value=1)
+    burst_tps = forms.IntegerField(label="Default burst tokens/s", min_value=1)
+    daily_tokens = forms.IntegerField(label="Default daily tokens", min_value=1)
+    max_concurrency = forms.IntegerField(label="Default concurrent requests", min_value=1)
+
+
+class ReasonForm(forms.Form):
+    reason = forms.CharField(label="Reason", required=False, max_length=1000)
+
+
+class DollarsPerMtokField(forms.DecimalField):
+    """Dollars per million tokens, entered as "5" or "0.25", kept as integer micro-dollars."""
+
+    def __init__(self, **kwargs):
+        super().__init__(min_value=0, max_digits=12, decimal_places=6, **kwargs)
+
+    def clean(self, value):
+        dollars = super().clean(value)
+        return None if dollars is None else int(dollars * 1_000_000)
+
+
+class PriceVersionForm(forms.Form):
+    pool = forms.ModelChoiceField(label="Pool", queryset=CapacityPool.objects.all())
+    effective_from = forms.DateTimeField(
+        label="Effective from (UTC, a whole hour)",
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local", "step": 3600}))
+    input_micros_per_mtok = DollarsPerMtokField(label="Input, $ per million tokens")
+    output_micros_per_mtok = DollarsPerMtokField(label="Output, $ per million tokens")
+    premium_input_micros_per_mtok = DollarsPerMtokField(
+        label="Fast-tier premium on input, $ per million tokens", initial=0)
+    premium_output_micros_per_mtok = DollarsPerMtokField(
+        label="Fast-tier premium on output, $ per million tokens", initial=0)
+    note = forms.CharField(label="Note", required=False, max_length=200)
+
+
+class PoolSettingsForm(forms.Form):
+    guaranteeable_ratio = forms.DecimalField(
+        label="Guaranteeable ratio", min_value=Decimal("0.001"), max_value=1, max_digits=4,
+        decimal_places=3, help_text="Share of capacity that may be guaranteed; the rest is "
+                                    "headroom for bursts.")
+    limiter_failure_policy = forms.ChoiceField(
+        label="When Redis is unreachable", choices=LimiterFailurePolicy.choices)
+    speed_floor_output_tps = forms.IntegerField(
+        label="Speed floor, output tokens/s", min_value=0,
+        help_text="Slower requests are billed without the fast-tier premium.")
+    ttft_ceiling_ms = forms.IntegerField(label="Time-to-first-token ceiling, ms", min_value=0)
+
+
+class PoolAdmissionForm(forms.Form):
+    auto_admit = forms.BooleanField(
+        label="Admit queued organizations automatically when capacity frees up",
+        required=False)
+    quota_auto_approve_max_tps = forms.IntegerField(
+        label="Auto-approve quota increases up to, tokens/s", min_value=0,
+        help_text="0: every request waits for an operator.")

@@ -1,5 +1,6 @@
 """Console roles. `support` staff read everything; `operator` staff also change lifecycle,
-capacity and allocations (and, when billing lands, money). Superusers have every permission.
+capacity, allocations, vetting decisions, waves, quota requests and money. Superusers have
+every permission.
 
 The groups are created by migration 0001 through `groups_sync`; a later change to these lists
 ships with a migration that calls it again.
@@ -15,16 +16,42 @@ CHANGE_LIFECYCLE = "orgs.change_organization"
 GRANT_ALLOCATION = "quotas.add_allocation"
 CHANGE_ALLOCATION = "quotas.change_allocation"
 CHANGE_CAPACITY = "quotas.change_capacitypool"
+VIEW_APPLICATIONS = "orgs.view_application"
+DECIDE_APPLICATIONS = "orgs.change_application"
+VIEW_WAVES = "quotas.view_rolloutwave"
+CHANGE_WAVES = "quotas.change_rolloutwave"
+VIEW_QUOTA_REQUESTS = "quotas.view_quotarequest"
+DECIDE_QUOTA_REQUESTS = "quotas.change_quotarequest"
+CHANGE_POOL_ADMISSION = "quotas.change_pooladmission"
+VIEW_PRICES = "billing.view_priceversion"
+ADD_PRICE = "billing.add_priceversion"
+VIEW_BILLING_PROBLEMS = "billing.view_outboxmessage"
+RETRY_OUTBOX = "billing.change_outboxmessage"
+REPROCESS_STRIPE_EVENT = "billing.change_stripeevent"
+VIEW_INVOICES = "billing.view_invoice"
 
 SUPPORT_PERMISSIONS = [
     "orgs.view_organization", "orgs.view_membership", "orgs.view_invitation",
     "orgs.view_apikey", "orgs.view_auditevent",
     "quotas.view_capacitypool", "quotas.view_allocation", "quotas.view_usageevent",
     "quotas.view_usagehourly",
+    # Waitlist, waves, quota requests, gateway tokens, billing.
+    "orgs.view_application", "orgs.view_applicationcheck", "orgs.view_applicationnote",
+    "quotas.view_rolloutwave", "quotas.view_pooladmission", "quotas.view_orgpoolpreference",
+    "quotas.view_quotarequest", "quotas.view_gatewaytoken",
+    "billing.view_priceversion", "billing.view_billingaccount", "billing.view_spendalert",
+    "billing.view_invoice", "billing.view_invoiceline", "billing.view_outboxmessage",
+    "billing.view_stripeevent",
 ]
 OPERATOR_PERMISSIONS = SUPPORT_PERMISSIONS + [
     CHANGE_LIFECYCLE, "orgs.change_membership", "orgs.change_apikey",
     GRANT_ALLOCATION, CHANGE_ALLOCATION, "quotas.add_capacitypool", CHANGE_CAPACITY,
+    DECIDE_APPLICATIONS, "orgs.change_applicationcheck", "orgs.add_applicationnote",
+    "quotas.add_rolloutwave", CHANGE_WAVES, "quotas.change_pooladmission",
+    "quotas.change_orgpoolpreference", DECIDE_QUOTA_REQUESTS,
+    "quotas.add_gatewaytoken", "quotas.change_gatewaytoken",
+    "billing.add_priceversion", "billing.change_outboxmessage", "billing.change_stripeevent",
+    "billing.change_billingaccount",
 ]
 GROUP_PERMISSIONS = {"support": SUPPORT_PERMISSIONS, "operator": OPERATOR_PERMISSIONS}
 

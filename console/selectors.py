@@ -1,13 +1,14 @@
 """Reads for the console pages."""
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.db.models import Count, Q, QuerySet
 from django.http import Http404
+from django.utils import timezone
 
 from orgs.models import ApiKey, AuditEvent, Membership, Organization, OrgStatus
 from quotas.models import Allocation
-from quotas.selectors import allocations_in_force
+from quotas.selectors import allocations_in_force, pools_tps_series
 
 
 def orgs_by_status() -> list[dict]:
@@ -71,3 +72,18 @@ def audit_search(*, org_id: int | None = None, action: str = "", actor: str = ""
     if until:
         events = events.filter(created_at__lt=until)
     return events
+
+
+def pools_live_use(*, now: datetime | None = None) -> dict[int, dict]:
+    """Per pool: tokens/s in 5-minute buckets over the last hour (raw events) and hourly over
+    the last 24 hours (rollups), with the averages the dashboard prints beside the charts."""
+    now = now or timezone.now()
+    hour = pools_tps_series(since=now - timedelta(hours=1), bucket=timedelta(minutes=5),
+                            until=now)
+    day_start = now.replace(minute=0, second=0, microsecond=0) - timedelta(hours=23)
+    day = pools_tps_series(since=day_start, bucket=timedelta(hours=1), until=now)
+    return {pool_id: {
+        "hour": hour[pool_id], "day": day[pool_id],
+        "hour_avg": sum(v for _, v in hour[pool_id]) / len(hour[pool_id]),
+        "day_avg": sum(v for _, v in day[pool_id]) / len(day[pool_id]),
+    } for pool_id in hour}

@@ -36,7 +36,7 @@ class ConsoleSite(OTPAdminSite):
         return dashboard(request, site=self)
 
     def get_urls(self):
-        from console.views import auth, pages
+        from console.views import auth, money, pages, rollout
 
         def page(view):
             return self.admin_view(lambda request, **kw: view(request, site=self, **kw))
@@ -56,7 +56,39 @@ class ConsoleSite(OTPAdminSite):
             path("console/pools/", page(pages.pool_list), name="console_pools"),
             path("console/pools/<int:pool_id>/capacity/", page(pages.pool_capacity),
                  name="console_pool_capacity"),
+            path("console/pools/<int:pool_id>/settings/", page(pages.pool_settings),
+                 name="console_pool_settings"),
+            path("console/pools/<int:pool_id>/admission/", page(pages.pool_admission),
+                 name="console_pool_admission"),
             path("console/audit/", page(pages.audit_search), name="console_audit"),
+            path("console/applications/", page(rollout.vetting_queue_page),
+                 name="console_vetting"),
+            path("console/applications/bulk/", page(rollout.vetting_bulk),
+                 name="console_vetting_bulk"),
+            path("console/applications/<int:application_id>/", page(rollout.application_page),
+                 name="console_application"),
+            path("console/applications/<int:application_id>/<slug:op>/",
+                 page(rollout.application_op), name="console_application_op"),
+            path("console/waves/", page(rollout.wave_list), name="console_waves"),
+            path("console/waves/new/", page(rollout.wave_create_view), name="console_wave_create"),
+            path("console/waves/<int:wave_id>/", page(rollout.wave_page), name="console_wave"),
+            path("console/waves/<int:wave_id>/open/", page(rollout.wave_open_view),
+                 name="console_wave_open"),
+            path("console/waves/<int:wave_id>/close/", page(rollout.wave_close_view),
+                 name="console_wave_close"),
+            path("console/quota-requests/", page(rollout.quota_inbox),
+                 name="console_quota_requests"),
+            path("console/quota-requests/<int:request_id>/<slug:decision>/",
+                 page(rollout.quota_request_decide), name="console_quota_request_decide"),
+            path("console/prices/", page(money.price_book_page), name="console_prices"),
+            path("console/prices/new/", page(money.price_version_add),
+                 name="console_price_add"),
+            path("console/billing/", page(money.billing_problems),
+                 name="console_billing_problems"),
+            path("console/billing/outbox/<int:message_id>/retry/",
+                 page(money.outbox_retry_view), name="console_outbox_retry"),
+            path("console/billing/stripe-events/<int:event_id>/reprocess/",
+                 page(money.stripe_event_reprocess), name="console_stripe_event_reprocess"),
             *super().get_urls(),
         ]
 

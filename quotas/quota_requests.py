@@ -124,3 +124,24 @@ def quota_request_deny(*, request: QuotaRequest, actor: Actor, reason: str) -> Q
 def quota_request_cancel(*, request: QuotaRequest, actor: Actor) -> QuotaRequest:
     request = _lock_pending(request)
     return _decide(request, status=QuotaRequestStatus.CANCELLED, actor=actor, reason="")
+
+
+@transaction.atomic
+def pool_quota_auto_approve_set(*, pool: CapacityPool, max_tps: int, actor: Actor
+                                ) -> PoolAdmission:
+    """Requests raising a guarantee by at most `max_tps` (and fitting the pool) are approved
+    without an operator; 0 turns auto-approval off."""
+    if max_tps < 0:
+        raise DomainError("The auto-approval headroom cannot be negative.",
+                          code="invalid_input",
+                          details={"fields": {
+                              "quota_auto_approve_max_tps": ["Must be 0 or more."]}})
+    row, _ = PoolAdmission.objects.select_for_update().get_or_create(pool=pool)
+    before = row.quota_auto_approve_max_tps
+    if before != max_tps:
+        row.quota_auto_approve_max_tps = max_tps
+        row.save(update_fields=["quota_auto_approve_max_tps", "updated_at"])
+        audit_record(actor=actor, action="pool.quota_auto_approve_set", target=pool,
+                     before={"quota_auto_approve_max_tps": before},
+                     after={"quota_auto_approve_max_tps": max_tps})
+    return row

@@ -1,16 +1,31 @@
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from django.db.models import Avg, Count, DateTimeField, F, Func, Q, QuerySet, Sum, Value
+from django.db.models import (
+    Avg,
+    Case,
+    Count,
+    DateTimeField,
+    F,
+    Func,
+    Q,
+    QuerySet,
+    Sum,
+    Value,
+    When,
+)
 from django.utils import timezone
 
 from quotas.models import (
     Allocation,
     AllocationStatus,
     CapacityPool,
+    QuotaRequest,
+    RolloutWave,
     UsageEvent,
     UsageHourly,
     UsageStatus,
+    WaveState,
 )
 
 
@@ -185,3 +200,85 @@ def usage_speed(*, org, since: datetime) -> DeliveredSpeed:
     return DeliveredSpeed(requests=row["n"],
                           avg_ttft_ms=round(row["ttft"]) if row["ttft"] is not None else None,
                           avg_output_tps=round(row["tps"], 1) if row["tps"] is not None else None)
+
+
+def quota_requests_inbox(*, status: str = "pending") -> QuerySet[QuotaRequest]:
+    """Oldest first: requests are answered in the order they came."""
+    return (QuotaRequest.objects.filter(status=status).select_related("org", "pool")
+            .order_by("created_at", "id"))
+
+
+def org_quota_requests(*, org) -> QuerySet[QuotaRequest]:
+    return QuotaRequest.objects.filter(org=org).select_related("pool")
+
+
+def waves_by_state() -> QuerySet[RolloutWave]:
+    """Scheduled and open waves first (soonest opening first), then the closed ones."""
+    return RolloutWave.objects.select_related("pool").order_by(
+        Case(When(state=WaveState.CLOSED, then=1), default=0), "opens_at", "id")
+
+
+def _date_bin(bucket: timedelta, column: str, origin: datetime) -> Func:
+    return Func(Value(bucket), F(column), Value(origin), function="date_bin",
+                output_field=DateTimeField())
+
+
+def pools_tps_series(*, since: datetime, bucket: timedelta, until: datetime | None = None
+                     ) -> dict[int, list[tuple[datetime, float]]]:
+    """Tokens/s (input + output, what the admission engine budgets) per pool, averaged over
+    buckets of `bucket` from `since` (aligned on it) to `until`, every bucket present (zeros
+    included). Summed in PostgreSQL with date_bin, one query: raw events for sub-hour buckets,
+    the hourly rollups otherwise (their hours are whole, so buckets must be whole hours)."""
+    until = until or timezone.now()
+    if bucket < timedelta(hours=1):
+        rows = UsageEvent.objects.filter(finished_at__gte=since, finished_at__lt=until)
+        column = "finished_at"
+    else:
+        rows = UsageHourly.objects.filter(hour__gte=since, hour__lt=until)
+        column = "hour"
+    sums = (rows.annotate(bucket=_date_bin(bucket, column, since))
+            .values("pool_id", "bucket")
+            .annotate(tokens=Sum(F("input_tokens") + F("output_tokens"))).order_by())
+    tokens = {(row["pool_id"], row["bucket"]): row["tokens"] for row in sums}
+    starts = [since + bucket * i for i in range(int((until - since) / bucket) + 1)
+              if since + bucket * i < until]
+    seconds = bucket.total_seconds()
+    return {pool.pk: [(start, tokens.get((pool.pk, start), 0) / seconds) for start in starts]
+            for pool in CapacityPool.objects.only("pk")}
+
+
+def next_scheduled_wave() -> RolloutWave | None:
+    return (RolloutWave.objects.filter(state=WaveState.SCHEDULED).select_related("pool")
+            .order_by("opens_at", "id").first())
+
+
+def org_usage_buckets(*, org, since: datetime, bucket: timedelta,
+                      until: datetime | None = None) -> list[dict]:
+    """An org's usage across its pools and keys, from the hourly rollups, summed per bucket
+    (whole hours, aligned on `since`) by date_bin in one query; every bucket present. Each row:
+    start, requests, errors, tokens, output_tokens, avg_ttft_ms and output_tps (None when
+    there was nothing to measure)."""
+    until = until or timezone.now()
+    sums = (UsageHourly.objects.filter(org=org, hour__gte=since, hour__lt=until)
+            .annotate(bucket=_date_bin(bucket, "hour", since)).values("bucket")
+            .annotate(requests=Sum("requests"), errors=Sum("errors"),
+                      tokens=Sum(F("input_tokens") + F("output_tokens")),
+                      output_tokens=Sum("output_tokens"), ttft_ms=Sum("ttft_ms_total"),
+                      ttft_count=Sum("ttft_count"), decode_ms=Sum("decode_ms_total"))
+            .order_by())
+    by_start = {row.pop("bucket"): row for row in sums}
+    empty = {"requests": 0, "errors": 0, "tokens": 0, "output_tokens": 0, "ttft_ms": 0,
+             "ttft_count": 0, "decode_ms": 0}
+    rows = []
+    start = since
+    while start < until:
+        row = by_start.get(start, empty)
+        rows.append({
+            "start": start, "requests": row["requests"], "errors": row["errors"],
+            "tokens": row["tokens"], "output_tokens": row["output_tokens"],
+            "avg_ttft_ms": row["ttft_ms"] / row["ttft_count"] if row["ttft_count"] else None,
+            "output_tps": row["output_tokens"] * 1000 / row["decode_ms"] if row["decode_ms"]
+            else None,
+        })
+        start += bucket
+    return rows

@@ -10,7 +10,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from django.db.models import Sum
+from django.db.models import Count, Sum
 from django.utils import timezone
 
 from orgs.models import Application, ApplicationState, Organization, OrgStatus
@@ -247,3 +247,31 @@ def application_rows(applications: list[Application]) -> list[Application]:
         app.score = scores[app.pk]
         app.position = positions.get(app.pk)
     return applications
+
+
+def vetting_queue(*, state: str = "", use_case: str = "", pool_id: int | None = None,
+                  min_score: int | None = None, max_score: int | None = None
+                  ) -> list[Application]:
+    """Applications for the vetting queue, best score first (ties: earliest), each with
+    `.score` and `.position` (see application_rows). Scores depend on pools and scheduled
+    waves, so the score filter runs in Python after a fixed number of queries."""
+    apps = Application.objects.select_related("org__pool_preference__pool", "reviewer")
+    if state:
+        apps = apps.filter(state=state)
+    if use_case:
+        apps = apps.filter(use_case=use_case)
+    if pool_id:
+        apps = apps.filter(org__pool_preference__pool_id=pool_id)
+    rows = [a for a in application_rows(list(apps))
+            if (min_score is None or a.score.score >= min_score)
+            and (max_score is None or a.score.score <= max_score)]
+    rows.sort(key=lambda a: rank_key(score=a.score.score, submitted_at=a.submitted_at,
+                                     application_id=a.pk))
+    return rows
+
+
+def waitlist_lengths() -> dict[int, int]:
+    """Queued orgs per pool (approved, not yet admitted), in one GROUP BY."""
+    return dict(_queued_applications(CapacityPool.objects.values("pk"))
+                .values_list("org__pool_preference__pool_id").annotate(n=Count("id"))
+                .order_by())

@@ -1,18 +1,29 @@
 """The console's own pages. Each is wrapped by ConsoleSite.admin_view (staff with a verified
 second factor); changes need the operator permissions of console.permissions."""
 
+from datetime import timedelta
 from urllib.parse import urlencode
 
 from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import permission_required
 from django.core.paginator import Paginator
+from django.db import transaction
 from django.http import Http404
 from django.shortcuts import redirect, render
+from django.utils import timezone
 from django.views.decorators.http import require_POST
 
+from billing.selectors import billing_problem_counts, invoices_for_org
 from console import permissions as perm
-from console.forms import AllocationChangeForm, AllocationGrantForm, LifecycleForm, PoolCapacityForm
+from console.forms import (
+    AllocationChangeForm,
+    AllocationGrantForm,
+    LifecycleForm,
+    PoolAdmissionForm,
+    PoolCapacityForm,
+    PoolSettingsForm,
+)
 from console.selectors import (
     allocation_get,
     org_allocations,
@@ -21,6 +32,7 @@ from console.selectors import (
     org_members,
     org_search,
     orgs_by_status,
+    pools_live_use,
 )
 from console.selectors import (
     audit_search as audit_events,
@@ -37,21 +49,36 @@ from orgs.services import (
     org_suspend,
 )
 from orgs.services.lifecycle import org_allowed_actions
-from quotas.models import CapacityPool
-from quotas.selectors import pool_capacity_summaries
-from quotas.services import allocation_change, pool_capacity_set
+from quotas.models import CapacityPool, PoolAdmission
+from quotas.quota_requests import pool_quota_auto_approve_set
+from quotas.selectors import (
+    next_scheduled_wave,
+    org_quota_requests,
+    org_usage_buckets,
+    pool_capacity_summaries,
+)
+from quotas.services import allocation_change, pool_capacity_set, pool_settings_set
 from quotas.services import allocation_end as allocation_end_service
 from quotas.services import allocation_grant as allocation_grant_service
+from quotas.waitlist import waitlist_lengths
+from quotas.waves import pool_auto_admit_set
 from sluice.errors import DomainError
 
 PAGE_SIZE = 50
+POOL_SETTINGS = ("guaranteeable_ratio", "limiter_failure_policy", "speed_floor_output_tps",
+                 "ttft_ceiling_ms")
 
 # Console navigation, in menu order: (url name, label, permission). Domains add their pages here
 # (vetting queue, waves, quota requests, price book...).
 CONSOLE_NAV = [
     ("admin:index", "Dashboard", None),
     ("admin:console_orgs", "Organizations", perm.VIEW_ORGS),
+    ("admin:console_vetting", "Vetting", perm.VIEW_APPLICATIONS),
+    ("admin:console_waves", "Waves", perm.VIEW_WAVES),
+    ("admin:console_quota_requests", "Quota requests", perm.VIEW_QUOTA_REQUESTS),
     ("admin:console_pools", "Pools", perm.VIEW_POOLS),
+    ("admin:console_prices", "Price book", perm.VIEW_PRICES),
+    ("admin:console_billing_problems", "Billing problems", perm.VIEW_BILLING_PROBLEMS),
     ("admin:console_audit", "Audit log", perm.VIEW_AUDIT),
 ]
 
@@ -76,9 +103,15 @@ def _render(request, site, template: str, context: dict, status: int = 200):
 
 def dashboard(request, *, site):
     by_status = orgs_by_status()
+    live = pools_live_use()
+    queued = waitlist_lengths()
+    pools = [{"summary": s, "live": live[s.pool_id], "queued": queued.get(s.pool_id, 0)}
+             for s in pool_capacity_summaries()]
     return _render(request, site, "console/dashboard.html", {
-        "pools": pool_capacity_summaries(), "orgs_by_status": by_status,
+        "pools": pools, "orgs_by_status": by_status,
         "org_total": sum(row["value"] for row in by_status),
+        "waitlist_total": sum(queued.values()), "next_wave": next_scheduled_wave(),
+        "billing": billing_problem_counts(),
     })
 
 
@@ -95,19 +128,49 @@ def org_list(request, *, site):
     })
 
 
+# The org page's usage ranges: hourly buckets over the last day or week.
+USAGE_RANGES = {"24h": timedelta(hours=24), "7d": timedelta(days=7)}
+USAGE_CHARTS = [  # (row key, chart title, unit)
+    ("tokens", "Tokens per hour", "tokens"), ("requests", "Requests per hour", "requests"),
+    ("errors", "Errors per hour", "errors"), ("avg_ttft_ms", "Average time to first token",
+                                               "ms"),
+    ("output_tps", "Output tokens/s while decoding", "tokens/s"),
+]
+
+
+def _org_usage(request, org) -> dict:
+    usage_range = request.GET.get("range", "24h")
+    usage_range = usage_range if usage_range in USAGE_RANGES else "24h"
+    now = timezone.now()
+    since = now.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1) \
+        - USAGE_RANGES[usage_range]
+    rows = org_usage_buckets(org=org, since=since, bucket=timedelta(hours=1), until=now)
+    charts = [{"key": key, "title": title, "unit": unit,
+               "points": [(row["start"], row[key] or 0) for row in rows],
+               "total": sum(row[key] for row in rows if row[key] is not None)
+               if key in ("tokens", "requests", "errors") else None}
+              for key, title, unit in USAGE_CHARTS]
+    return {"usage_range": usage_range, "usage_ranges": list(USAGE_RANGES), "charts": charts}
+
+
 @permission_required(perm.VIEW_ORGS, raise_exception=True)
 def org_detail(request, *, site, org_id: int):
     return _org_page(request, site, org=org_get(org_id=org_id))
 
 
 def _org_page(request, site, *, org, grant_form=None, status=200):
+    can_see_invoices = request.user.has_perm(perm.VIEW_INVOICES)
     return _render(request, site, "console/org_detail.html", {
+        **_org_usage(request, org),
+        "invoices": invoices_for_org(org=org)[:PAGE_SIZE] if can_see_invoices else None,
         "org": org,
         "actions": [(a, LIFECYCLE_LABELS[a]) for a in org_allowed_actions(org=org)],
         "allocations": org_allocations(org=org), "keys": org_keys(org=org),
         "members": org_members(org=org),
         "audit": audit_events(org_id=org.pk)[:PAGE_SIZE],
         "grant_form": grant_form or AllocationGrantForm(),
+        "requests": org_quota_requests(org=org)[:PAGE_SIZE],
+        "can_decide": request.user.has_perm(perm.DECIDE_QUOTA_REQUESTS),
     }, status=status)
 
 
@@ -215,24 +278,93 @@ def pool_list(request, *, site):
     return _pools_page(request, site)
 
 
-def _pools_page(request, site, *, failed_form=None, failed_pool_id=None, status=200):
-    pools = {pool.pk: pool for pool in CapacityPool.objects.all()}
-    rows = [{"summary": summary, "pool": pools[summary.pool_id],
-             "form": failed_form if summary.pool_id == failed_pool_id
-             else PoolCapacityForm(initial={"capacity_tps": summary.capacity_tps})}
-            for summary in pool_capacity_summaries()]
+def _pool_forms(pool, summary) -> dict:
+    admission = getattr(pool, "admission", None)
+    return {
+        "capacity": PoolCapacityForm(initial={"capacity_tps": summary.capacity_tps},
+                                     auto_id=f"pool{pool.pk}_capacity_%s"),
+        "settings": PoolSettingsForm(initial={f: getattr(pool, f) for f in POOL_SETTINGS},
+                                     auto_id=f"pool{pool.pk}_settings_%s"),
+        "admission": PoolAdmissionForm(initial={
+            "auto_admit": admission.auto_admit if admission else False,
+            "quota_auto_approve_max_tps":
+                admission.quota_auto_approve_max_tps if admission else 0,
+        }, auto_id=f"pool{pool.pk}_admission_%s"),
+    }
+
+
+def _pools_page(request, site, *, failed_form=None, failed_pool_id=None, failed_kind="",
+                status=200):
+    pools = {pool.pk: pool for pool in CapacityPool.objects.select_related("admission")}
+    rows = []
+    for summary in pool_capacity_summaries():
+        forms_ = _pool_forms(pools[summary.pool_id], summary)
+        if summary.pool_id == failed_pool_id:
+            forms_[failed_kind] = failed_form
+        rows.append({"summary": summary, "pool": pools[summary.pool_id], "forms": forms_})
     return _render(request, site, "console/pool_list.html", {
         "rows": rows, "can_change": request.user.has_perm(perm.CHANGE_CAPACITY),
+        "can_change_admission": request.user.has_perm(perm.CHANGE_POOL_ADMISSION),
     }, status=status)
+
+
+def _pool_get(pool_id: int) -> CapacityPool:
+    pool = CapacityPool.objects.filter(pk=pool_id).first()
+    if pool is None:
+        raise Http404("No such pool.")
+    return pool
+
+
+@require_POST
+@permission_required(perm.CHANGE_CAPACITY, raise_exception=True)
+def pool_settings(request, *, site, pool_id: int):
+    pool = _pool_get(pool_id)
+    form = PoolSettingsForm(request.POST, auto_id=f"pool{pool.pk}_settings_%s")
+    if form.is_valid():
+        try:
+            # Capacity has its own form (with a reason); here it is passed through unchanged.
+            pool_settings_set(pool=pool, actor=request.user, capacity_tps=pool.capacity_tps,
+                              **form.cleaned_data)
+        except DomainError as error:
+            _form_error_from(form, error)
+        else:
+            messages.success(request, f"Settings of {pool} saved.")
+            return redirect("admin:console_pools")
+    return _pools_page(request, site, failed_form=form, failed_pool_id=pool.pk,
+                       failed_kind="settings", status=422)
+
+
+@require_POST
+@permission_required(perm.CHANGE_POOL_ADMISSION, raise_exception=True)
+def pool_admission(request, *, site, pool_id: int):
+    pool = _pool_get(pool_id)
+    form = PoolAdmissionForm(request.POST, auto_id=f"pool{pool.pk}_admission_%s")
+    if form.is_valid():
+        data = form.cleaned_data
+        try:
+            # One form, two settings: both are saved or neither.
+            with transaction.atomic():
+                current = PoolAdmission.objects.filter(pool=pool).first()
+                if data["auto_admit"] != (current.auto_admit if current else False):
+                    # Only on a change: the service audits every call.
+                    pool_auto_admit_set(pool=pool, enabled=data["auto_admit"],
+                                        actor=request.user)
+                pool_quota_auto_approve_set(pool=pool, actor=request.user,
+                                            max_tps=data["quota_auto_approve_max_tps"])
+        except DomainError as error:
+            _form_error_from(form, error)
+        else:
+            messages.success(request, f"Admission settings of {pool} saved.")
+            return redirect("admin:console_pools")
+    return _pools_page(request, site, failed_form=form, failed_pool_id=pool.pk,
+                       failed_kind="admission", status=422)
 
 
 @require_POST
 @permission_required(perm.CHANGE_CAPACITY, raise_exception=True)
 def pool_capacity(request, *, site, pool_id: int):
-    pool = CapacityPool.objects.filter(pk=pool_id).first()
-    if pool is None:
-        raise Http404("No such pool.")
-    form = PoolCapacityForm(request.POST)
+    pool = _pool_get(pool_id)
+    form = PoolCapacityForm(request.POST, auto_id=f"pool{pool.pk}_capacity_%s")
     if form.is_valid():
         try:
             pool_capacity_set(pool=pool, capacity_tps=form.cleaned_data["capacity_tps"],
@@ -243,7 +375,8 @@ def pool_capacity(request, *, site, pool_id: int):
             messages.success(request, f"{pool} now has {form.cleaned_data['capacity_tps']} "
                                       f"tokens/s.")
             return redirect("admin:console_pools")
-    return _pools_page(request, site, failed_form=form, failed_pool_id=pool.pk, status=422)
+    return _pools_page(request, site, failed_form=form, failed_pool_id=pool.pk,
+                       failed_kind="capacity", status=422)
 
 
 class AuditSearchForm(forms.Form):

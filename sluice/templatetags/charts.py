@@ -108,3 +108,28 @@ def line_chart(chart):
         "limits": [{"name": lim["name"], "value": lim["value"],
                     "y": round(LINE_H - LINE_H * lim["value"] / top, 1)} for lim in limits],
     }
+
+
+COLUMNS_WIDTH, COLUMNS_HEIGHT = 480, 120
+
+
+@register.inclusion_tag("charts/columns.html")
+def column_chart(points, label, limit=None, unit=""):
+    """Columns over time for `points` of (start, value), oldest left. `limit` (a capacity or
+    an allocation) is drawn as a dashed line and sets the scale when it is the higher."""
+    peak = max([value for _, value in points] + [limit or 0]) or 1
+    step = COLUMNS_WIDTH / max(len(points), 1)
+    columns = [
+        {"x": round(i * step, 1), "width": round(max(step - 2, 1), 1),
+         "height": round(COLUMNS_HEIGHT * value / peak, 1),
+         "y": round(COLUMNS_HEIGHT * (1 - value / peak), 1),
+         "title": f"{start:%Y-%m-%d %H:%M} UTC: {value:,.1f} {unit}".strip()}
+        for i, (start, value) in enumerate(points)
+    ]
+    highest = max((value for _, value in points), default=0)
+    return {"columns": columns, "label": label, "width": COLUMNS_WIDTH,
+            "height": COLUMNS_HEIGHT, "limit": limit,
+            "limit_y": round(COLUMNS_HEIGHT * (1 - (limit or 0) / peak), 1),
+            # The scale in words: SVG text would be stretched by preserveAspectRatio="none".
+            "scale": f"highest {highest:,.1f} {unit}".strip()
+                     + (f"; dashed line: {limit:,} {unit}".rstrip() if limit else "")}

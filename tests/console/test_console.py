@@ -222,14 +222,17 @@ def test_list_pages_use_a_constant_number_of_queries(operator_console, django_as
         operator_console.post(f"/admin/console/pools/{allocation.pool_id}/capacity/",
                               {"capacity_tps": 20_000})
     # Session, user, OTP device and the user's two permission reads, then the page's own:
-    # count + page (lists), summaries + orgs by state (dashboard), pools + summaries (pools),
-    # org + allocations + keys + members + audit trail + the grant form's pools (org page).
+    # count + page (lists), pools + summaries (pools), and on the dashboard: summaries, orgs by
+    # state, two live-use series (sums + pools each), queue lengths, next wave, three billing
+    # counts;
+    # org + allocations + keys + members + audit trail + the grant form's pools + quota
+    # requests + usage buckets + invoices (org page).
     _count_queries(django_assert_num_queries, operator_console, "/admin/console/orgs/", 7)
     _count_queries(django_assert_num_queries, operator_console, "/admin/console/audit/", 7)
     _count_queries(django_assert_num_queries, operator_console, "/admin/console/pools/", 7)
-    _count_queries(django_assert_num_queries, operator_console, "/admin/", 7)
+    _count_queries(django_assert_num_queries, operator_console, "/admin/", 16)
     _count_queries(django_assert_num_queries, operator_console,
-                   f"/admin/console/orgs/{org.pk}/", 11)
+                   f"/admin/console/orgs/{org.pk}/", 14)
 
 
 def test_the_default_admin_site_is_the_console():

@@ -1,0 +1,191 @@
+"""The operator's rollout journey in a real browser: sign in with TOTP, approve an application
+from the vetting queue, plan and open a wave, then work the quota-increase inbox (one request
+fits, one does not). Screenshots of each console page go to artifacts/screenshots/."""
+
+from datetime import timedelta
+
+import pytest
+from django.contrib.auth.models import Group, Permission
+from django.utils import timezone
+from playwright.sync_api import expect
+
+from billing.models import OutboxMessage, OutboxStatus, PriceVersion
+from console.permissions import groups_sync
+from orgs.models import Application, OrgStatus
+from quotas.models import (
+    Allocation,
+    PoolAdmission,
+    QuotaRequest,
+    UsageEvent,
+    UsageHourly,
+)
+from quotas.quota_requests import quota_request_create
+from tests.e2e.conftest import screenshot
+from tests.factories import (
+    PASSWORD,
+    AllocationFactory,
+    OrganizationFactory,
+    PoolFactory,
+    UserFactory,
+)
+from tests.totp import totp_code, totp_device_for
+from tests.waitlist import applicant_org, submit
+
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+
+
+def _operator():
+    groups_sync(group_model=Group, permission_model=Permission)  # transactional: groups flushed
+    user = UserFactory(username="ops@sluice.dev", is_staff=True)
+    user.groups.add(Group.objects.get(name="operator"))
+    return user, totp_device_for(user)
+
+
+def _signs_in(page, user, device):
+    page.goto("/admin/")
+    page.get_by_label("Email").fill(user.username)
+    page.get_by_label("Password").fill(PASSWORD)
+    page.get_by_label("Authentication code").fill(totp_code(device))
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.get_by_role("heading", name="Dashboard")).to_be_visible()
+
+
+def _approves_from_the_vetting_queue(page, app):
+    page.get_by_role("link", name="Vetting", exact=True).click()
+    expect(page.get_by_role("heading", name="Vetting queue")).to_be_visible()
+    screenshot(page, "console-vetting-queue")
+    page.get_by_role("link", name=app.org.name).click()
+    for _ in range(3):  # identity, use case, contact; the payment method is billing's
+        page.get_by_role("button", name="Tick", exact=True).first.click()
+        expect(page.locator(".alert-success")).to_contain_text("Checklist updated")
+    page.get_by_label("Internal reason (audit log)").fill("Real-time voice, verified")
+    page.get_by_role("button", name="Approve", exact=True).click()
+    screenshot(page, "console-application")
+    expect(page.locator("[data-state]")).to_have_text("Approved (waitlisted)")
+    screenshot(page, "console-application")
+
+
+def _plans_and_opens_a_wave(page, pool, org):
+    page.get_by_role("link", name="Waves", exact=True).click()
+    page.get_by_label("Pool").select_option(str(pool.pk))
+    for label, value in [("Name", "GA wave 1"), ("Opens at (UTC)", "2030-01-01T10:00"),
+                         ("Capacity added, tokens/s", "1000"), ("Maximum organizations", "5"),
+                         ("Default guaranteed tokens/s", "500"),
+                         ("Default burst tokens/s", "800"), ("Default daily tokens", "1000000"),
+                         ("Default concurrent requests", "8")]:
+        page.get_by_label(label, exact=True).fill(value)
+    screenshot(page, "console-waves")
+    page.get_by_role("button", name="Schedule").click()
+    expect(page.get_by_role("heading", name="Planner: if it opened now")).to_be_visible()
+    expect(page.locator(f"[data-admit='{org.pk}']")).to_contain_text(org.name)
+    screenshot(page, "console-wave-planner")
+    page.get_by_role("button", name="Open now").click()
+    expect(page.locator(".alert-success")).to_contain_text("1 organization(s) admitted")
+
+
+def _works_the_quota_inbox(page, fits, too_big):
+    page.get_by_role("link", name="Quota requests", exact=True).click()
+    page.locator(f"[data-quota-request='{too_big.pk}']").get_by_role("button",
+                                                                    name="Approve").click()
+    expect(page.locator(".alert-error")).to_contain_text("cannot guarantee")
+    screenshot(page, "console-quota-inbox-capacity-error")
+    page.locator(f"[data-quota-request='{fits.pk}']").get_by_role("button",
+                                                                 name="Approve").click()
+    expect(page.locator(".alert-success")).to_contain_text(f"Request #{fits.pk}")
+    expect(page.locator(f"[data-quota-request='{fits.pk}']")).to_have_count(0)
+    screenshot(page, "console-quota-inbox")
+
+
+def test_operator_vets_opens_a_wave_and_approves_a_quota_increase(new_page):
+    pool = PoolFactory(region="us-east", capacity_tps=1_000)  # 900 guaranteeable, 1,800 after
+    big = OrganizationFactory(name="Big Co", status=OrgStatus.ACTIVE)
+    AllocationFactory(org=big, pool=pool, guaranteed_tps=200, burst_tps=400)
+    org, owner = applicant_org("Voice Co")
+    app = submit(org, owner)
+    user, device = _operator()
+    page = new_page()
+
+    _signs_in(page, user, device)
+    _approves_from_the_vetting_queue(page, app)
+    assert Application.objects.get(pk=app.pk).state == "approved"
+    _plans_and_opens_a_wave(page, pool, org)
+    assert Allocation.objects.get(org=org, pool=pool).guaranteed_tps == 500
+    org.refresh_from_db()  # admitted by the wave
+
+    # 200 + 500 guaranteed of 1,800: Voice Co to 1,000 fits; Big Co to 1,500 would not.
+    too_big = quota_request_create(org=big, pool=pool, guaranteed_tps=1_500, burst_tps=1_500,
+                                   daily_tokens=50_000_000, max_concurrency=20,
+                                   reason="launch", actor="test")
+    fits = quota_request_create(org=org, pool=pool, guaranteed_tps=1_000, burst_tps=1_200,
+                                daily_tokens=50_000_000, max_concurrency=20,
+                                reason="more users", actor="test")
+    _works_the_quota_inbox(page, fits, too_big)
+    assert Allocation.objects.get(org=org, pool=pool, status="active").guaranteed_tps == 1_000
+    assert QuotaRequest.objects.get(pk=too_big.pk).status == "pending"
+    page.get_by_role("link", name="Dashboard", exact=True).click()
+    screenshot(page, "console-dashboard-rollout")
+
+
+def _usage(org, pool):
+    """An hour of traffic in the rollups and a few minutes of raw events, for the charts."""
+    now = timezone.now()
+    for hours_ago in range(0, 24, 3):
+        UsageHourly.objects.create(
+            org=org, pool=pool, hour=now.replace(minute=0, second=0, microsecond=0)
+            - timedelta(hours=hours_ago), requests=40 + hours_ago, errors=hours_ago % 4,
+            input_tokens=20_000, output_tokens=90_000 + 5_000 * hours_ago,
+            ttft_ms_total=12_000, ttft_count=40, decode_ms_total=150_000)
+    for i in range(12):
+        finished = now - timedelta(minutes=5 * i + 1)
+        UsageEvent.objects.create(
+            request_id=f"e2e-{i}", org=org, pool=pool, status="completed",
+            input_tokens=30_000, output_tokens=60_000 + 10_000 * i,
+            started_at=finished - timedelta(seconds=2), finished_at=finished)
+
+
+def test_operator_sees_live_use_sets_prices_and_pool_settings(new_page):
+    pool = PoolFactory(region="us-east", capacity_tps=1_000)
+    org = OrganizationFactory(name="Live Co", status=OrgStatus.ACTIVE)
+    AllocationFactory(org=org, pool=pool, guaranteed_tps=400, burst_tps=800)
+    _usage(org, pool)
+    OutboxMessage.objects.create(kind="customer_sync", org=org, status=OutboxStatus.DEAD,
+                                 attempts=8, last_error="Stripe unreachable")
+    user, device = _operator()
+    page = new_page()
+    _signs_in(page, user, device)
+    expect(page.locator("[data-live='hour']")).to_contain_text("tokens/s average")
+    screenshot(page, "console-dashboard-live")
+
+    page.get_by_role("link", name="Organizations", exact=True).click()
+    page.get_by_role("link", name="Live Co").click()
+    expect(page.locator("[data-chart='tokens']")).to_be_visible()
+    screenshot(page, "console-org-usage")
+
+    page.get_by_role("link", name="Pools", exact=True).click()
+    page.get_by_label("When Redis is unreachable").select_option("fail_open")
+    page.get_by_role("button", name="Save settings").click()
+    expect(page.locator(".alert-success")).to_contain_text("Settings of")
+    page.get_by_label("Auto-approve quota increases up to, tokens/s").fill("200")
+    page.get_by_role("button", name="Save admission").click()
+    expect(page.locator(".alert-success")).to_contain_text("Admission settings")
+    screenshot(page, "console-pools-settings")
+
+    page.get_by_role("link", name="Price book", exact=True).click()
+    start = (timezone.now() + timedelta(hours=3)).strftime("%Y-%m-%dT%H:00")
+    page.get_by_label("Pool").select_option(str(pool.pk))
+    page.get_by_label("Effective from (UTC, a whole hour)").fill(start)
+    page.get_by_label("Input, $ per million tokens", exact=True).fill("5")
+    page.get_by_label("Output, $ per million tokens", exact=True).fill("30")
+    page.get_by_label("Fast-tier premium on output, $ per million tokens").fill("6")
+    page.get_by_role("button", name="Add version").click()
+    expect(page.locator(f"[data-pool='{pool.pk}']")).to_contain_text("$30 / Mtok")
+    screenshot(page, "console-price-book")
+
+    page.get_by_role("link", name="Billing problems", exact=True).click()
+    page.get_by_role("button", name="Retry").click()
+    expect(page.locator(".alert-success")).to_contain_text("queued again")
+    screenshot(page, "console-billing-problems")
+    pool.refresh_from_db()
+    assert pool.limiter_failure_policy == "fail_open"
+    assert PoolAdmission.objects.get(pool=pool).quota_auto_approve_max_tps == 200
+    assert PriceVersion.objects.filter(pool=pool, output_micros_per_mtok=30_000_000).exists()
