@@ -123,7 +123,7 @@ class StripeEventAdmin(ReadOnlyAdmin):
     @admin.action(description="Process selected failed events again")
     def reprocess(self, request, queryset):
         _each(self, request, queryset,
-              lambda e: services.stripe_event_process(stored_id=e.pk))
+              lambda e: services.stripe_event_retry(event=e, actor=request.user))
 
 
 @admin.register(BillingAccount)

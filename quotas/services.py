@@ -64,10 +64,11 @@ def _check_limits(*, guaranteed_tps: int, burst_tps: int, daily_tokens: int,
                           details={"fields": errors})
 
 
-def _check_room(*, pool: CapacityPool, asked_tps: int, excluding: Allocation | None) -> None:
-    guaranteed = pool_guaranteed_tps(pool=pool, excluding=excluding)
-    if guaranteed + asked_tps > pool.guaranteeable_tps:
-        raise CapacityExhausted(pool=pool, asked_tps=asked_tps,
+def _check_room(*, pool: CapacityPool, increase_tps: int) -> None:
+    """Refuse a guarantee increase the pool cannot hold. The caller holds the pool lock."""
+    guaranteed = pool_guaranteed_tps(pool=pool)
+    if guaranteed + increase_tps > pool.guaranteeable_tps:
+        raise CapacityExhausted(pool=pool, asked_tps=increase_tps,
                                 guaranteeable_tps=pool.guaranteeable_tps,
                                 guaranteed_tps=guaranteed)
 
@@ -149,7 +150,7 @@ def allocation_grant(*, org: Organization, pool: CapacityPool, guaranteed_tps: i
     if Allocation.objects.filter(org=org, pool=pool, status=AllocationStatus.ACTIVE).exists():
         raise Conflict(f"{org.name} already has an allocation in {pool}; change it instead.",
                        code="allocation_exists")
-    _check_room(pool=pool, asked_tps=guaranteed_tps, excluding=None)
+    _check_room(pool=pool, increase_tps=guaranteed_tps)
     allocation = Allocation.objects.create(
         org=org, pool=pool, guaranteed_tps=guaranteed_tps, burst_tps=burst_tps,
         daily_tokens=daily_tokens, max_concurrency=max_concurrency, valid_until=valid_until,
@@ -176,7 +177,7 @@ def allocation_change(*, allocation: Allocation, actor: Actor, guaranteed_tps: i
     c = allocation.max_concurrency if max_concurrency is None else max_concurrency
     _check_limits(guaranteed_tps=g, burst_tps=b, daily_tokens=d, max_concurrency=c, pool=pool)
     if g > allocation.guaranteed_tps:
-        _check_room(pool=pool, asked_tps=g, excluding=allocation)
+        _check_room(pool=pool, increase_tps=g - allocation.guaranteed_tps)
     if g < allocation.guaranteed_tps:
         capacity_freed_on_commit(pool_id=pool.pk)
     allocation.guaranteed_tps, allocation.burst_tps = g, b

@@ -135,7 +135,7 @@ class OperatorStripeEventRetryView(OperatorView):
     @extend_schema(request=None, responses=StripeEventSerializer)
     def post(self, request, event_pk: int):
         event = get_object_or_404(StripeEvent, pk=event_pk)
-        services.stripe_event_process(stored_id=event.pk)
+        services.stripe_event_retry(event=event, actor=request.user)
         event.refresh_from_db()
         return Response(StripeEventSerializer(event).data)
 

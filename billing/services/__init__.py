@@ -18,7 +18,11 @@ from billing.services.invoices import (
 from billing.services.outbox import outbox_deliver, outbox_drain, outbox_enqueue, outbox_retry
 from billing.services.prices import price_version_create
 from billing.services.stripe_sync import stripe_customer_enqueue, stripe_customer_ensure
-from billing.services.webhooks import stripe_event_process, stripe_event_record
+from billing.services.webhooks import (
+    stripe_event_process,
+    stripe_event_record,
+    stripe_event_retry,
+)
 
 __all__ = [
     "SpendCapReached",
@@ -44,5 +48,6 @@ __all__ = [
     "stripe_customer_enqueue",
     "stripe_customer_ensure",
     "stripe_event_process",
+    "stripe_event_retry",
     "stripe_event_record",
 ]

@@ -7,7 +7,8 @@ from django.utils import timezone
 
 from billing.models import Invoice, StripeEvent, StripeEventStatus
 from billing.services.dunning import invoice_paid, invoice_payment_failed
-from sluice.errors import DomainError, NotFound
+from orgs.services.audit import Actor, audit_record
+from sluice.errors import DomainError, IllegalTransition, NotFound
 
 logger = logging.getLogger(__name__)
 
@@ -73,3 +74,17 @@ def stripe_event_process(*, stored_id: int) -> str:
     stored.processed_at = timezone.now()
     stored.save(update_fields=["status", "error", "processed_at"])
     return stored.status
+
+
+@transaction.atomic
+def stripe_event_retry(*, event: StripeEvent, actor: Actor) -> str:
+    """Operator action on a failed event: record who asked, then run its handler again."""
+    locked = StripeEvent.objects.select_for_update().get(pk=event.pk)
+    if locked.status != StripeEventStatus.FAILED:
+        raise IllegalTransition("Only a failed Stripe event can be processed again.",
+                                details={"status": locked.status})
+    before = {"status": locked.status, "error": locked.error}
+    result = stripe_event_process(stored_id=locked.pk)
+    audit_record(actor=actor, action="billing.stripe_event_retry", target=locked,
+                 before=before, after={"status": result})
+    return result

@@ -15,7 +15,7 @@ from billing.selectors import (
     price_book,
     stripe_events_failed,
 )
-from billing.services import outbox_retry, price_version_create, stripe_event_process
+from billing.services import outbox_retry, price_version_create, stripe_event_retry
 from console import permissions as perm
 from console.forms import PriceVersionForm
 from console.views.pages import PAGE_SIZE, _render
@@ -83,7 +83,7 @@ def stripe_event_reprocess(request, *, site, event_id: int):
     if event is None:
         raise Http404("No such failed Stripe event.")
     try:
-        result = stripe_event_process(stored_id=event.pk)
+        result = stripe_event_retry(event=event, actor=request.user)
     except DomainError as error:
         messages.error(request, error.message)
     else:

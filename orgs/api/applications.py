@@ -11,7 +11,6 @@ from django.contrib.auth import get_user_model
 from django.urls import path
 from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import serializers, status
-from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -38,9 +37,10 @@ from orgs.services.applications import (
     applications_decide_bulk,
 )
 from quotas.models import CapacityPool
-from quotas.waitlist import application_rows, org_waitlist_estimate
+from quotas.waitlist import application_rows, org_waitlist_estimate, vetting_queue
 from sluice.api import validated_input
 from sluice.errors import NotFound, PermissionDenied
+from sluice.pagination import paginate
 from sluice.permissions import operator_access
 
 # --- Serializers shared by both audiences ------------------------------------------------------
@@ -165,20 +165,10 @@ class OperatorApplicationListApi(APIView):
     @extend_schema(parameters=[ApplicationFilter], responses=OperatorApplicationOutput(many=True))
     def get(self, request):
         f = validated_input(self.ApplicationFilter, request.query_params)
-        qs = _operator_queryset()
-        if "state" in f:
-            qs = qs.filter(state=f["state"])
-        if "use_case" in f:
-            qs = qs.filter(use_case=f["use_case"])
-        if "pool" in f:
-            qs = qs.filter(org__pool_preference__pool_id=f["pool"])
-        rows = [a for a in application_rows(list(qs))
-                if f.get("min_score", a.score.score) <= a.score.score
-                <= f.get("max_score", a.score.score)]
-        rows.sort(key=lambda a: (-a.score.score, a.submitted_at, a.pk))
-        paginator = LimitOffsetPagination()
-        page = paginator.paginate_queryset(rows, request, view=self)
-        return paginator.get_paginated_response(OperatorApplicationOutput(page, many=True).data)
+        rows = vetting_queue(state=f.get("state", ""), use_case=f.get("use_case", ""),
+                             pool_id=f.get("pool"), min_score=f.get("min_score"),
+                             max_score=f.get("max_score"))
+        return paginate(request, self, rows, OperatorApplicationOutput)
 
 
 class OperatorApplicationDetailApi(APIView):

@@ -194,3 +194,7 @@ def test_operator_retries_a_failed_event_once_it_can_succeed(
     assert retried.json()["status"] == "processed"
     open_invoice.refresh_from_db()
     assert open_invoice.status == InvoiceStatus.PAID
+    retry = AuditEvent.objects.get(action="billing.stripe_event_retry")
+    assert (retry.before["status"], retry.after["status"]) == ("failed", "processed")
+    again = operator_client.post(f"/api/v1/operator/billing/stripe-events/{stored.pk}/retry")
+    assert again.status_code == 409

@@ -124,3 +124,15 @@ def test_members_cannot_manage_pools(two_orgs):
                              format="json")
     assert response.status_code == 403
     assert response.json()["error"]["code"] == "operator_permission_required"
+
+
+def test_raising_a_guarantee_reports_the_increase_and_what_is_free(operator_client):
+    pool = PoolFactory(capacity_tps=2_000, guaranteeable_ratio=Decimal("1"))
+    allocation = AllocationFactory(pool=pool, guaranteed_tps=200, burst_tps=2_000)
+    AllocationFactory(pool=pool, guaranteed_tps=1_500, burst_tps=1_500)
+    response = operator_client.patch(f"/api/v1/allocations/{allocation.pk}/",
+                                     {"guaranteed_tps": 1_500}, format="json")
+    assert response.status_code == 422
+    error = response.json()["error"]
+    assert (error["details"]["asked_tps"], error["details"]["free_tps"]) == (1_300, 300)
+    assert "cannot guarantee 1300 more tokens/s: 300 of 2000" in error["message"]
