@@ -5,8 +5,10 @@ import logging
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from billing.models import Invoice, StripeEvent, StripeEventStatus
+from billing.models import BillingAccount, Invoice, StripeEvent, StripeEventStatus
 from billing.services.dunning import invoice_paid, invoice_payment_failed
+from orgs.models import OPEN_APPLICATION_STATES, Application, CheckItem
+from orgs.services.applications import application_check_set
 from orgs.services.audit import Actor, audit_record
 from sluice.errors import DomainError, IllegalTransition, NotFound
 
@@ -32,9 +34,28 @@ def _on_invoice_payment_failed(event: dict) -> None:
     invoice_payment_failed(invoice=_event_invoice(event))
 
 
+def _on_checkout_completed(event: dict) -> None:
+    """A setup-mode Checkout finished: the org has a payment method on file. If the org is
+    still being vetted or queued, its application's checklist says so, ticked by "stripe"."""
+    session = (event.get("data") or {}).get("object") or {}
+    if session.get("mode") != "setup" or session.get("status", "complete") != "complete":
+        return
+    account = BillingAccount.objects.filter(
+        stripe_customer_id=session.get("customer") or "-").first()
+    if account is None:
+        raise NotFound(f"No organization has Stripe customer {session.get('customer')!r}.")
+    application = Application.objects.filter(org_id=account.org_id,
+                                             state__in=OPEN_APPLICATION_STATES).first()
+    if application is not None:
+        application_check_set(application=application, item=CheckItem.PAYMENT_METHOD_ON_FILE,
+                              done=True, actor="stripe",
+                              note=f"Checkout session {session.get('id')}")
+
+
 HANDLERS = {
     "invoice.paid": _on_invoice_paid,
     "invoice.payment_failed": _on_invoice_payment_failed,
+    "checkout.session.completed": _on_checkout_completed,
 }
 
 

@@ -198,3 +198,23 @@ def test_operator_retries_a_failed_event_once_it_can_succeed(
     assert (retry.before["status"], retry.after["status"]) == ("failed", "processed")
     again = operator_client.post(f"/api/v1/operator/billing/stripe-events/{stored.pk}/retry")
     assert again.status_code == 409
+
+
+def test_completed_setup_checkout_ticks_the_payment_method_check(
+        db, django_capture_on_commit_callbacks):
+    from orgs.models import ApplicationCheck, CheckItem
+    from tests.waitlist import applicant_org, submit
+
+    org, owner = applicant_org("Waitlisted")
+    application = submit(org, owner)
+    BillingAccount.objects.create(org=org, stripe_customer_id="cus_waiting")
+    payload = json.dumps({"id": "evt_setup", "type": "checkout.session.completed",
+                          "data": {"object": {"id": "cs_1", "object": "checkout.session",
+                                              "mode": "setup", "status": "complete",
+                                              "customer": "cus_waiting"}}}).encode()
+    with django_capture_on_commit_callbacks(execute=True):
+        assert post(payload, signed(payload)).status_code == 200
+    check = ApplicationCheck.objects.get(application=application,
+                                         item=CheckItem.PAYMENT_METHOD_ON_FILE)
+    assert (check.done, check.done_by_label) == (True, "stripe")
+    assert StripeEvent.objects.get(event_id="evt_setup").status == StripeEventStatus.PROCESSED
