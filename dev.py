@@ -846,14 +846,19 @@ def cmd_run(sup: Supervisor) -> int:
          "--schedule", str(beat_schedule)],
         timeout=10,
     )  # fmt: skip
-    workers = os.environ.get("SLUICE_WEB_CONCURRENCY", "2")
+    # The production gunicorn configuration (config/gunicorn.py). Its Prometheus multiprocess
+    # directory must exist and be empty at every start, and belongs to the web process only.
+    metrics_dir = STATE / "prometheus"
+    shutil.rmtree(metrics_dir, ignore_errors=True)
+    metrics_dir.mkdir(parents=True)
     web = sup.start(
         "web",
         [py, "-m", "gunicorn", "config.wsgi:application",
-         "--bind", f"127.0.0.1:{port}", "--workers", workers, "--threads", "4",
+         "-c", str(ROOT / "config" / "gunicorn.py"), "--bind", f"127.0.0.1:{port}",
          "--graceful-timeout", "10", "--access-logfile", "-",
          "--no-control-socket"],  # else ~/.gunicorn/gunicorn.ctl, shared by every checkout
         timeout=15,
+        env={**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir)},
     )  # fmt: skip
 
     status = wait_for_http(sup, web, f"{base_url}/healthz", 60)

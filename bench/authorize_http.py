@@ -2,19 +2,28 @@
 
     DATABASE_URL=... REDIS_URL=redis://127.0.0.1:6379/4 python bench/authorize_http.py
 
-Measures, against one gunicorn: an empty JSON endpoint at the WSGI layer where authorize is
-served (the ceiling of this server and load generator; /healthz through Django is shown too),
-authorize at saturation (decisions/s, p50/p99), then authorize at half of that peak (open
-loop) for latency under a realistic load. Limits are set high so every decision
-runs the whole script and is an admission.
+One gunicorn (config/gunicorn.py, DEBUG off). Limits are set high so every decision runs the
+whole script and is an admission; every request_id is new.
+
+With wrk (the default when it is on PATH): two empty JSON endpoints as ceilings, /bench/empty
+at the bare WSGI layer where authorize is served and /healthz through Django's whole stack,
+then authorize at 1, 2, 3, ... connections. Peak is the best of those; "half of peak" is the
+connection count (up to the peak's) whose throughput came closest to half the peak (wrk is
+closed loop, it has no fixed-rate mode), reported with its own rate and p99.
+
+`--loadgen python`: the pure-Python generator (bench/loadgen.py), which shares the 2 cores
+with the server (a floor): saturation, then an open loop at half of that peak.
 """
 
 import argparse
 import json
+import uuid
 
 from common import django_setup, gunicorn, table, tenant_seed
 
-from bench import loadgen
+from bench import loadgen, wrk
+
+PATH = "/api/gateway/v1/authorize"
 
 
 def main() -> None:
@@ -22,8 +31,14 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10)
     parser.add_argument("--workers", type=int, default=3)
     parser.add_argument("--threads", type=int, default=4)
-    parser.add_argument("--processes", type=int, default=2, help="load generator processes")
-    parser.add_argument("--connections", type=int, default=8, help="per load process")
+    parser.add_argument("--loadgen", choices=["wrk", "python"],
+                        default="wrk" if wrk.available() else "python")
+    parser.add_argument("--sweep", default="1,2,3,4,6,8,12",
+                        help="wrk: authorize connection counts")
+    parser.add_argument("--ceiling-connections", default="2,4,8",
+                        help="wrk: connection counts for the empty endpoints (best is kept)")
+    parser.add_argument("--processes", type=int, default=2, help="python: load processes")
+    parser.add_argument("--connections", type=int, default=8, help="python: per process")
     args = parser.parse_args()
     django_setup()
     pool, _, _, api_key, gateway = tenant_seed()
@@ -32,36 +47,92 @@ def main() -> None:
     # machine, so it must not spend more per request than it has to.
     head, tail = json.dumps({"request_id": "@", "api_key": api_key, "model": pool.model,
                              "input_tokens": 200, "max_output_tokens": 300}).split("@")
-    head, tail = head.encode(), tail.encode()
+    headers = {"Authorization": f"Bearer {gateway}"}
+    with gunicorn(workers=args.workers, threads=args.threads) as port:
+        if args.loadgen == "wrk":
+            with_wrk(args, port, pool, headers, head, tail)
+        else:
+            with_python(args, port, pool, headers, head.encode(), tail.encode())
 
+
+def with_wrk(args, port, pool, headers, head, tail) -> None:
+    base = f"http://127.0.0.1:{port}"
+    script = wrk.post_counter_script(PATH, headers, head, tail)
+    run_tag = f"w{pool.pk}-{uuid.uuid4().hex[:6]}"
+
+    def authorize(connections: int, seconds: float, n: int) -> wrk.Result:
+        return wrk.run(base + PATH, connections=connections, seconds=seconds, script=script,
+                       args=(f"{run_tag}-{n}",))
+
+    authorize(2, 2, 0)  # warm up every worker's caches, and Django's (URLconf, middleware)
+    wrk.run(base + "/healthz", connections=4, seconds=1)
+    ceilings = [int(c) for c in args.ceiling_connections.split(",")]
+    bare = [wrk.run(base + "/bench/empty", connections=c, seconds=args.seconds)
+            for c in ceilings]
+    django = [wrk.run(base + "/healthz", connections=c, seconds=args.seconds) for c in ceilings]
+    sweep = [authorize(c, args.seconds, n)
+             for n, c in enumerate(int(c) for c in args.sweep.split(",")) if c > 0]
+    # Checked after the sweep so that it cannot warm anything up for it.
+    metrics = wrk.run(base + "/metrics", connections=1, seconds=1)
+
+    peak = max(sweep, key=lambda r: r.rps)
+    # On the rising side of the curve only: past the peak, fewer answers/s means overload.
+    half = min((r for r in sweep if r.connections <= peak.connections),
+               key=lambda r: abs(r.rps - peak.rps / 2))
+    best_bare, best_django = max(bare, key=lambda r: r.rps), max(django, key=lambda r: r.rps)
+    rows = []
+    for name, results in (("GET /bench/empty (bare WSGI, empty JSON)", bare),
+                          ("GET /healthz (through Django, JSON)", django),
+                          ("POST authorize", sweep)):
+        for r in results:
+            mark = (" <- peak" if r is peak else "") + (" <- ~half of peak" if r is half else "")
+            rows.append([name + mark, r.connections, r.rps, f"{r.p50_ms:.2f}",
+                         f"{r.p99_ms:.2f}", r.errors])
+    table(f"authorize over HTTP, wrk -t1 (closed loop): gunicorn {args.workers} worker(s) x "
+          f"{args.threads} thread(s), {args.seconds:.0f} s per row",
+          ["endpoint", "conns", "req/s", "p50 ms", "p99 ms", "errors"], rows)
+    print(f"\npeak authorize: {peak.rps:,.0f} decisions/s at {peak.connections} connections "
+          f"(p99 {peak.p99_ms:.2f} ms)")
+    print(f"authorize / bare WSGI empty endpoint = {peak.rps / best_bare.rps:.2f} "
+          f"({best_bare.rps:,.0f}/s)")
+    print(f"authorize / Django empty JSON endpoint (/healthz) = "
+          f"{peak.rps / best_django.rps:.2f} ({best_django.rps:,.0f}/s)")
+    print(f"~half of peak (no fixed-rate mode in wrk: the connection count whose rate was "
+          f"closest to {peak.rps / 2:,.0f}/s, at or below the peak's connections): "
+          f"{half.connections} connections, "
+          f"{half.rps:,.0f}/s, p50 {half.p50_ms:.2f} ms, p99 {half.p99_ms:.2f} ms")
+    print(f"/metrics answered {'ok' if metrics.errors == 0 else f'{metrics.errors} errors'}")
+
+
+def with_python(args, port, pool, headers, head: bytes, tail: bytes) -> None:
     def body(index: int, n: int) -> bytes:
         return head + f"b{pool.pk}-{index}-{n}".encode() + tail
 
-    authorize = loadgen.post_factory("/api/gateway/v1/authorize",
-                                     {"Authorization": f"Bearer {gateway}"}, body)
+    authorize = loadgen.post_factory(PATH, headers, body)
     load = dict(processes=args.processes, connections=args.connections, seconds=args.seconds)
+    loadgen.run(host="127.0.0.1", port=port, request_factory=authorize, processes=1,
+                connections=2, seconds=1)  # warm up every worker's caches
+    django = loadgen.run(host="127.0.0.1", port=port,
+                         request_factory=loadgen.get_factory("/healthz"), **load)
+    empty = loadgen.run(host="127.0.0.1", port=port,
+                        request_factory=loadgen.get_factory("/bench/empty"), **load)
+    peak = loadgen.run(host="127.0.0.1", port=port, request_factory=authorize, **load)
+    # Open loop: more connections, so a stall queues requests instead of delaying sends.
+    half = loadgen.run(host="127.0.0.1", port=port, request_factory=authorize,
+                       rate=peak.rps / 2, **{**load, "connections": 4 * args.connections})
     rows = []
-    with gunicorn(workers=args.workers, threads=args.threads) as port:
-        loadgen.run(host="127.0.0.1", port=port, request_factory=authorize, processes=1,
-                    connections=2, seconds=1)  # warm up every worker's caches
-        django = loadgen.run(host="127.0.0.1", port=port,
-                             request_factory=loadgen.get_factory("/healthz"), **load)
-        empty = loadgen.run(host="127.0.0.1", port=port,
-                            request_factory=loadgen.get_factory("/bench/empty"), **load)
-        peak = loadgen.run(host="127.0.0.1", port=port, request_factory=authorize, **load)
-        # Open loop: more connections, so a stall queues requests instead of delaying sends.
-        half = loadgen.run(host="127.0.0.1", port=port, request_factory=authorize,
-                           rate=peak.rps / 2, **{**load, "connections": 4 * args.connections})
-    for name, r in (("GET /healthz (through Django, for reference)", django),
-                    ("GET /bench/empty (empty JSON, WSGI layer: the ceiling)", empty),
+    for name, r in (("GET /healthz (through Django, JSON)", django),
+                    ("GET /bench/empty (bare WSGI, empty JSON)", empty),
                     ("POST authorize, saturated", peak),
                     (f"POST authorize, open loop at {peak.rps / 2:,.0f}/s", half)):
         ok = r.statuses.get(200, 0) / max(r.requests, 1) * 100
         rows.append([name, r.rps, r.percentile(50), r.percentile(99), f"{ok:.1f}%"])
-    table(f"authorize over HTTP: gunicorn {args.workers} worker(s) x {args.threads} thread(s), "
-          f"{args.processes}x{args.connections} connections, {args.seconds:.0f} s each",
+    table(f"authorize over HTTP, Python load generator: gunicorn {args.workers} worker(s) x "
+          f"{args.threads} thread(s), {args.processes}x{args.connections} connections, "
+          f"{args.seconds:.0f} s each",
           ["endpoint", "req/s", "p50 ms", "p99 ms", "200s"], rows)
-    print(f"\nauthorize / empty endpoint = {peak.rps / empty.rps:.2f}")
+    print(f"\nauthorize / bare WSGI empty endpoint = {peak.rps / empty.rps:.2f}")
+    print(f"authorize / Django empty JSON endpoint (/healthz) = {peak.rps / django.rps:.2f}")
 
 
 if __name__ == "__main__":

@@ -68,14 +68,14 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def gunicorn(*, workers: int, threads: int = 1):
-    """The production server: gunicorn with bench/gunicorn_conf.py, DEBUG off."""
+    """The production server: gunicorn with config/gunicorn.py, DEBUG off."""
     port = free_port()
     metrics_dir = tempfile.mkdtemp(prefix="sluice-metrics-")
     env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": metrics_dir,
            "SLUICE_WEB_CONCURRENCY": str(workers), "GUNICORN_THREADS": str(threads)}
     process = subprocess.Popen(
         [sys.executable, "-m", "gunicorn", "bench.wsgi_ceiling:application", "-c",
-         str(ROOT / "bench" / "gunicorn_conf.py"), "--bind", f"127.0.0.1:{port}"],
+         str(ROOT / "config" / "gunicorn.py"), "--bind", f"127.0.0.1:{port}"],
         cwd=ROOT, env=env)
     try:
         _wait_ready(port)

@@ -3,16 +3,28 @@
     DATABASE_URL=... REDIS_URL=redis://127.0.0.1:6379/4 python bench/usage_http.py
 
 Batches of 500 events per call, then one event per call. Every event is new (a fresh
-request_id with a signed reservation_id), so each one is inserted, rolled up and settled.
+request_id with its signed reservation_id), so each one is inserted, rolled up and settled;
+"events/s stored" counts the rows in PostgreSQL afterwards.
+
+With wrk (the default when it is on PATH) the bodies are built beforehand in this process
+(the reservation_id is an HMAC of the request_id, which wrk's Lua cannot compute cheaply), one
+per line of a temporary file, enough for --max-events-per-s for the whole run; wrk's Lua reads
+them in turn. Should they run out, it starts over (replays are idempotent, so cheaper) and the
+table says so. `--loadgen python` uses the pure-Python generator (bench/loadgen.py) instead.
 """
 
 import argparse
 import json
+import os
+import tempfile
+import uuid
 from datetime import UTC, datetime, timedelta
 
 from common import django_setup, gunicorn, table, tenant_seed
 
-from bench import loadgen
+from bench import loadgen, wrk
+
+PATH = "/api/gateway/v1/usage"
 
 
 def main() -> None:
@@ -21,6 +33,12 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=500)
     parser.add_argument("--workers", type=int, default=3)
     parser.add_argument("--threads", type=int, default=4)
+    parser.add_argument("--loadgen", choices=["wrk", "python"],
+                        default="wrk" if wrk.available() else "python")
+    parser.add_argument("--batch-connections", type=int, default=4, help="wrk")
+    parser.add_argument("--single-connections", type=int, default=8, help="wrk")
+    parser.add_argument("--max-events-per-s", type=int, default=100_000,
+                        help="wrk: batch bodies built for this rate (single: a tenth)")
     args = parser.parse_args()
     django_setup()
     from quotas.gateway.reservations import reservation_id_issue
@@ -45,30 +63,64 @@ def main() -> None:
                                       request_id=request_id)
         return head + request_id + middle + signed + tail
 
-    def body(size: int, tag: str):
-        def make(index: int, n: int) -> bytes:
-            base = f"u{pool.pk}-{tag}-{index}-{n}"
-            if size == 1:
-                return event(base).encode()
-            events = ",".join(event(f"{base}-{i}") for i in range(size))
-            return ('{"events":[' + events + "]}").encode()
-        return make
+    def body(size: int, base: str) -> str:
+        if size == 1:
+            return event(base)
+        return '{"events":[' + ",".join(event(f"{base}-{i}") for i in range(size)) + "]}"
+
+    def stored(tag: str) -> int:
+        return UsageEvent.objects.filter(pool=pool, request_id__contains=f"-{tag}-").count()
 
     headers = {"Authorization": f"Bearer {gateway}"}
     rows = []
-    with gunicorn(workers=args.workers, threads=args.threads) as port:
-        for size, tag, connections in ((args.batch, "b", 3), (1, "s", 8)):
-            factory = loadgen.post_factory("/api/gateway/v1/usage", headers, body(size, tag))
-            r = loadgen.run(host="127.0.0.1", port=port, request_factory=factory, processes=2,
-                            connections=connections, seconds=args.seconds)
-            stored = UsageEvent.objects.filter(pool=pool, request_id__contains=f"-{tag}-").count()
-            rows.append([f"{size} event(s) per call, {2 * connections} connections", r.rps,
-                         r.rps * size, stored / args.seconds, r.percentile(50),
-                         r.percentile(99), ", ".join(f"{k}: {v}" for k, v in r.statuses.items())])
-    table(f"usage ingestion over HTTP: gunicorn {args.workers}x{args.threads}, "
-          f"{args.seconds:.0f} s each",
-          ["calls", "calls/s", "events/s answered", "events/s stored", "p50 ms", "p99 ms",
-           "statuses"], rows)
+    if args.loadgen == "wrk":
+        # "w": a short warm-up of every worker (its bodies run out and repeat: that is fine).
+        plan = ((args.batch, "w", 2, args.batch / 2),
+                (args.batch, "b", args.batch_connections, args.max_events_per_s),
+                (1, "s", args.single_connections, args.max_events_per_s // 10))
+        script = wrk.post_file_script(PATH, headers)
+        with tempfile.TemporaryDirectory(prefix="sluice-usage-") as tmp:
+            files = []
+            for size, tag, connections, rate in plan:
+                count = int(rate * args.seconds / size) + connections
+                name = os.path.join(tmp, f"{tag}.jsonl")
+                run_tag = uuid.uuid4().hex[:6]
+                with open(name, "w") as f:
+                    for n in range(count):
+                        f.write(body(size, f"u{pool.pk}-{tag}-{run_tag}-{n}") + "\n")
+                files.append((name, count))
+            with gunicorn(workers=args.workers, threads=args.threads) as port:
+                url = f"http://127.0.0.1:{port}{PATH}"
+                for (size, tag, connections, _), (name, count) in zip(plan, files, strict=True):
+                    r = wrk.run(url, connections=connections,
+                                seconds=2 if tag == "w" else args.seconds,
+                                script=script, args=(name, 0, count))
+                    if tag == "w":
+                        continue
+                    note = f"errors: {r.errors}" + (f", REPLAYED x{r.replayed}" if r.replayed
+                                                    else "")
+                    rows.append([f"{size} event(s) per call, {connections} connections",
+                                 r.rps, r.rps * size, stored(tag) / r.seconds,
+                                 f"{r.p50_ms:.2f}", f"{r.p99_ms:.2f}", note])
+        title = f"usage ingestion over HTTP, wrk -t1 (closed loop): gunicorn " \
+                f"{args.workers}x{args.threads}, {args.seconds:.0f} s each"
+    else:
+        with gunicorn(workers=args.workers, threads=args.threads) as port:
+            for size, tag, connections in ((args.batch, "b", 3), (1, "s", 8)):
+                def make(index: int, n: int, size=size, tag=tag) -> bytes:
+                    return body(size, f"u{pool.pk}-{tag}-{index}-{n}").encode()
+
+                factory = loadgen.post_factory(PATH, headers, make)
+                r = loadgen.run(host="127.0.0.1", port=port, request_factory=factory,
+                                processes=2, connections=connections, seconds=args.seconds)
+                rows.append([f"{size} event(s) per call, {2 * connections} connections",
+                             r.rps, r.rps * size, stored(tag) / args.seconds,
+                             r.percentile(50), r.percentile(99),
+                             ", ".join(f"{k}: {v}" for k, v in r.statuses.items())])
+        title = f"usage ingestion over HTTP, Python load generator: gunicorn " \
+                f"{args.workers}x{args.threads}, {args.seconds:.0f} s each"
+    table(title, ["calls", "calls/s", "events/s answered", "events/s stored", "p50 ms",
+                  "p99 ms", "statuses" if args.loadgen == "python" else "notes"], rows)
 
 
 if __name__ == "__main__":
