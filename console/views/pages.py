@@ -38,17 +38,7 @@ from console.selectors import (
     audit_search as audit_events,
 )
 from orgs.models import OrgStatus
-from orgs.services import (
-    org_admit,
-    org_approve,
-    org_offboard,
-    org_reapply,
-    org_reject,
-    org_restore,
-    org_review_start,
-    org_suspend,
-)
-from orgs.services.lifecycle import org_allowed_actions
+from orgs.services.lifecycle import org_allowed_actions, org_transition
 from quotas.models import CapacityPool, PoolAdmission
 from quotas.quota_requests import pool_quota_auto_approve_set
 from quotas.selectors import (
@@ -87,13 +77,6 @@ LIFECYCLE_LABELS = {
     "suspend": "Suspend", "restore": "Restore", "offboard": "Offboard",
     "reapply": "Reopen application",
 }
-LIFECYCLE_SERVICES = {
-    "review_start": org_review_start, "approve": org_approve, "reject": org_reject,
-    "admit": org_admit, "suspend": org_suspend, "restore": org_restore,
-    "offboard": org_offboard, "reapply": org_reapply,
-}
-
-
 def _render(request, site, template: str, context: dict, status: int = 200):
     nav = [{"url": name, "label": label} for name, label, needed in CONSOLE_NAV
            if needed is None or request.user.has_perm(needed)]
@@ -174,12 +157,6 @@ def _org_page(request, site, *, org, grant_form=None, status=200):
     }, status=status)
 
 
-def _transition(*, action: str, org, actor, reason: str):
-    if action == "review_start":  # starting a review takes no reason
-        return org_review_start(org=org, actor=actor)
-    return LIFECYCLE_SERVICES[action](org=org, actor=actor, reason=reason)
-
-
 @require_POST
 @permission_required(perm.CHANGE_LIFECYCLE, raise_exception=True)
 def org_lifecycle(request, *, site, org_id: int):
@@ -190,7 +167,8 @@ def org_lifecycle(request, *, site, org_id: int):
         return redirect("admin:console_org", org.pk)
     action = form.cleaned_data["action"]
     try:
-        _transition(action=action, org=org, actor=request.user, reason=form.cleaned_data["reason"])
+        org_transition(action=action, org=org, actor=request.user,
+                       reason=form.cleaned_data["reason"])
     except DomainError as error:
         # Illegal transitions (a stale page, a colleague faster) are explained, nothing changed.
         messages.error(request, error.message)

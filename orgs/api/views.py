@@ -78,37 +78,22 @@ class OrgDetailApi(APIView):
         return Response(OrgOutput(org_get_for_user(user=request.user, org_id=org_id)).data)
 
 
-TRANSITION_SERVICES = {
-    "review_start": services.org_review_start,
-    "approve": services.org_approve,
-    "reject": services.org_reject,
-    "admit": services.org_admit,
-    "suspend": services.org_suspend,
-    "restore": services.org_restore,
-    "offboard": services.org_offboard,
-    "reapply": services.org_reapply,
-}
-assert set(TRANSITION_SERVICES) == set(TRANSITIONS)
-
-
 class OrgTransitionApi(APIView):
     class InputSerializer(serializers.Serializer):
-        action = serializers.ChoiceField(choices=sorted(TRANSITION_SERVICES))
+        action = serializers.ChoiceField(choices=sorted(TRANSITIONS))
         reason = serializers.CharField(max_length=2000, required=False, default="")
 
     @extend_schema(request=InputSerializer, responses=OrgOutput,
                    description="Move the organization through its lifecycle. An action that is "
-                   "not legal from the current state answers 409 `illegal_transition`.")
+                   "not legal from the current state answers 409 `illegal_transition`; review, "
+                   "approve and reject of an org with an open application answer 409 "
+                   "`application_open` (decide the application instead).")
     def post(self, request, org_id: int):
         org = org_get_for_user(user=request.user, org_id=org_id)
         operator_require(user=request.user, perm="orgs.change_organization")
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        service = TRANSITION_SERVICES[data.validated_data["action"]]
-        if data.validated_data["action"] == "review_start":
-            org = service(org=org, actor=request.user)
-        else:
-            org = service(org=org, actor=request.user, reason=data.validated_data["reason"])
+        org = services.org_transition(org=org, actor=request.user, **data.validated_data)
         return Response(OrgOutput(org).data)
 
 

@@ -13,6 +13,7 @@ from orgs.services.lifecycle import (
     org_restore,
     org_review_start,
     org_suspend,
+    org_transition,
 )
 from orgs.services.members import (
     invitation_accept,
@@ -47,4 +48,5 @@ __all__ = [
     "org_restore",
     "org_review_start",
     "org_suspend",
+    "org_transition",
 ]

@@ -11,7 +11,7 @@ from django.utils.text import slugify
 
 from orgs.models import Organization, OrgStatus, SuspensionReason
 from orgs.services.audit import Actor, audit_record
-from sluice.errors import Conflict, IllegalTransition
+from sluice.errors import Conflict, DomainError, IllegalTransition
 from sluice.events import org_changed_on_commit
 
 S = OrgStatus
@@ -147,3 +147,33 @@ def org_offboard(*, org: Organization, actor: Actor, reason: str = "") -> Organi
 @transaction.atomic
 def org_reapply(*, org: Organization, actor: Actor, reason: str = "") -> Organization:
     return _org_transition(org=org, action="reapply", actor=actor, reason=reason)
+
+
+# Decisions that belong to an open waitlist application: taken through `application_decide`
+# (which calls the functions above), so the application and the queue stay in step.
+APPLICATION_ACTIONS = frozenset({"review_start", "approve", "reject"})
+
+
+def org_transition(*, org: Organization, action: str, actor: Actor,
+                   reason: str = "") -> Organization:
+    """The operator's lifecycle button (REST and console): one action by name."""
+    from orgs.models import OPEN_APPLICATION_STATES, Application
+
+    services = {
+        "review_start": org_review_start, "approve": org_approve, "reject": org_reject,
+        "admit": org_admit, "suspend": org_suspend, "restore": org_restore,
+        "offboard": org_offboard, "reapply": org_reapply,
+    }
+    if action not in services:
+        raise DomainError(f"Unknown lifecycle action {action!r}.", code="unknown_action",
+                          details={"allowed": sorted(services)})
+    open_application = Application.objects.filter(
+        org=org, state__in=OPEN_APPLICATION_STATES).values_list("pk", flat=True).first()
+    if action in APPLICATION_ACTIONS and open_application is not None:
+        raise Conflict(
+            f"{org.name} has an open application (#{open_application}): review, approve or "
+            "reject it from the vetting queue, so the application and the waitlist stay in step.",
+            code="application_open", details={"application": open_application})
+    if action == "review_start":
+        return org_review_start(org=org, actor=actor)
+    return services[action](org=org, actor=actor, reason=reason)

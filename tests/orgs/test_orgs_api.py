@@ -186,3 +186,21 @@ def test_expired_or_revoked_invitation_cannot_be_used(two_orgs,
     for t in (token, token2):
         response = client.post("/api/v1/invitations/accept/", {"token": t}, format="json")
         assert response.status_code == 404
+
+
+def test_decisions_on_an_org_with_an_open_application_go_through_the_application(
+        operator_client):
+    from tests.waitlist import applicant_org, submit
+
+    org, owner = applicant_org("Queued")
+    application = submit(org, owner)
+    url = f"/api/v1/orgs/{org.pk}/transitions/"
+    for action in ("review_start", "reject"):
+        response = operator_client.post(url, {"action": action}, format="json")
+        assert response.status_code == 409
+        error = response.json()["error"]
+        assert (error["code"], error["details"]["application"]) == ("application_open",
+                                                                    application.pk)
+    org.refresh_from_db()
+    assert org.status == OrgStatus.APPLIED
+    assert operator_client.post(url, {"action": "offboard"}, format="json").status_code == 409
