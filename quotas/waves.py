@@ -226,11 +226,23 @@ def waves_close_due(*, now: datetime | None = None, actor: Actor = "celery:wave_
 def pool_auto_admit_set(*, pool: CapacityPool, enabled: bool, actor: Actor) -> PoolAdmission:
     settings_row, _ = PoolAdmission.objects.select_for_update().get_or_create(pool=pool)
     before = settings_row.auto_admit
-    settings_row.auto_admit = enabled
-    settings_row.save()
-    audit_record(actor=actor, action="pool.auto_admit_set", target=pool,
-                 before={"auto_admit": before}, after={"auto_admit": enabled})
+    if before != enabled:  # an unchanged setting is not an event
+        settings_row.auto_admit = enabled
+        settings_row.save()
+        audit_record(actor=actor, action="pool.auto_admit_set", target=pool,
+                     before={"auto_admit": before}, after={"auto_admit": enabled})
     return settings_row
+
+
+@transaction.atomic
+def pool_admission_set(*, pool: CapacityPool, auto_admit: bool, quota_auto_approve_max_tps: int,
+                       actor: Actor) -> PoolAdmission:
+    """The pool's admission settings together: both are saved or neither."""
+    from quotas.quota_requests import pool_quota_auto_approve_set
+
+    pool_auto_admit_set(pool=pool, enabled=auto_admit, actor=actor)
+    return pool_quota_auto_approve_set(pool=pool, max_tps=quota_auto_approve_max_tps,
+                                       actor=actor)
 
 
 @transaction.atomic

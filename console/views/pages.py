@@ -8,7 +8,6 @@ from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import permission_required
 from django.core.paginator import Paginator
-from django.db import transaction
 from django.http import Http404
 from django.shortcuts import redirect, render
 from django.utils import timezone
@@ -39,8 +38,7 @@ from console.selectors import (
 )
 from orgs.models import OrgStatus
 from orgs.services.lifecycle import org_allowed_actions, org_transition
-from quotas.models import CapacityPool, PoolAdmission
-from quotas.quota_requests import pool_quota_auto_approve_set
+from quotas.models import CapacityPool
 from quotas.selectors import (
     next_scheduled_wave,
     org_quota_requests,
@@ -51,7 +49,7 @@ from quotas.services import allocation_change, pool_capacity_set, pool_settings_
 from quotas.services import allocation_end as allocation_end_service
 from quotas.services import allocation_grant as allocation_grant_service
 from quotas.waitlist import waitlist_lengths
-from quotas.waves import pool_auto_admit_set
+from quotas.waves import pool_admission_set
 from sluice.errors import DomainError
 
 PAGE_SIZE = 50
@@ -318,17 +316,8 @@ def pool_admission(request, *, site, pool_id: int):
     pool = _pool_get(pool_id)
     form = PoolAdmissionForm(request.POST, auto_id=f"pool{pool.pk}_admission_%s")
     if form.is_valid():
-        data = form.cleaned_data
         try:
-            # One form, two settings: both are saved or neither.
-            with transaction.atomic():
-                current = PoolAdmission.objects.filter(pool=pool).first()
-                if data["auto_admit"] != (current.auto_admit if current else False):
-                    # Only on a change: the service audits every call.
-                    pool_auto_admit_set(pool=pool, enabled=data["auto_admit"],
-                                        actor=request.user)
-                pool_quota_auto_approve_set(pool=pool, actor=request.user,
-                                            max_tps=data["quota_auto_approve_max_tps"])
+            pool_admission_set(pool=pool, actor=request.user, **form.cleaned_data)
         except DomainError as error:
             _form_error_from(form, error)
         else:
