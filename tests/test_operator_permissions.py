@@ -57,3 +57,19 @@ def test_members_get_403_on_the_operator_api(two_orgs):
     for url in ["/api/v1/operator/applications", "/api/v1/operator/waves",
                 "/api/v1/operator/billing/invoices"]:
         assert a.client.get(url).status_code == 403, url
+
+
+def test_a_staff_password_session_without_totp_is_not_an_operator(operator):
+    from django.test import Client
+
+    from tests.factories import PASSWORD
+    from tests.totp import console_client
+
+    password_only = Client()
+    response = password_only.post("/portal/login/", {"username": operator.username,
+                                                     "password": PASSWORD})
+    assert response.status_code == 302  # signed in to the portal, no second factor
+    assert password_only.get("/api/v1/pools/").status_code == 403
+    assert password_only.get("/api/v1/operator/applications").status_code == 403
+    verified = console_client(operator)
+    assert verified.get("/api/v1/pools/").status_code == 200
