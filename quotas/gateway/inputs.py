@@ -114,7 +114,9 @@ def authorize_input(body: object) -> AuthorizeInput:
     return parsed
 
 
-@dataclass(frozen=True)
+# slots, not frozen: a batch builds up to 1,000 of these, and a frozen dataclass's __init__
+# costs several times a plain one's. Treat it as read-only all the same.
+@dataclass(slots=True)
 class UsageInput:
     request_id: str
     reservation_id: str | None
@@ -145,6 +147,40 @@ def _usage_event(body: object) -> tuple[UsageInput | None, dict]:
     return (None if f.errors else event), f.errors
 
 
+def _usage_event_fast(item: object) -> UsageInput | None:
+    """The event when every field is well-formed, else None (then `_usage_event` says what
+    is wrong). The same rules as `_usage_event`, checked in one expression: a batch of 1,000
+    well-formed events is the common case, and per-field bookkeeping was most of its cost."""
+    if type(item) is not dict:
+        return None
+    get = item.get
+    request_id, reservation_id = get("request_id"), get("reservation_id")
+    input_tokens, output_tokens = get("input_tokens"), get("output_tokens")
+    status, started, first, finished = (get("status"), get("started_at"),
+                                        get("first_token_at"), get("finished_at"))
+    if (type(request_id) is not str or not 0 < len(request_id) <= 128
+            or REQUEST_ID.match(request_id) is None
+            or (reservation_id is not None
+                and (type(reservation_id) is not str or not 0 < len(reservation_id) <= 128))
+            or type(input_tokens) is not int or not 0 <= input_tokens <= MAX_TOKENS
+            or type(output_tokens) is not int or not 0 <= output_tokens <= MAX_TOKENS
+            or status not in USAGE_STATUSES
+            or type(started) is not str or type(finished) is not str
+            or (first is not None and type(first) is not str)):
+        return None
+    try:
+        started_at, finished_at = datetime.fromisoformat(started), datetime.fromisoformat(finished)
+        first_token_at = datetime.fromisoformat(first) if first is not None else None
+    except ValueError:
+        return None
+    if (started_at.tzinfo is None or finished_at.tzinfo is None
+            or (first_token_at is not None and first_token_at.tzinfo is None)
+            or not started_at <= (first_token_at or started_at) <= finished_at):
+        return None
+    return UsageInput(request_id, reservation_id, input_tokens, output_tokens, status,
+                      started_at, first_token_at, finished_at)
+
+
 def usage_input(body: object) -> list[UsageInput]:
     """One event, or {"events": [...]} with 1 to MAX_EVENTS events. All or nothing."""
     batched = isinstance(body, dict) and "events" in body
@@ -157,6 +193,10 @@ def usage_input(body: object) -> list[UsageInput]:
         items = [body]
     events, errors = [], {}
     for index, item in enumerate(items):
+        event = _usage_event_fast(item)
+        if event is not None:
+            events.append(event)
+            continue
         try:
             event, item_errors = _usage_event(item)
         except BadInput as exc:

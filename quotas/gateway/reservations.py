@@ -10,7 +10,7 @@ import hashlib
 import hmac
 import re
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 
 from django.conf import settings
 
@@ -29,17 +29,32 @@ def _signing_key() -> bytes:
     return hashlib.sha256(b"sluice.reservation:" + settings.SECRET_KEY.encode()).digest()
 
 
-def _signature(pool_id: int, org_id: int, key_part: str, request_id: str) -> str:
-    message = f"{pool_id}.{org_id}.{key_part}.{request_id}".encode()
+def _signature(prefix: bytes, request_id: str) -> str:
     # hmac.digest is the one-shot C path: a usage batch verifies up to 1,000 of these.
-    return hmac.digest(_signing_key(), message, "sha256").hex()[:20]
+    return hmac.digest(_signing_key(), prefix + request_id.encode(), "sha256").hex()[:20]
 
 
 def reservation_id_issue(*, pool_id: int, org_id: int, api_key_id: int | None,
                          request_id: str) -> str:
     key_part = "" if api_key_id is None else str(api_key_id)
-    return f"rsv_{pool_id}_{org_id}_{key_part}_" \
-           f"{_signature(pool_id, org_id, key_part, request_id)}"
+    prefix, _ = _issued_to(str(pool_id), str(org_id), key_part)
+    return f"rsv_{pool_id}_{org_id}_{key_part}_{_signature(prefix, request_id)}"
+
+
+def reservation_id_pool(reservation_id: str) -> int | None:
+    """The pool id an id names, UNVERIFIED (None when malformed): only to choose which pool
+    to ask Redis; never attribute anything with it."""
+    match = _FORMAT.match(reservation_id)
+    return None if match is None else int(match.group(1))
+
+
+@lru_cache(maxsize=1024)
+def _issued_to(pool: str, org: str, key_part: str) -> tuple[bytes, ReservationRef]:
+    """The signed message's prefix ("pool.org.key.", then the request_id) and the reference,
+    per distinct (pool, org, key): a batch's events mostly share one, so each costs one HMAC."""
+    pool_id, org_id = int(pool), int(org)
+    return (f"{pool_id}.{org_id}.{key_part}.".encode(),
+            ReservationRef(pool_id, org_id, int(key_part) if key_part else None))
 
 
 def reservation_id_parse(reservation_id: str, *, request_id: str) -> ReservationRef | None:
@@ -48,7 +63,7 @@ def reservation_id_parse(reservation_id: str, *, request_id: str) -> Reservation
     if match is None:
         return None
     pool, org, key_part, signature = match.groups()
-    expected = _signature(int(pool), int(org), key_part, request_id)
-    if not hmac.compare_digest(signature, expected):
+    prefix, ref = _issued_to(pool, org, key_part)
+    if not hmac.compare_digest(signature, _signature(prefix, request_id)):
         return None
-    return ReservationRef(int(pool), int(org), int(key_part) if key_part else None)
+    return ref

@@ -104,7 +104,7 @@ def limiter_authorize(*, pool_id: int, api_key: str, request_id: str, input_toke
     return decision
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: a usage batch builds up to 1,000 (frozen __init__ is slow)
 class Settlement:
     request_id: str
     org_id: int
@@ -118,8 +118,7 @@ def limiter_settle(*, pool_id: int, settlements: list[Settlement]) -> int:
     now = clock.now()
     args: list = [epoch_ms(now), day_stamp(now),
                   settings.RESERVATION_TTL_SECONDS * 1000 + RECORD_GRACE_MS]
-    for s in settlements:
-        args += [s.request_id, s.org_id, s.tokens]
+    args.extend([v for s in settlements for v in (s.request_id, s.org_id, s.tokens)])
     return script_run("settle", keys=[f"{pool_tag(pool_id)}:keys"], args=args, bulk=True)
 
 
