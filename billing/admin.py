@@ -1,6 +1,6 @@
 """Billing admin. Read-mostly: every change goes through the same services as the API."""
 
-from django.contrib import admin, messages
+from django.contrib import admin
 
 from billing import services
 from billing.models import (
@@ -13,7 +13,7 @@ from billing.models import (
     SpendAlert,
     StripeEvent,
 )
-from sluice.errors import DomainError
+from sluice.admin import run_service_on_each
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -25,19 +25,6 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None):
         return False
-
-
-def _each(modeladmin, request, queryset, action):
-    """Run a service per row; report every failure instead of stopping at the first."""
-    done = 0
-    for obj in queryset:
-        try:
-            action(obj)
-            done += 1
-        except DomainError as exc:
-            modeladmin.message_user(request, f"{obj}: {exc.message}", messages.ERROR)
-    if done:
-        modeladmin.message_user(request, f"{done} done.", messages.SUCCESS)
 
 
 @admin.register(PriceVersion)
@@ -88,13 +75,13 @@ class InvoiceAdmin(ReadOnlyAdmin):
 
     @admin.action(description="Void selected invoices")
     def void(self, request, queryset):
-        _each(self, request, queryset, lambda inv: services.invoice_void(
-            invoice=inv, actor=request.user, reason="voided in admin"))
+        run_service_on_each(self, request, queryset, services.invoice_void, "Voided",
+                            arg="invoice", reason="voided in admin")
 
     @admin.action(description="Void and re-issue selected invoices")
     def reissue(self, request, queryset):
-        _each(self, request, queryset, lambda inv: services.invoice_reissue(
-            invoice=inv, actor=request.user, reason="re-issued in admin"))
+        run_service_on_each(self, request, queryset, services.invoice_reissue, "Re-issued",
+                            arg="invoice", reason="re-issued in admin")
 
 
 @admin.register(OutboxMessage)
@@ -108,8 +95,8 @@ class OutboxMessageAdmin(ReadOnlyAdmin):
 
     @admin.action(description="Retry selected dead letters")
     def retry(self, request, queryset):
-        _each(self, request, queryset.filter(status=OutboxStatus.DEAD),
-              lambda m: services.outbox_retry(message=m, actor=request.user))
+        run_service_on_each(self, request, queryset.filter(status=OutboxStatus.DEAD),
+                            services.outbox_retry, "Queued again", arg="message")
 
 
 @admin.register(StripeEvent)
@@ -122,8 +109,8 @@ class StripeEventAdmin(ReadOnlyAdmin):
 
     @admin.action(description="Process selected failed events again")
     def reprocess(self, request, queryset):
-        _each(self, request, queryset,
-              lambda e: services.stripe_event_retry(event=e, actor=request.user))
+        run_service_on_each(self, request, queryset, services.stripe_event_retry,
+                            "Processed again", arg="event")
 
 
 @admin.register(BillingAccount)

@@ -6,9 +6,9 @@ from django.db.models import Count, Q, QuerySet
 from django.http import Http404
 from django.utils import timezone
 
-from orgs.models import ApiKey, AuditEvent, Membership, Organization, OrgStatus
+from orgs.models import AuditEvent, Organization, OrgStatus
 from quotas.models import Allocation
-from quotas.selectors import allocations_in_force, pools_tps_series
+from quotas.selectors import pools_tps_series
 
 
 def orgs_by_status() -> list[dict]:
@@ -34,8 +34,6 @@ def org_get(*, org_id: int) -> Organization:
     return org
 
 
-def org_allocations(*, org) -> QuerySet[Allocation]:
-    return allocations_in_force().filter(org=org).select_related("pool")
 
 
 def allocation_get(*, allocation_id: int) -> Allocation:
@@ -45,12 +43,8 @@ def allocation_get(*, allocation_id: int) -> Allocation:
     return allocation
 
 
-def org_keys(*, org) -> QuerySet[ApiKey]:
-    return ApiKey.objects.filter(org=org).select_related("created_by")
 
 
-def org_members(*, org) -> QuerySet[Membership]:
-    return Membership.objects.filter(org=org).select_related("user").order_by("user__email")
 
 
 def audit_search(*, org_id: int | None = None, action: str = "", actor: str = "",

@@ -3,10 +3,8 @@
 from django.db.models import QuerySet
 from django.http import Http404
 
-from orgs.models import ApiKey, Application, Invitation, Membership
+from orgs.models import Application, Invitation, Membership
 from portal.models import VerifiedEmail
-from quotas.models import Allocation, QuotaRequest
-from quotas.selectors import allocations_in_force
 
 
 def memberships_for_user(*, user) -> QuerySet[Membership]:
@@ -21,8 +19,6 @@ def membership_get(*, user, slug: str) -> Membership:
     return membership
 
 
-def org_members(*, org) -> QuerySet[Membership]:
-    return Membership.objects.filter(org=org).select_related("user").order_by("user__email")
 
 
 def org_invitations_pending(*, org) -> list[Invitation]:
@@ -31,33 +27,14 @@ def org_invitations_pending(*, org) -> list[Invitation]:
     return [invitation for invitation in pending if invitation.is_pending()]
 
 
-def org_api_keys(*, org) -> QuerySet[ApiKey]:
-    return ApiKey.objects.filter(org=org).select_related("created_by")
 
 
-def org_api_key_get(*, org, key_id: int) -> ApiKey:
-    key = ApiKey.objects.filter(org=org, pk=key_id).first()
-    if key is None:
-        raise Http404("No such API key.")
-    return key
 
 
-def org_member_get(*, org, membership_id: int) -> Membership:
-    membership = Membership.objects.filter(org=org, pk=membership_id).select_related("user").first()
-    if membership is None:
-        raise Http404("No such member.")
-    return membership
 
 
-def org_invitation_get(*, org, invitation_id: int) -> Invitation:
-    invitation = Invitation.objects.filter(org=org, pk=invitation_id).first()
-    if invitation is None:
-        raise Http404("No such invitation.")
-    return invitation
 
 
-def org_allocations(*, org) -> QuerySet[Allocation]:
-    return allocations_in_force().filter(org=org).select_related("pool").order_by("pool__model")
 
 
 def user_email_verified(*, user) -> bool:
@@ -71,12 +48,4 @@ def org_latest_application(*, org) -> Application | None:
             .prefetch_related("checks").first())
 
 
-def org_quota_requests(*, org) -> QuerySet[QuotaRequest]:
-    return QuotaRequest.objects.filter(org=org).select_related("pool")
 
-
-def org_quota_request_get(*, org, request_id: int) -> QuotaRequest:
-    quota_request = QuotaRequest.objects.filter(org=org, pk=request_id).first()
-    if quota_request is None:
-        raise Http404("No such quota request.")
-    return quota_request

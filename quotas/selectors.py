@@ -27,6 +27,7 @@ from quotas.models import (
     UsageStatus,
     WaveState,
 )
+from sluice.errors import NotFound
 
 
 def allocations_in_force(*, now=None) -> QuerySet[Allocation]:
@@ -210,6 +211,18 @@ def quota_requests_inbox(*, status: str = "pending") -> QuerySet[QuotaRequest]:
 
 def org_quota_requests(*, org) -> QuerySet[QuotaRequest]:
     return QuotaRequest.objects.filter(org=org).select_related("pool")
+
+
+def org_quota_request_get(*, org, request_id: int) -> QuotaRequest:
+    quota_request = org_quota_requests(org=org).filter(pk=request_id).first()
+    if quota_request is None:
+        raise NotFound("No such quota request.")
+    return quota_request
+
+
+def org_allocations(*, org) -> QuerySet[Allocation]:
+    """The org's allocations in force, with their pools."""
+    return allocations_in_force().filter(org=org).select_related("pool").order_by("pool__model")
 
 
 def waves_by_state() -> QuerySet[RolloutWave]:

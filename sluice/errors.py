@@ -5,6 +5,9 @@ Each error carries a stable machine-readable `code`, an HTTP status and optional
 """
 
 
+from django.http import Http404
+
+
 class DomainError(Exception):
     status = 400
     code = "invalid"
@@ -17,8 +20,10 @@ class DomainError(Exception):
             self.code = code
 
 
-class NotFound(DomainError):
-    """Also used for "exists but belongs to another org": both look the same from outside."""
+class NotFound(DomainError, Http404):
+    """Also used for "exists but belongs to another org": both look the same from outside.
+    An Http404 as well, so one selector serves the REST API (our error body) and server-rendered
+    pages (Django's 404) alike."""
 
     status = 404
     code = "not_found"

@@ -25,10 +25,7 @@ from console.forms import (
 )
 from console.selectors import (
     allocation_get,
-    org_allocations,
     org_get,
-    org_keys,
-    org_members,
     org_search,
     orgs_by_status,
     pools_live_use,
@@ -37,10 +34,12 @@ from console.selectors import (
     audit_search as audit_events,
 )
 from orgs.models import OrgStatus
+from orgs.selectors import org_api_keys, org_members
 from orgs.services.lifecycle import org_allowed_actions, org_transition
 from quotas.models import CapacityPool
 from quotas.selectors import (
     next_scheduled_wave,
+    org_allocations,
     org_quota_requests,
     org_usage_buckets,
     pool_capacity_summaries,
@@ -146,8 +145,8 @@ def _org_page(request, site, *, org, grant_form=None, status=200):
         "invoices": invoices_for_org(org=org)[:PAGE_SIZE] if can_see_invoices else None,
         "org": org,
         "actions": [(a, LIFECYCLE_LABELS[a]) for a in org_allowed_actions(org=org)],
-        "allocations": org_allocations(org=org), "keys": org_keys(org=org),
-        "members": org_members(org=org),
+        "allocations": org_allocations(org=org), "keys": org_api_keys(org=org),
+        "members": org_members(org=org).order_by("user__email"),
         "audit": audit_events(org_id=org.pk)[:PAGE_SIZE],
         "grant_form": grant_form or AllocationGrantForm(),
         "requests": org_quota_requests(org=org)[:PAGE_SIZE],

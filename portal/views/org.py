@@ -6,6 +6,13 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from orgs.models import KEY_MANAGERS, MEMBER_MANAGERS, ApplicationState, OrgStatus, Role
+from orgs.selectors import (
+    org_api_key_get,
+    org_api_keys,
+    org_invitation_get,
+    org_members,
+    org_membership_get,
+)
 from orgs.services import (
     api_key_create,
     api_key_revoke,
@@ -17,17 +24,12 @@ from orgs.services import (
 from portal.access import org_page
 from portal.forms import ApiKeyCreateForm, InviteForm, RoleForm
 from portal.selectors import (
-    org_allocations,
-    org_api_key_get,
-    org_api_keys,
-    org_invitation_get,
     org_invitations_pending,
     org_latest_application,
-    org_member_get,
-    org_members,
     user_email_verified,
 )
 from portal.views.application import EDITABLE_STATES
+from quotas.selectors import org_allocations
 from quotas.waitlist import org_waitlist_estimate
 from sluice.errors import DomainError
 
@@ -88,7 +90,7 @@ def members(request, membership):
 def _members_page(request, membership, *, invite_form, status_code=200):
     org = membership.org
     return render(request, "portal/members.html", {
-        "org": org, "members": org_members(org=org),
+        "org": org, "members": org_members(org=org).order_by("user__email"),
         "invitations": org_invitations_pending(org=org),
         "invite_form": invite_form, "roles": Role.choices,
     }, status=status_code)
@@ -121,7 +123,7 @@ def member_invite(request, membership):
 @require_POST
 @org_page(page="members", roles=MEMBER_MANAGERS)
 def member_role(request, membership, membership_id: int):
-    target = org_member_get(org=membership.org, membership_id=membership_id)
+    target = org_membership_get(org=membership.org, membership_id=membership_id)
     form = RoleForm(request.POST)
     if form.is_valid():
         role = form.cleaned_data["role"]
@@ -136,7 +138,7 @@ def member_role(request, membership, membership_id: int):
 @require_POST
 @org_page(page="members", roles=MEMBER_MANAGERS)
 def member_remove(request, membership, membership_id: int):
-    target = org_member_get(org=membership.org, membership_id=membership_id)
+    target = org_membership_get(org=membership.org, membership_id=membership_id)
     _flash_result(request, lambda: membership_remove(membership=target, actor=request.user),
                   f"{target.user.email} was removed.")
     if target.pk == membership.pk:

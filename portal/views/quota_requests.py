@@ -8,9 +8,9 @@ from django.views.decorators.http import require_POST
 from orgs.models import MEMBER_MANAGERS
 from portal.access import org_page
 from portal.forms import QuotaRequestForm
-from portal.selectors import org_allocations, org_quota_request_get, org_quota_requests
 from quotas.models import QuotaRequestStatus
 from quotas.quota_requests import quota_request_cancel, quota_request_create
+from quotas.selectors import org_allocations, org_quota_request_get, org_quota_requests
 from sluice.errors import DomainError
 
 

@@ -9,8 +9,8 @@ from django.utils import timezone
 from billing.api.views_org import usage_csv_stream
 from portal.access import org_page
 from portal.forms import UsageExportForm
-from portal.selectors import org_allocations
 from quotas.selectors import (
+    org_allocations,
     usage_by_key,
     usage_hourly_series,
     usage_speed,

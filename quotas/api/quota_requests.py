@@ -9,6 +9,7 @@ from orgs.models import MEMBER_MANAGERS
 from orgs.selectors import operator_require, org_get_for_user, org_require_role
 from quotas import quota_requests as services
 from quotas.models import CapacityPool, QuotaRequest, QuotaRequestStatus
+from quotas.selectors import org_quota_request_get, org_quota_requests
 from sluice.api import validated_input
 from sluice.errors import NotFound
 from sluice.pagination import paginate
@@ -32,10 +33,7 @@ class QuotaRequestOutput(serializers.Serializer):
 
 def _org_request(request, org_id: int, request_id: int):
     org = org_get_for_user(user=request.user, org_id=org_id)
-    quota_request = QuotaRequest.objects.filter(org=org, pk=request_id).first()
-    if quota_request is None:
-        raise NotFound("No such quota request.")
-    return org, quota_request
+    return org, org_quota_request_get(org=org, request_id=request_id)
 
 
 class OrgQuotaRequestListApi(APIView):
@@ -56,7 +54,7 @@ class OrgQuotaRequestListApi(APIView):
     @extend_schema(responses=QuotaRequestOutput(many=True))
     def get(self, request, org_id: int):
         org = org_get_for_user(user=request.user, org_id=org_id)
-        return paginate(request, self, QuotaRequest.objects.filter(org=org), QuotaRequestOutput)
+        return paginate(request, self, org_quota_requests(org=org), QuotaRequestOutput)
 
     @extend_schema(request=InputSerializer, responses={201: QuotaRequestOutput},
                    description="Ask for new limits in a pool (the full limits wanted, not a "
