@@ -21,24 +21,24 @@ from orgs.models import BILLING_READERS, Membership, Organization
 from quotas.models import UsageHourly
 
 
-def billing_spend_cap_micros(*, org: Organization | int) -> int:
-    """The org's monthly spend cap in micro-dollars; 0 = no cap. What the admission engine
-    compares its month counter with."""
-    org_id = org if isinstance(org, int) else org.pk
-    cap = BillingAccount.objects.filter(org_id=org_id).values_list("spend_cap_micros",
-                                                                    flat=True).first()
-    return cap or 0
-
-
-def billing_capped_org_ids(*, org_ids: set[int]) -> set[int]:
-    """Which of these orgs have a spend cap: one query per usage batch, on the ingestion path
-    (plain SQL: building the ORM query cost more than running it)."""
+def billing_spend_caps_micros(*, org_ids: set[int]) -> dict[int, int]:
+    """org id -> monthly spend cap in micro-dollars, for the capped orgs among `org_ids` (the
+    others have none). What the admission engine compares its month counters with. One query,
+    per usage batch on the ingestion path (plain SQL: building the ORM query cost more than
+    running it)."""
     if not org_ids:
-        return set()
+        return {}
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT org_id FROM {BillingAccount._meta.db_table} "  # noqa: S608
+        table = BillingAccount._meta.db_table  # a model constant, not input
+        cursor.execute(f"SELECT org_id, spend_cap_micros FROM {table} "  # noqa: S608
                        "WHERE org_id = ANY(%s) AND spend_cap_micros > 0", [sorted(org_ids)])
-        return {org_id for (org_id,) in cursor.fetchall()}
+        return dict(cursor.fetchall())
+
+
+def billing_spend_cap_micros(*, org: Organization | int) -> int:
+    """One org's monthly spend cap in micro-dollars; 0 = no cap."""
+    org_id = org if isinstance(org, int) else org.pk
+    return billing_spend_caps_micros(org_ids={org_id}).get(org_id, 0)
 
 
 def billing_account_or_default(*, org: Organization) -> BillingAccount:

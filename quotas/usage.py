@@ -259,9 +259,9 @@ def _spend_record(rows: list[_Row]) -> None:
     job. Uncapped orgs are skipped: authorize never reads their counter, and setting a cap
     republishes the org, which raises the counter to the rated month-to-date."""
     from billing.rating import UsageRow  # billing depends on quotas, not the other way
-    from billing.selectors import billing_capped_org_ids, usage_batch_cost_micros
+    from billing.selectors import billing_spend_caps_micros, usage_batch_cost_micros
 
-    capped = billing_capped_org_ids(org_ids={r.ref.org_id for r in rows})
+    capped = billing_spend_caps_micros(org_ids={r.ref.org_id for r in rows})
     if not capped:
         return
     for org_id, cells in _hour_cells([r for r in rows if r.ref.org_id in capped]).items():

@@ -34,14 +34,12 @@ BUCKET_SECONDS = 10
 def _spend_by_org(orgs: dict[int, Organization], now: datetime) -> dict[int, tuple[int, int]]:
     """org id -> (monthly spend cap, month-to-date spend), in micro-dollars, from billing.
     Only capped orgs are rated: without a cap, authorize never reads the counter."""
-    from billing.selectors import billing_spend_cap_micros  # billing depends on quotas
+    from billing.selectors import billing_spend_caps_micros  # billing depends on quotas
     from billing.services.caps import month_to_date_micros
 
-    result = {}
-    for org_id, org in orgs.items():
-        cap = billing_spend_cap_micros(org=org)
-        result[org_id] = (cap, month_to_date_micros(org=org, now=now) if cap else 0)
-    return result
+    caps = billing_spend_caps_micros(org_ids=set(orgs))
+    return {org_id: (caps[org_id], month_to_date_micros(org=org, now=now)) if org_id in caps
+            else (0, 0) for org_id, org in orgs.items()}
 
 
 @dataclass(frozen=True)
