@@ -290,59 +290,51 @@ def _pool_get(pool_id: int) -> CapacityPool:
     return pool
 
 
-@require_POST
-@permission_required(perm.CHANGE_CAPACITY, raise_exception=True)
-def pool_settings(request, *, site, pool_id: int):
+def _pool_form_post(request, site, *, pool_id: int, form_class, kind: str, save, saved: str):
+    """Bind one of the pool page's forms, run its service, and either go back to the pools
+    page with `saved` (formatted with the pool and the form's data) or show the page again with
+    the service's refusal on that form."""
     pool = _pool_get(pool_id)
-    form = PoolSettingsForm(request.POST, auto_id=f"pool{pool.pk}_settings_%s")
+    form = form_class(request.POST, auto_id=f"pool{pool.pk}_{kind}_%s")
     if form.is_valid():
         try:
-            # Capacity has its own form (with a reason); here it is passed through unchanged.
-            pool_settings_set(pool=pool, actor=request.user, capacity_tps=pool.capacity_tps,
-                              **form.cleaned_data)
+            save(pool, form.cleaned_data)
         except DomainError as error:
             _form_error_from(form, error)
         else:
-            messages.success(request, f"Settings of {pool} saved.")
+            messages.success(request, saved.format(pool=pool, **form.cleaned_data))
             return redirect("admin:console_pools")
     return _pools_page(request, site, failed_form=form, failed_pool_id=pool.pk,
-                       failed_kind="settings", status=422)
+                       failed_kind=kind, status=422)
+
+
+@require_POST
+@permission_required(perm.CHANGE_CAPACITY, raise_exception=True)
+def pool_settings(request, *, site, pool_id: int):
+    # Capacity has its own form (with a reason); here it is passed through unchanged.
+    return _pool_form_post(
+        request, site, pool_id=pool_id, form_class=PoolSettingsForm, kind="settings",
+        saved="Settings of {pool} saved.",
+        save=lambda pool, data: pool_settings_set(pool=pool, actor=request.user,
+                                                  capacity_tps=pool.capacity_tps, **data))
 
 
 @require_POST
 @permission_required(perm.CHANGE_POOL_ADMISSION, raise_exception=True)
 def pool_admission(request, *, site, pool_id: int):
-    pool = _pool_get(pool_id)
-    form = PoolAdmissionForm(request.POST, auto_id=f"pool{pool.pk}_admission_%s")
-    if form.is_valid():
-        try:
-            pool_admission_set(pool=pool, actor=request.user, **form.cleaned_data)
-        except DomainError as error:
-            _form_error_from(form, error)
-        else:
-            messages.success(request, f"Admission settings of {pool} saved.")
-            return redirect("admin:console_pools")
-    return _pools_page(request, site, failed_form=form, failed_pool_id=pool.pk,
-                       failed_kind="admission", status=422)
+    return _pool_form_post(
+        request, site, pool_id=pool_id, form_class=PoolAdmissionForm, kind="admission",
+        saved="Admission settings of {pool} saved.",
+        save=lambda pool, data: pool_admission_set(pool=pool, actor=request.user, **data))
 
 
 @require_POST
 @permission_required(perm.CHANGE_CAPACITY, raise_exception=True)
 def pool_capacity(request, *, site, pool_id: int):
-    pool = _pool_get(pool_id)
-    form = PoolCapacityForm(request.POST, auto_id=f"pool{pool.pk}_capacity_%s")
-    if form.is_valid():
-        try:
-            pool_capacity_set(pool=pool, capacity_tps=form.cleaned_data["capacity_tps"],
-                              actor=request.user, reason=form.cleaned_data["reason"])
-        except DomainError as error:
-            _form_error_from(form, error)
-        else:
-            messages.success(request, f"{pool} now has {form.cleaned_data['capacity_tps']} "
-                                      f"tokens/s.")
-            return redirect("admin:console_pools")
-    return _pools_page(request, site, failed_form=form, failed_pool_id=pool.pk,
-                       failed_kind="capacity", status=422)
+    return _pool_form_post(
+        request, site, pool_id=pool_id, form_class=PoolCapacityForm, kind="capacity",
+        saved="{pool} now has {capacity_tps} tokens/s.",
+        save=lambda pool, data: pool_capacity_set(pool=pool, actor=request.user, **data))
 
 
 class AuditSearchForm(forms.Form):
