@@ -4,6 +4,7 @@ looked up through the user's memberships, so another org's pages and objects are
 from dataclasses import dataclass
 from functools import wraps
 
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import Http404
@@ -11,6 +12,7 @@ from django.urls import reverse
 
 from orgs.models import BILLING_READERS, KEY_MANAGERS, MEMBER_MANAGERS, Membership
 from portal.selectors import membership_get, memberships_for_user
+from sluice.errors import DomainError
 
 
 @dataclass(frozen=True)
@@ -84,3 +86,14 @@ def org_page(*, page: str, roles: frozenset | None = None, hidden: bool = False)
         return wrapper
 
     return decorator
+
+
+def flash_result(request, action, success: str) -> None:
+    """Runs a service call; its domain error (last owner, already revoked...) becomes the
+    message the user sees, and nothing was written."""
+    try:
+        action()
+    except DomainError as error:
+        messages.error(request, error.message)
+    else:
+        messages.success(request, success)

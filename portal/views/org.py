@@ -21,7 +21,7 @@ from orgs.services import (
     membership_remove,
     membership_role_change,
 )
-from portal.access import org_page
+from portal.access import flash_result, org_page
 from portal.forms import ApiKeyCreateForm, InviteForm, RoleForm
 from portal.selectors import (
     org_invitations_pending,
@@ -96,17 +96,6 @@ def _members_page(request, membership, *, invite_form, status_code=200):
     }, status=status_code)
 
 
-def _flash_result(request, action, success: str) -> None:
-    """Runs a service call; its domain error (last owner, already revoked...) becomes the
-    message the user sees, and nothing was written."""
-    try:
-        action()
-    except DomainError as error:
-        messages.error(request, error.message)
-    else:
-        messages.success(request, success)
-
-
 @require_POST
 @org_page(page="members", roles=MEMBER_MANAGERS)
 def member_invite(request, membership):
@@ -114,7 +103,7 @@ def member_invite(request, membership):
     if not form.is_valid():
         return _members_page(request, membership, invite_form=form, status_code=400)
     email, role = form.cleaned_data["email"], form.cleaned_data["role"]
-    _flash_result(request, lambda: invitation_create(org=membership.org, email=email, role=role,
+    flash_result(request, lambda: invitation_create(org=membership.org, email=email, role=role,
                                                      actor=request.user),
                   f"Invitation sent to {email}.")
     return redirect("portal:members", membership.org.slug)
@@ -127,7 +116,7 @@ def member_role(request, membership, membership_id: int):
     form = RoleForm(request.POST)
     if form.is_valid():
         role = form.cleaned_data["role"]
-        _flash_result(request, lambda: membership_role_change(membership=target, role=role,
+        flash_result(request, lambda: membership_role_change(membership=target, role=role,
                                                               actor=request.user),
                       f"{target.user.email} is now {role}.")
     else:
@@ -139,7 +128,7 @@ def member_role(request, membership, membership_id: int):
 @org_page(page="members", roles=MEMBER_MANAGERS)
 def member_remove(request, membership, membership_id: int):
     target = org_membership_get(org=membership.org, membership_id=membership_id)
-    _flash_result(request, lambda: membership_remove(membership=target, actor=request.user),
+    flash_result(request, lambda: membership_remove(membership=target, actor=request.user),
                   f"{target.user.email} was removed.")
     if target.pk == membership.pk:
         return redirect("portal:home")  # the members page may no longer be ours to see
@@ -150,7 +139,7 @@ def member_remove(request, membership, membership_id: int):
 @org_page(page="members", roles=MEMBER_MANAGERS)
 def invitation_revoke_view(request, membership, invitation_id: int):
     invitation = org_invitation_get(org=membership.org, invitation_id=invitation_id)
-    _flash_result(request, lambda: invitation_revoke(invitation=invitation, actor=request.user),
+    flash_result(request, lambda: invitation_revoke(invitation=invitation, actor=request.user),
                   f"The invitation of {invitation.email} was revoked.")
     return redirect("portal:members", membership.org.slug)
 

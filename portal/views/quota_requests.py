@@ -6,7 +6,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from orgs.models import MEMBER_MANAGERS
-from portal.access import org_page
+from portal.access import flash_result, org_page
 from portal.forms import QuotaRequestForm
 from quotas.models import QuotaRequestStatus
 from quotas.quota_requests import quota_request_cancel, quota_request_create
@@ -50,10 +50,6 @@ def quota_request_new(request, membership):
 @org_page(page="quota_requests", roles=MEMBER_MANAGERS)
 def quota_request_cancel_view(request, membership, request_id: int):
     quota_request = org_quota_request_get(org=membership.org, request_id=request_id)
-    try:
-        quota_request_cancel(request=quota_request, actor=request.user)
-    except DomainError as error:
-        messages.error(request, error.message)
-    else:
-        messages.success(request, "The request was cancelled.")
+    flash_result(request, lambda: quota_request_cancel(request=quota_request, actor=request.user),
+                 "The request was cancelled.")
     return redirect("portal:quota_requests", membership.org.slug)
