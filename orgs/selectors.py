@@ -6,7 +6,7 @@ and "doesn't exist" must be indistinguishable from outside.
 
 from django.db.models import QuerySet
 
-from orgs.models import ApiKey, AuditEvent, Invitation, Membership, Organization
+from orgs.models import ApiKey, Invitation, Membership, Organization
 from sluice.errors import NotFound, PermissionDenied
 
 
@@ -82,10 +82,6 @@ def org_api_key_get(*, org: Organization, key_id: int) -> ApiKey:
 
 def org_invitations(*, org: Organization) -> QuerySet[Invitation]:
     return Invitation.objects.filter(org=org).select_related("invited_by")
-
-
-def org_audit_events(*, org: Organization) -> QuerySet[AuditEvent]:
-    return AuditEvent.objects.filter(org=org).select_related("actor")
 
 
 def org_invitation_get(*, org: Organization, invitation_id: int) -> Invitation:

@@ -38,11 +38,9 @@ def allocations_in_force(*, now=None) -> QuerySet[Allocation]:
     )
 
 
-def pool_guaranteed_tps(*, pool: CapacityPool, excluding: Allocation | None = None) -> int:
-    qs = allocations_in_force().filter(pool=pool)
-    if excluding is not None:
-        qs = qs.exclude(pk=excluding.pk)
-    return qs.aggregate(total=Sum("guaranteed_tps"))["total"] or 0
+def pool_guaranteed_tps(*, pool: CapacityPool) -> int:
+    return (allocations_in_force().filter(pool=pool)
+            .aggregate(total=Sum("guaranteed_tps"))["total"] or 0)
 
 
 @dataclass(frozen=True)
@@ -54,10 +52,6 @@ class PoolCapacitySummary:
     guaranteed_tps: int
     free_tps: int
     org_count: int
-
-    @property
-    def guaranteed_share(self) -> float:
-        return self.guaranteed_tps / self.capacity_tps if self.capacity_tps else 0.0
 
 
 def _summary(pool: CapacityPool, guaranteed: int, orgs: int) -> PoolCapacitySummary:

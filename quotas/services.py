@@ -224,7 +224,10 @@ def allocations_expire(*, now: datetime | None = None) -> int:
     expired = Allocation.objects.filter(status=AllocationStatus.ACTIVE, valid_until__lte=now)
     count = 0
     for allocation in expired:
-        allocation_end(allocation=allocation, actor="celery:allocations_expire",
-                       reason="valid_until reached")
+        try:
+            allocation_end(allocation=allocation, actor="celery:allocations_expire",
+                           reason="valid_until reached")
+        except Conflict:
+            continue  # ended meanwhile (by an operator, or by a concurrent run of this task)
         count += 1
     return count

@@ -4,6 +4,7 @@ from celery import shared_task
 
 from quotas.limiter.connection import LimiterUnavailable
 from quotas.limiter.sync import limiter_publish_org, limiter_sync_all
+from quotas.services import allocations_expire as allocations_expire_service
 from quotas.waves import pool_auto_admit as pool_auto_admit_service
 from quotas.waves import waves_close_due, waves_open_due
 
@@ -19,6 +20,13 @@ def limiter_sync() -> dict[int, int]:
     """Beat: rebuild every pool, so a publish lost while Redis and the broker were both down is
     repaired within one period. Counters and buckets are left alone."""
     return limiter_sync_all()
+
+
+@shared_task
+def allocations_expire() -> int:
+    """Beat: end allocations past their valid_until (their capacity already stopped counting
+    at that moment; this records it, audits it and republishes the org's limits)."""
+    return allocations_expire_service()
 
 
 @shared_task

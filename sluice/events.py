@@ -61,9 +61,6 @@ def limits_changed_on_commit(*, org_id: int) -> None:
     limits_publish_org_later(org_id=org_id)
 
 
-def on_commit(func, /, **kwargs) -> None:
-    transaction.on_commit(lambda: func(**kwargs))
-
 
 def billing_email_on_commit(*, org_id: int, template: str, context: dict) -> None:
     """Billing emails (payment failed, suspended, spend alerts) go out only once the change

@@ -207,6 +207,9 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BEAT_SCHEDULE: dict = {}
 # Repairs limiter state whose publish was lost while Redis (and so the broker) was down.
 CELERY_BEAT_SCHEDULE["limiter-sync"] = {"task": "quotas.tasks.limiter_sync", "schedule": 300.0}
+CELERY_BEAT_SCHEDULE["allocations-expire"] = {
+    "task": "quotas.tasks.allocations_expire", "schedule": 60.0,
+}
 CELERY_BEAT_SCHEDULE["waves-advance"] = {
     "task": "quotas.tasks.waves_advance", "schedule": 60.0,
 }

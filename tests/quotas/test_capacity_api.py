@@ -136,3 +136,22 @@ def test_raising_a_guarantee_reports_the_increase_and_what_is_free(operator_clie
     error = response.json()["error"]
     assert (error["details"]["asked_tps"], error["details"]["free_tps"]) == (1_300, 300)
     assert "cannot guarantee 1300 more tokens/s: 300 of 2000" in error["message"]
+
+
+def test_expired_allocations_are_ended_by_the_beat_task_once():
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from quotas.services import allocations_expire
+    from quotas.tasks import allocations_expire as allocations_expire_task
+
+    past = AllocationFactory(valid_from=timezone.now() - timedelta(days=2),
+                             valid_until=timezone.now() - timedelta(hours=1))
+    current = AllocationFactory(valid_until=timezone.now() + timedelta(days=1))
+    assert allocations_expire_task.delay().get() == 1
+    past.refresh_from_db()
+    current.refresh_from_db()
+    assert (past.status, current.status) == ("ended", "active")
+    assert AuditEvent.objects.filter(action="allocation.end", org=past.org).count() == 1
+    assert allocations_expire() == 0
