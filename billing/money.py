@@ -14,3 +14,10 @@ def format_per_mtok(micros: int) -> str:
         return ""
     whole, part = divmod(int(micros), 1_000_000)
     return f"${whole:,}.{part:06d}".rstrip("0").rstrip(".") + " / Mtok"
+
+
+def format_micros(micros: int) -> str:
+    """Micro-dollars -> dollars and cents, halves rounded away from zero: 12_345_000 -> "$12.35"."""
+    cents, rest = divmod(abs(int(micros)), 10_000)
+    cents += rest >= 5_000
+    return format_cents(cents if micros >= 0 else -cents)

@@ -1,17 +1,10 @@
-"""Emails to an org's billing members (owners and billing role). Sent after commit, through
-sluice.events.billing_email_on_commit."""
+"""Emails to an org's billing members (owners and billing role), one message each, built by
+sluice.mail after the change that calls for them commits."""
 
-from django.conf import settings
-from django.core.mail import send_mass_mail
-from django.template.loader import render_to_string
-
+from billing.models import BillingAccount, Invoice
+from billing.money import format_micros
 from orgs.models import BILLING_READERS, Membership, Organization
-
-SUBJECTS = {
-    "payment_failed": "Payment failed for {org}: action needed",
-    "suspended_for_payment": "{org} is suspended for non-payment",
-    "spend_alert": "{org} has used {threshold}% of its monthly spend cap",
-}
+from sluice.mail import Email, email_kind, email_queue
 
 
 def billing_recipients(*, org_id: int) -> list[str]:
@@ -20,15 +13,54 @@ def billing_recipients(*, org_id: int) -> list[str]:
         .exclude(user__email="").values_list("user__email", flat=True)))
 
 
-def billing_email_send(*, org_id: int, template: str, context: dict) -> int:
+def _billing_email(*, org_id: int, subject: str, template: str, **context) -> Email | None:
     recipients = billing_recipients(org_id=org_id)
     if not recipients:
-        return 0
+        return None
     org = Organization.objects.get(pk=org_id)
-    context = {**context, "org": org, "public_url": settings.PUBLIC_URL}
-    subject = SUBJECTS[template].format(org=org.name, **{k: v for k, v in context.items()
-                                                         if k == "threshold"})
-    body = render_to_string(f"billing/email/{template}.txt", context)
-    # One message per recipient: members do not see each other's addresses.
-    return send_mass_mail([(subject, body, settings.DEFAULT_FROM_EMAIL, [to])
-                           for to in recipients])
+    return Email(to=recipients, subject=subject.format(org=org.name),
+                 template=f"billing/email/{template}", context={"org": org, **context},
+                 one_per_recipient=True)
+
+
+@email_kind("billing.payment_failed")
+def _payment_failed(*, org_id: int, invoice_id: int) -> Email | None:
+    account = BillingAccount.objects.get(org_id=org_id)
+    if account.grace_until is None:
+        return None  # paid meanwhile: nothing to ask for
+    return _billing_email(org_id=org_id, subject="Payment failed for {org}: action needed",
+                          template="payment_failed",
+                          invoice=Invoice.objects.get(pk=invoice_id),
+                          grace_until=account.grace_until)
+
+
+@email_kind("billing.suspended_for_payment")
+def _suspended_for_payment(*, org_id: int) -> Email | None:
+    return _billing_email(org_id=org_id, subject="{org} is suspended for non-payment",
+                          template="suspended_for_payment")
+
+
+@email_kind("billing.spend_alert")
+def _spend_alert(*, org_id: int, threshold: int, cost_micros: int,
+                 cap_micros: int) -> Email | None:
+    return _billing_email(
+        org_id=org_id, subject=f"{{org}} has used {threshold}% of its monthly spend cap",
+        template="spend_alert", threshold=threshold, cost=format_micros(cost_micros),
+        cap=format_micros(cap_micros))
+
+
+def payment_failed_email_queue(*, invoice: Invoice) -> None:
+    email_queue(kind="billing.payment_failed", key=f"invoice:{invoice.pk}:payment_failed",
+                params={"org_id": invoice.org_id, "invoice_id": invoice.pk})
+
+
+def suspended_for_payment_email_queue(*, org: Organization) -> None:
+    email_queue(kind="billing.suspended_for_payment", params={"org_id": org.pk},
+                key=f"org:{org.pk}:suspended_for_payment:{org.status_changed_at.isoformat()}")
+
+
+def spend_alert_email_queue(*, org_id: int, month: str, threshold: int, cost_micros: int,
+                            cap_micros: int) -> None:
+    email_queue(kind="billing.spend_alert", key=f"org:{org_id}:spend_alert:{month}:{threshold}",
+                params={"org_id": org_id, "threshold": threshold, "cost_micros": cost_micros,
+                        "cap_micros": cap_micros})

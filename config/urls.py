@@ -16,7 +16,7 @@ urlpatterns = [
     path("api/v1/", include("quotas.api.urls")),
     path("api/gateway/v1/", include("quotas.gateway.urls")),
     path("metrics", metrics_view, name="metrics"),
-    path("api/v1/", include("orgs.api.applications")),
+    path("api/v1/", include("quotas.api.applications")),
     path("api/v1/", include("quotas.api.waves")),
     path("api/v1/", include("billing.api.urls")),
     path("api/billing/stripe/webhook", stripe_webhook, name="stripe-webhook"),

@@ -3,10 +3,7 @@ usable at 100k rows (no full counts on big tables, raw-id widgets, indexed order
 
 from django.contrib import admin
 
-from orgs import (
-    admin_waitlist,  # noqa: F401,E402 - registers the waitlist ModelAdmins
-    services,
-)
+from orgs import services
 from orgs.models import (
     ApiKey,
     AuditEvent,

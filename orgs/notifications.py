@@ -1,55 +1,93 @@
 """Emails about an organization's application and status, rendered from
-orgs/templates/orgs/email/<kind>.txt and .html. Called by the Celery tasks in orgs/tasks.py
-after the change committed, so they read committed state."""
+orgs/templates/orgs/email/<kind>.txt and .html. Queued through sluice.mail in the transaction
+that makes the change, built after it commits (so they read committed state).
+
+The approved and admitted emails are about the waitlist and allocations: quotas builds them
+(quotas/notifications.py) from its receiver of `org_transitioned`.
+"""
 
 from django.conf import settings
-from django.core.mail import EmailMultiAlternatives
-from django.template.loader import render_to_string
 
-from orgs.models import Application, Membership, Organization, Role
+from orgs.models import Application, Invitation, Membership, Organization, Role
+from sluice.mail import Email, email_kind, email_queue
 
 SUBJECTS = {
     "received": "We received {org}'s application",
     "info_requested": "{org}'s application: we need more information",
-    "approved": "{org} is approved and on the waitlist",
-    "admitted": "{org} is admitted: create an API key to start",
     "rejected": "{org}'s application was not accepted",
     "suspended": "{org}'s access is suspended",
     "restored": "{org}'s access is restored",
 }
+# Lifecycle actions that email the organization from here, and the kind each one sends.
+ORG_ACTION_EMAILS = {"reject": "rejected", "suspend": "suspended", "restore": "restored"}
 
 
-def _recipients(org: Organization, application: Application | None) -> list[str]:
+def org_recipients(*, org: Organization, application: Application | None) -> list[str]:
     emails = [application.contact_email] if application else []
     emails += Membership.objects.filter(org=org, role=Role.OWNER).exclude(
         user__email="").order_by("pk").values_list("user__email", flat=True)
     return list(dict.fromkeys(emails))  # unique, first seen first
 
 
-def _context(org: Organization, application: Application | None, kind: str) -> dict:
-    context = {"org": org, "application": application, "public_url": settings.PUBLIC_URL,
-               "cooling_off_days": settings.REAPPLY_COOLING_OFF_DAYS}
-    if kind == "approved":
-        from quotas.waitlist import org_waitlist_estimate
-
-        context["estimate"] = org_waitlist_estimate(org=org)
-    if kind == "admitted":
-        context["allocations"] = list(org.allocations.filter(status="active")
-                                      .select_related("pool"))
-    return context
+def org_latest_application(*, org: Organization) -> Application | None:
+    return org.applications.order_by("-submitted_at", "-id").first()
 
 
-def org_email(*, org: Organization, kind: str, application: Application | None = None) -> int:
-    """Send one email of `kind`; returns the number sent (0 when there is nobody to tell)."""
-    application = application or org.applications.order_by("-submitted_at", "-id").first()
-    recipients = _recipients(org, application)
+def org_email_build(*, org: Organization, subject: str, template: str,
+                    application: Application | None = None, **context) -> Email | None:
+    """An email to the org's contact and owners (None when there is nobody to tell)."""
+    application = application or org_latest_application(org=org)
+    recipients = org_recipients(org=org, application=application)
     if not recipients:
-        return 0
-    context = _context(org, application, kind)
-    message = EmailMultiAlternatives(
-        subject=SUBJECTS[kind].format(org=org.name),
-        body=render_to_string(f"orgs/email/{kind}.txt", context),
-        from_email=settings.DEFAULT_FROM_EMAIL, to=recipients,
-    )
-    message.attach_alternative(render_to_string(f"orgs/email/{kind}.html", context), "text/html")
-    return message.send()
+        return None
+    return Email(to=recipients, subject=subject.format(org=org.name), template=template,
+                 html=True, context={"org": org, "application": application,
+                                     "cooling_off_days": settings.REAPPLY_COOLING_OFF_DAYS,
+                                     **context})
+
+
+def _org_email_kind(kind: str):
+    @email_kind(f"orgs.{kind}")
+    def build(*, org_id: int, application_id: int | None = None) -> Email | None:
+        org = Organization.objects.get(pk=org_id)
+        application = (Application.objects.get(pk=application_id) if application_id
+                       else None)
+        return org_email_build(org=org, subject=SUBJECTS[kind],
+                               template=f"orgs/email/{kind}", application=application)
+    return build
+
+
+for _kind in SUBJECTS:
+    _org_email_kind(_kind)
+
+
+def org_email_queue(*, org: Organization, action: str) -> None:
+    """The email a lifecycle transition calls for, if any; once per transition."""
+    kind = ORG_ACTION_EMAILS.get(action)
+    if kind:
+        email_queue(kind=f"orgs.{kind}", params={"org_id": org.pk},
+                    key=f"org:{org.pk}:{action}:{org.status_changed_at.isoformat()}")
+
+
+def application_email_queue(*, application: Application, kind: str) -> None:
+    """Application emails that are not org transitions: received, info_requested."""
+    email_queue(kind=f"orgs.{kind}", params={"org_id": application.org_id,
+                                             "application_id": application.pk},
+                key=f"application:{application.pk}:{kind}:{application.updated_at.isoformat()}")
+
+
+@email_kind("orgs.invitation")
+def _invitation_email(*, invitation_id: int, token: str) -> Email | None:
+    invitation = Invitation.objects.select_related("org").get(pk=invitation_id)
+    if invitation.accepted_at or invitation.revoked_at:
+        return None
+    return Email(to=[invitation.email], template="orgs/email/invitation",
+                 subject=f"You are invited to {invitation.org.name} on Sluice",
+                 context={"invitation": invitation,
+                          "link": f"{settings.PUBLIC_URL}/portal/invitations/{token}/"})
+
+
+def invitation_email_queue(*, invitation: Invitation, token: str) -> None:
+    # The token travels in the outbox row until the email is sent (then it is cleared).
+    email_queue(kind="orgs.invitation", key=f"invitation:{invitation.pk}",
+                params={"invitation_id": invitation.pk, "token": token})

@@ -4,9 +4,9 @@ verification. Org-level changes (members, keys, lifecycle) are the orgs services
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.tokens import PasswordResetTokenGenerator
-from django.core.mail import send_mail
 from django.db import IntegrityError, transaction
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.encoding import force_bytes
 from django.utils.http import urlsafe_base64_encode
 
@@ -14,6 +14,7 @@ from orgs.models import Organization, Role
 from orgs.services import audit_record, invitation_accept, membership_add, org_create
 from portal.models import VerifiedEmail
 from sluice.errors import Conflict
+from sluice.mail import Email, email_kind, email_queue
 
 User = get_user_model()
 
@@ -68,21 +69,22 @@ def account_join(*, email: str, password: str, invitation_token: str):
     return invitation_accept(token=invitation_token, user=user)
 
 
-def _verification_email(*, user) -> None:
+@email_kind("portal.verify_email")
+def _verification_email(*, user_id: int) -> Email | None:
+    user = User.objects.get(pk=user_id)
     uid = urlsafe_base64_encode(force_bytes(user.pk))
     token = email_verification_tokens.make_token(user)
-    link = settings.PUBLIC_URL + reverse("portal:email_verify", args=[uid, token])
-    send_mail(
-        subject="Confirm your email address for Sluice",
-        message=f"Confirm that {user.email} is your address by opening this link:\n\n{link}\n",
-        from_email=None,
-        recipient_list=[user.email],
-    )
+    return Email(to=[user.email], subject="Confirm your email address for Sluice",
+                 template="portal/email/verify_email",
+                 context={"user": user, "link": settings.PUBLIC_URL + reverse(
+                     "portal:email_verify", args=[uid, token])})
 
 
 def email_verification_send(*, user) -> None:
-    """Sends the link after the surrounding transaction commits (never for a rolled-back user)."""
-    transaction.on_commit(lambda: _verification_email(user=user))
+    """Sends the link after the surrounding transaction commits (never for a rolled-back user).
+    The token is made when the email is built, from the user's committed state."""
+    email_queue(kind="portal.verify_email", params={"user_id": user.pk},
+                key=f"user:{user.pk}:verify_email:{timezone.now().isoformat()}")
 
 
 @transaction.atomic

@@ -1,6 +1,11 @@
 from django.contrib import admin
 
-from quotas import admin_gateway, admin_waves, services  # noqa: F401 - register their ModelAdmins
+from quotas import (  # noqa: F401 - register their ModelAdmins
+    admin_applications,
+    admin_gateway,
+    admin_waves,
+    services,
+)
 from quotas.models import Allocation, CapacityPool, QuotaRequest
 from quotas.quota_requests import quota_request_approve
 from quotas.selectors import pool_capacity_summary

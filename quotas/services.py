@@ -8,6 +8,7 @@ the others' committed guarantees.
 
 from datetime import datetime, timedelta
 from decimal import Decimal
+from functools import partial
 
 from django.db import transaction
 from django.utils import timezone
@@ -15,10 +16,10 @@ from django.utils import timezone
 from orgs.models import Organization, OrgStatus
 from orgs.services.audit import Actor, audit_record
 from quotas.errors import CapacityBelowGuarantees, CapacityExhausted
-from quotas.models import Allocation, AllocationStatus, CapacityPool
+from quotas.limiter.sync import limits_publish_org_later
+from quotas.models import Allocation, AllocationStatus, CapacityPool, OrgPoolPreference
 from quotas.selectors import pool_guaranteed_tps
 from sluice.errors import Conflict, DomainError
-from sluice.events import capacity_freed_on_commit, limits_changed_on_commit
 
 # An allocation can be prepared for an org about to be admitted, and kept while it is suspended.
 ORG_STATES_HOLDING_ALLOCATIONS = frozenset({OrgStatus.APPROVED, OrgStatus.ACTIVE,
@@ -29,12 +30,20 @@ def _pool_lock(pool: CapacityPool) -> CapacityPool:
     return CapacityPool.objects.select_for_update().get(pk=pool.pk)
 
 
+def _capacity_freed(*, pool_id: int) -> None:
+    """An allocation ended or shrank: a pool with auto-admission admits the next queued orgs.
+    After the commit, so the admission's own transaction sees the freed capacity."""
+    from quotas.tasks import pool_auto_admit  # the tasks module imports this one
+
+    transaction.on_commit(partial(pool_auto_admit.delay, pool_id=pool_id))
+
+
 def _pool_orgs_changed(pool: CapacityPool) -> None:
     """Every org with an allocation in the pool gets its limits republished after commit."""
     org_ids = pool.allocations.filter(status=AllocationStatus.ACTIVE).values_list("org_id",
                                                                                   flat=True)
     for org_id in org_ids:
-        limits_changed_on_commit(org_id=org_id)
+        limits_publish_org_later(org_id=org_id)
 
 
 def _allocation_snapshot(a: Allocation) -> dict:
@@ -157,7 +166,7 @@ def allocation_grant(*, org: Organization, pool: CapacityPool, guaranteed_tps: i
     )
     audit_record(actor=actor, action="allocation.grant", target=allocation, org=org,
                  after=_allocation_snapshot(allocation), reason=reason)
-    limits_changed_on_commit(org_id=org.pk)
+    limits_publish_org_later(org_id=org.pk)
     return allocation
 
 
@@ -179,7 +188,7 @@ def allocation_change(*, allocation: Allocation, actor: Actor, guaranteed_tps: i
     if g > allocation.guaranteed_tps:
         _check_room(pool=pool, increase_tps=g - allocation.guaranteed_tps)
     if g < allocation.guaranteed_tps:
-        capacity_freed_on_commit(pool_id=pool.pk)
+        _capacity_freed(pool_id=pool.pk)
     allocation.guaranteed_tps, allocation.burst_tps = g, b
     allocation.daily_tokens, allocation.max_concurrency = d, c
     if valid_until is not None:
@@ -188,7 +197,7 @@ def allocation_change(*, allocation: Allocation, actor: Actor, guaranteed_tps: i
     audit_record(actor=actor, action="allocation.change", target=allocation,
                  org=allocation.org, before=before, after=_allocation_snapshot(allocation),
                  reason=reason)
-    limits_changed_on_commit(org_id=allocation.org_id)
+    limits_publish_org_later(org_id=allocation.org_id)
     return allocation
 
 
@@ -205,8 +214,8 @@ def allocation_end(*, allocation: Allocation, actor: Actor, reason: str = "") ->
     allocation.save(update_fields=["status", "valid_until", "updated_at"])
     audit_record(actor=actor, action="allocation.end", target=allocation, org=allocation.org,
                  before=before, after=_allocation_snapshot(allocation), reason=reason)
-    limits_changed_on_commit(org_id=allocation.org_id)
-    capacity_freed_on_commit(pool_id=allocation.pool_id)
+    limits_publish_org_later(org_id=allocation.org_id)
+    _capacity_freed(pool_id=allocation.pool_id)
     return allocation
 
 
@@ -231,3 +240,12 @@ def allocations_expire(*, now: datetime | None = None) -> int:
             continue  # ended meanwhile (by an operator, or by a concurrent run of this task)
         count += 1
     return count
+
+
+@transaction.atomic
+def org_pool_preference_set(*, org: Organization, pool: CapacityPool, actor: Actor) -> None:
+    """Choose the pool whose waitlist the org queues in."""
+    before = OrgPoolPreference.objects.filter(org=org).values_list("pool_id", flat=True).first()
+    OrgPoolPreference.objects.update_or_create(org=org, defaults={"pool": pool})
+    audit_record(actor=actor, action="org.pool_preference_set", target=org, org=org,
+                 before={"pool": before}, after={"pool": pool.pk})

@@ -1,71 +1,45 @@
-"""What happens after a commit that changed an organization or its limits.
+"""Events: how a lower app tells higher apps what happened, without importing them.
 
-One explicit place instead of signals: the admission engine learns the new state (so a suspension
-stops traffic within a second), and people get the emails the change calls for. Both run only
-after the transaction commits, never inside it.
+The house points one way (sluice <- orgs <- quotas <- billing <- portal, console). When a lower
+app's change needs a higher app to act (an org is offboarded: quotas ends its allocations and
+republishes its limits; an org is admitted: billing creates its Stripe customer), the lower app
+declares an `Event` in its own `events.py` and emits it; the higher app subscribes a receiver in
+its `AppConfig.ready()`.
+
+Why this and not Django signals: an event is declared once, by the app that owns it, with the
+payload it carries spelled out (receivers take keyword arguments and the payload is checked
+against the declaration); receivers are plain functions held strongly and called in
+subscription order; an exception in a receiver propagates to the emitter, so a receiver may
+refuse a change (it raises a DomainError and the emitter's transaction rolls back) and nothing
+fails silently; `Event.receivers` lists who listens, which tests read. Signals give senders,
+weak references and `send_robust` - machinery for plugins we do not have.
+
+Events are emitted inside the emitter's transaction. A receiver that writes (an outbox row, an
+allocation ending) writes in that same transaction; one that talks to the outside world (Redis,
+email, Stripe) defers with `transaction.on_commit`.
 """
 
-from functools import partial
-
-from django.db import transaction
-
-# Lifecycle actions that email the organization, and the template each one uses
-# (orgs/templates/orgs/email/<kind>.txt|.html).
-ORG_ACTION_EMAILS = {
-    "approve": "approved",
-    "admit": "admitted",
-    "reject": "rejected",
-    "suspend": "suspended",
-    "restore": "restored",
-}
+from collections.abc import Callable
 
 
-def org_changed_on_commit(*, org_id: int, action: str) -> None:
-    from quotas.limiter.sync import limits_publish_org_later
+class Event:
+    def __init__(self, name: str, *, payload: tuple[str, ...], doc: str = "") -> None:
+        self.name = name
+        self.payload = frozenset(payload)
+        self.__doc__ = doc
+        self.receivers: list[Callable[..., None]] = []
 
-    limits_publish_org_later(org_id=org_id)
-    if action == "admit":
-        # Called inside the admitting transaction: the outbox row commits with the admission,
-        # and the Stripe customer is created after the commit.
-        from billing.services import stripe_customer_enqueue
+    def subscribe(self, receiver: Callable[..., None]) -> Callable[..., None]:
+        """Add a receiver (idempotent: `ready()` may run more than once in tests)."""
+        if receiver not in self.receivers:
+            self.receivers.append(receiver)
+        return receiver
 
-        stripe_customer_enqueue(org_id=org_id)
-    kind = ORG_ACTION_EMAILS.get(action)
-    if kind:
-        from orgs.tasks import org_email_send
+    def emit(self, **payload) -> None:
+        if set(payload) != self.payload:
+            raise TypeError(f"{self.name} carries {sorted(self.payload)}, got {sorted(payload)}")
+        for receiver in self.receivers:
+            receiver(**payload)
 
-        # The task renders after the commit, so the approved email's waitlist position and the
-        # rejected email's shared reason are the committed ones.
-        transaction.on_commit(partial(org_email_send.delay, org_id=org_id, kind=kind))
-
-
-def application_changed_on_commit(*, application_id: int, kind: str) -> None:
-    """Application emails that are not org transitions: received, info_requested."""
-    from orgs.tasks import application_email_send
-
-    transaction.on_commit(partial(application_email_send.delay, application_id=application_id,
-                                  kind=kind))
-
-
-def capacity_freed_on_commit(*, pool_id: int) -> None:
-    """An allocation ended or shrank: a pool with auto-admission admits the next queued orgs.
-    After the commit, so the admission's own transaction sees the freed capacity."""
-    from quotas.tasks import pool_auto_admit
-
-    transaction.on_commit(partial(pool_auto_admit.delay, pool_id=pool_id))
-
-
-def limits_changed_on_commit(*, org_id: int) -> None:
-    from quotas.limiter.sync import limits_publish_org_later
-
-    limits_publish_org_later(org_id=org_id)
-
-
-
-def billing_email_on_commit(*, org_id: int, template: str, context: dict) -> None:
-    """Billing emails (payment failed, suspended, spend alerts) go out only once the change
-    that calls for them is committed."""
-    from billing.notify import billing_email_send
-
-    transaction.on_commit(
-        lambda: billing_email_send(org_id=org_id, template=template, context=context))
+    def __repr__(self) -> str:
+        return f"<Event {self.name}: {len(self.receivers)} receivers>"

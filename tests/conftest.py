@@ -61,9 +61,9 @@ def redis_client():
 
 @pytest.fixture
 def published_limits(monkeypatch) -> list[int]:
-    """Org ids whose limits were pushed to the admission engine (a placeholder until the gateway
-    work lands; sluice.events imports it at call time, so this sees every publication)."""
+    """Org ids whose limits were pushed to the admission engine after a commit (every publish
+    goes through `limits_publish_org_now_or_queue`, looked up at call time)."""
     published: list[int] = []
-    monkeypatch.setattr("quotas.limiter.sync.limits_publish_org_later",
+    monkeypatch.setattr("quotas.limiter.sync.limits_publish_org_now_or_queue",
                         lambda *, org_id: published.append(org_id))
     return published

@@ -50,4 +50,4 @@ def approved_application(operator, pool, name: str = "Acme", **overrides) -> App
     app = submit(org, owner, **overrides)
     tick_required(app, operator)
     return application_decide(application=app, decision="approve", reason="fits",
-                              actor=operator, pool=pool)
+                              actor=operator, pool_id=pool.pk)

@@ -18,10 +18,10 @@ from billing.api.serializers import (
 from billing.models import Invoice, InvoiceStatus, OutboxMessage, PriceVersion, StripeEvent
 from billing.periods import month_parse
 from orgs.models import Organization
+from orgs.permissions import operator_access
 from quotas.models import CapacityPool
 from sluice.errors import NotFound
 from sluice.pagination import paginate
-from sluice.permissions import operator_access
 
 
 class OperatorView(APIView):

@@ -5,8 +5,8 @@ from django.db import transaction
 from billing.models import BillingAccount
 from orgs.models import Organization
 from orgs.services.audit import Actor, audit_record
+from quotas.limiter.sync import limits_publish_org_later
 from sluice.errors import Unprocessable
-from sluice.events import limits_changed_on_commit
 
 
 @transaction.atomic(savepoint=False)
@@ -40,7 +40,7 @@ def spend_cap_set(*, org: Organization, cap_micros: int, thresholds: list[int],
     audit_record(actor=actor, action="billing.spend_cap_set", target=account, org=org,
                  before=before, after={"spend_cap_micros": cap_micros,
                                        "alert_thresholds": thresholds})
-    limits_changed_on_commit(org_id=org.pk)
+    limits_publish_org_later(org_id=org.pk)
     return account
 
 

@@ -12,12 +12,12 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from billing.models import BillingAccount, SpendAlert
+from billing.notify import spend_alert_email_queue
 from billing.periods import month_of
 from billing.rating import PICO_PER_MICRO
 from billing.selectors import month_rated_lines
 from orgs.models import Organization, OrgStatus
 from sluice.errors import PermissionDenied
-from sluice.events import billing_email_on_commit
 
 
 class SpendCapReached(PermissionDenied):
@@ -63,10 +63,6 @@ def spend_cap_check(*, org: Organization, now: datetime | None = None) -> SpendS
     return status
 
 
-def _money(micros: int) -> str:
-    return f"${micros / 1_000_000:,.2f}"
-
-
 @transaction.atomic
 def spend_alerts_evaluate(*, org: Organization, now: datetime | None = None) -> list[int]:
     """Record and email each threshold the month's cost has crossed, once per month: the
@@ -86,9 +82,9 @@ def spend_alerts_evaluate(*, org: Organization, now: datetime | None = None) -> 
                                           cost_micros=status.cost_micros)
         except IntegrityError:
             continue  # already told this month
-        billing_email_on_commit(org_id=org.pk, template="spend_alert", context={
-            "threshold": threshold, "cost": _money(status.cost_micros),
-            "cap": _money(status.cap_micros)})
+        spend_alert_email_queue(org_id=org.pk, month=status.month.strftime("%Y%m"),
+                                threshold=threshold, cost_micros=status.cost_micros,
+                                cap_micros=status.cap_micros)
         sent.append(threshold)
     return sent
 

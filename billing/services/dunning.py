@@ -8,12 +8,12 @@ from django.db import transaction
 from django.utils import timezone
 
 from billing.models import BillingAccount, Invoice, InvoiceStatus
+from billing.notify import payment_failed_email_queue, suspended_for_payment_email_queue
 from billing.services.accounts import billing_account_for
 from orgs.models import OrgStatus, SuspensionReason
 from orgs.services import org_restore, org_suspend
 from orgs.services.audit import Actor, audit_record
 from sluice.errors import IllegalTransition
-from sluice.events import billing_email_on_commit
 
 STRIPE_ACTOR = "stripe"
 
@@ -41,8 +41,7 @@ def invoice_payment_failed(*, invoice: Invoice, actor: Actor = STRIPE_ACTOR,
         account.save(update_fields=["payment_failed_at", "grace_until", "updated_at"])
         audit_record(actor=actor, action="billing.dunning_start", target=invoice,
                      org=invoice.org, after={"grace_until": account.grace_until.isoformat()})
-        billing_email_on_commit(org_id=invoice.org_id, template="payment_failed",
-                                context={"invoice": invoice, "grace_until": account.grace_until})
+        payment_failed_email_queue(invoice=invoice)
     return account
 
 
@@ -89,7 +88,7 @@ def dunning_suspend_one(*, account: BillingAccount, actor: Actor,
         return False
     org_suspend(org=account.org, actor=actor, cause=SuspensionReason.PAYMENT,
                 reason=f"unpaid since {account.payment_failed_at:%Y-%m-%d}, grace ended")
-    billing_email_on_commit(org_id=account.org_id, template="suspended_for_payment", context={})
+    suspended_for_payment_email_queue(org=account.org)
     return True
 
 

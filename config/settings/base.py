@@ -164,7 +164,7 @@ EMAIL_USE_TLS = env_bool("SLUICE_EMAIL_USE_TLS", False)
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "sluice.auth.OperatorTokenAuthentication",
+        "orgs.auth.OperatorTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
@@ -210,6 +210,8 @@ CELERY_BEAT_SCHEDULE["limiter-sync"] = {"task": "quotas.tasks.limiter_sync", "sc
 CELERY_BEAT_SCHEDULE["allocations-expire"] = {
     "task": "quotas.tasks.allocations_expire", "schedule": 60.0,
 }
+# Emails whose delivery task was lost (broker down at commit) or that wait for a retry.
+CELERY_BEAT_SCHEDULE["emails-drain"] = {"task": "sluice.tasks.emails_drain", "schedule": 60.0}
 CELERY_BEAT_SCHEDULE["waves-advance"] = {
     "task": "quotas.tasks.waves_advance", "schedule": 60.0,
 }

@@ -143,7 +143,8 @@ def _score(app, data, actor):
 def _decide(app, data, actor):
     decided = application_decide(application=app, decision=data["decision"],
                                  reason=data["reason"], shared_reason=data["shared_reason"],
-                                 pool=data["pool"], actor=actor)
+                                 pool_id=data["pool"].pk if data["pool"] else None,
+                                 actor=actor)
     return f"Application is now {decided.get_state_display().lower()}."
 
 

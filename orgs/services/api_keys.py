@@ -4,10 +4,10 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from orgs.events import api_keys_changed
 from orgs.models import ApiKey, Organization, OrgStatus
 from orgs.services.audit import Actor, audit_record
 from sluice.errors import Conflict, DomainError
-from sluice.events import limits_changed_on_commit
 from sluice.secrets import secret_issue
 
 API_KEY_KIND = "sk"
@@ -38,7 +38,7 @@ def api_key_create(
     audit_record(actor=actor, action="api_key.create", target=key, org=org,
                  after={"name": name, "prefix": key.display_prefix,
                         "expires_at": expires_at.isoformat() if expires_at else None})
-    limits_changed_on_commit(org_id=org.pk)
+    api_keys_changed.emit(org_id=org.pk)
     return key, issued.plaintext
 
 
@@ -51,7 +51,7 @@ def api_key_revoke(*, key: ApiKey, actor: Actor) -> ApiKey:
     key.save(update_fields=["revoked_at"])
     audit_record(actor=actor, action="api_key.revoke", target=key, org=key.org,
                  after={"revoked_at": key.revoked_at.isoformat()})
-    limits_changed_on_commit(org_id=key.org_id)
+    api_keys_changed.emit(org_id=key.org_id)
     return key
 
 

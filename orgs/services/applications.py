@@ -2,7 +2,11 @@
 
 Decisions move the organization through the lifecycle services (org_review_start, org_approve,
 org_reject, org_reapply), so the org's status and its application never disagree, and the
-status emails go out from one place (sluice.events.org_changed_on_commit). Every step is audited.
+status emails go out from one place (the lifecycle). Every step is audited.
+
+The queue an approved org waits in (its pool) belongs to quotas: it listens to
+`application_submitted` (a region with one pool picks it) and `application_approving` (the
+operator's choice of pool is recorded, and approving without one is refused).
 """
 
 import re
@@ -14,6 +18,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from orgs.events import application_approving, application_submitted
 from orgs.models import (
     CHECKS_REQUIRED_FOR_APPROVAL,
     OPEN_APPLICATION_STATES,
@@ -26,11 +31,10 @@ from orgs.models import (
     Organization,
     OrgStatus,
 )
+from orgs.notifications import application_email_queue
 from orgs.services.audit import Actor, audit_record
 from orgs.services.lifecycle import org_approve, org_reapply, org_reject, org_review_start
-from quotas.models import CapacityPool, OrgPoolPreference, Tier
 from sluice.errors import Conflict, DomainError, IllegalTransition, NotFound, Unprocessable
-from sluice.events import application_changed_on_commit
 
 A = ApplicationState
 
@@ -94,19 +98,6 @@ def _close_stale_applications(*, org: Organization, actor: Actor) -> None:
                      after={"state": A.REJECTED}, reason="organization was rejected")
 
 
-def _pool_from_region(*, org: Organization, region: str, actor: Actor) -> None:
-    pools = list(CapacityPool.objects.filter(region=region, tier=Tier.FAST)[:2])
-    if len(pools) == 1 and not OrgPoolPreference.objects.filter(org=org).exists():
-        _pool_preference_write(org=org, pool=pools[0], actor=actor)
-
-
-def _pool_preference_write(*, org: Organization, pool: CapacityPool, actor: Actor) -> None:
-    before = OrgPoolPreference.objects.filter(org=org).values_list("pool_id", flat=True).first()
-    OrgPoolPreference.objects.update_or_create(org=org, defaults={"pool": pool})
-    audit_record(actor=actor, action="org.pool_preference_set", target=org, org=org,
-                 before={"pool": before}, after={"pool": pool.pk})
-
-
 @transaction.atomic
 def application_submit(*, org: Organization, data: dict, actor: Actor) -> Application:
     """Apply, or re-apply after a rejection once the cooling-off period has passed."""
@@ -130,10 +121,10 @@ def application_submit(*, org: Organization, data: dict, actor: Actor) -> Applic
     ApplicationCheck.objects.bulk_create(
         ApplicationCheck(application=app, item=item) for item in CheckItem.values
     )
-    _pool_from_region(org=org, region=app.preferred_region, actor=actor)
+    application_submitted.emit(application=app, actor=actor)
     audit_record(actor=actor, action="application.submit", target=app, org=org,
                  after=_snapshot(app))
-    application_changed_on_commit(application_id=app.pk, kind="received")
+    application_email_queue(application=app, kind="received")
     return app
 
 
@@ -225,34 +216,24 @@ def application_note_add(*, application: Application, body: str, actor: Actor
     return note
 
 
-@transaction.atomic
-def application_pool_set(*, application: Application, pool: CapacityPool, actor: Actor
-                         ) -> Application:
-    """Choose the pool whose queue the org waits in."""
-    _pool_preference_write(org=application.org, pool=pool, actor=actor)
-    return application
-
-
-def _check_approvable(app: Application, pool: CapacityPool | None, actor: Actor) -> None:
+def _check_approvable(app: Application, pool_id: int | None, actor: Actor) -> None:
     missing = list(ApplicationCheck.objects.filter(
         application=app, item__in=CHECKS_REQUIRED_FOR_APPROVAL, done=False,
     ).values_list("item", flat=True))
     if missing:
         raise Unprocessable("Tick the vetting checklist before approving.",
                             code="checklist_incomplete", details={"missing": sorted(missing)})
-    if pool is not None:
-        _pool_preference_write(org=app.org, pool=pool, actor=actor)
-    elif not OrgPoolPreference.objects.filter(org=app.org).exists():
-        raise Unprocessable("Choose the pool this organization will queue for.",
-                            code="pool_required")
+    # Quotas records the chosen queue, or refuses (pool_required) when the org has none.
+    application_approving.emit(application=app, pool_id=pool_id, actor=actor)
 
 
 @transaction.atomic
 def application_decide(*, application: Application, decision: str, reason: str, actor: Actor,
-                       shared_reason: str = "", pool: CapacityPool | None = None
+                       shared_reason: str = "", pool_id: int | None = None
                        ) -> Application:
     """Approve, reject or ask for more information. `reason` is internal (audit log);
-    `shared_reason` is what the org reads (required when asking for information)."""
+    `shared_reason` is what the org reads (required when asking for information); `pool_id`
+    is the pool whose waitlist an approved org joins (quotas checks it)."""
     if decision not in Decision.values:
         raise DomainError(f"Unknown decision {decision!r}.", code="invalid_decision")
     if not reason.strip():
@@ -267,7 +248,7 @@ def application_decide(*, application: Application, decision: str, reason: str, 
     before = {"state": app.state}
     _review_start(app=app, actor=actor)
     if decision == Decision.APPROVE:
-        _check_approvable(app, pool, actor)
+        _check_approvable(app, pool_id, actor)
         org_approve(org=app.org, actor=actor, reason=reason)
         app.state = A.APPROVED
     elif decision == Decision.REJECT:
@@ -275,10 +256,11 @@ def application_decide(*, application: Application, decision: str, reason: str, 
         app.state = A.REJECTED
     else:
         app.state = A.INFO_REQUESTED
-        application_changed_on_commit(application_id=app.pk, kind="info_requested")
     app.decision, app.decision_reason, app.shared_reason = decision, reason, shared_reason
     app.decided_by, app.decided_at = _user(actor), timezone.now()
     app.save()
+    if app.state == A.INFO_REQUESTED:
+        application_email_queue(application=app, kind="info_requested")
     audit_record(actor=actor, action=f"application.{decision}", target=app, org=app.org,
                  before=before, after={"state": app.state, "shared_reason": shared_reason},
                  reason=reason)

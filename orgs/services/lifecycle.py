@@ -9,10 +9,11 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.text import slugify
 
+from orgs.events import org_transitioned
 from orgs.models import Organization, OrgStatus, SuspensionReason
+from orgs.notifications import org_email_queue
 from orgs.services.audit import Actor, audit_record
 from sluice.errors import Conflict, DomainError, IllegalTransition
-from sluice.events import org_changed_on_commit
 
 S = OrgStatus
 
@@ -55,7 +56,11 @@ def _org_transition(
         actor=actor, action=f"org.{action}", target=locked, org=locked, before=before,
         after={"status": target, "suspension_reason": suspension_reason}, reason=reason,
     )
-    org_changed_on_commit(org_id=locked.pk, action=action)
+    org_email_queue(org=locked, action=action)
+    # Higher apps act in this transaction: quotas republishes limits (after commit) and, on
+    # offboarding, returns the org's guarantees to its pools; billing creates a Stripe customer
+    # on admission.
+    org_transitioned.emit(org=locked, action=action, actor=actor, reason=reason)
     # Keep the caller's instance in step with the database.
     org.status, org.suspension_reason = locked.status, locked.suspension_reason
     org.status_changed_at = locked.status_changed_at
@@ -136,12 +141,8 @@ def org_restore(*, org: Organization, actor: Actor, reason: str = "") -> Organiz
 
 @transaction.atomic
 def org_offboard(*, org: Organization, actor: Actor, reason: str = "") -> Organization:
-    from quotas.services import allocations_end_for_org  # quotas depends on orgs, not back
-
-    org = _org_transition(org=org, action="offboard", actor=actor, reason=reason)
-    # Offboarding returns the org's guarantees to its pools.
-    allocations_end_for_org(org=org, actor=actor, reason="organization offboarded")
-    return org
+    # Quotas ends the org's allocations in this transaction (its org_transitioned receiver).
+    return _org_transition(org=org, action="offboard", actor=actor, reason=reason)
 
 
 @transaction.atomic

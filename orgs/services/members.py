@@ -2,11 +2,11 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.core.mail import send_mail
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from orgs.models import Invitation, Membership, Organization, Role
+from orgs.notifications import invitation_email_queue
 from orgs.services.audit import Actor, audit_record
 from sluice.errors import Conflict, NotFound
 from sluice.secrets import secret_issue, secret_matches, secret_parse_lookup
@@ -63,20 +63,6 @@ def membership_remove(*, membership: Membership, actor: Actor) -> None:
     membership.delete()
 
 
-def _invitation_email(*, invitation: Invitation, token: str) -> None:
-    link = f"{settings.PUBLIC_URL}/portal/invitations/{token}/"
-    send_mail(
-        subject=f"You are invited to {invitation.org.name} on Sluice",
-        message=(
-            f"You have been invited to join {invitation.org.name} as {invitation.role}.\n\n"
-            f"Accept the invitation: {link}\n\n"
-            f"The link expires at {invitation.expires_at:%Y-%m-%d %H:%M} UTC."
-        ),
-        from_email=None,
-        recipient_list=[invitation.email],
-    )
-
-
 @transaction.atomic
 def invitation_create(
     *, org: Organization, email: str, role: str, actor: Actor
@@ -91,8 +77,7 @@ def invitation_create(
     )
     audit_record(actor=actor, action="invitation.create", target=invitation, org=org,
                  after={"email": invitation.email, "role": role})
-    transaction.on_commit(lambda: _invitation_email(invitation=invitation,
-                                                    token=issued.plaintext))
+    invitation_email_queue(invitation=invitation, token=issued.plaintext)
     return invitation, issued.plaintext
 
 

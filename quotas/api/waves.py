@@ -7,11 +7,11 @@ from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from orgs.permissions import operator_access
 from quotas.models import CapacityPool, RolloutWave, WaveState
 from quotas.waves import pool_auto_admit_set, wave_close, wave_create, wave_open, wave_plan
 from sluice.api import validated_input
 from sluice.errors import NotFound
-from sluice.permissions import operator_access
 
 
 class WaveOutput(serializers.ModelSerializer):

@@ -6,7 +6,7 @@ import pytest
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.utils import timezone
 
-import orgs.admin_waitlist  # noqa: F401  (registers; orgs/admin.py imports it in main)
+import quotas.admin_applications  # noqa: F401  (registers; quotas/admin.py imports it too)
 import quotas.admin_waves  # noqa: F401
 from orgs.models import Application, AuditEvent
 from quotas.models import PoolAdmission, RolloutWave

@@ -1,6 +1,6 @@
 import pytest
 
-from orgs.management.seed_waitlist import seed_waitlist
+from console.management.seed_waitlist import seed_waitlist
 from orgs.models import Application, ApplicationState, AuditEvent
 from quotas.models import RolloutWave
 from quotas.waitlist import waitlist_estimates

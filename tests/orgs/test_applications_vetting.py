@@ -102,7 +102,7 @@ def test_approval_needs_the_required_checks_and_a_pool(operator):
     org.refresh_from_db()
     assert org.status == OrgStatus.APPLIED  # the failed attempts left nothing behind
     application_decide(application=app, decision="approve", reason="ok", actor=operator,
-                       pool=PoolFactory())
+                       pool_id=PoolFactory().pk)
     org.refresh_from_db()
     assert org.status == OrgStatus.APPROVED
 

@@ -72,7 +72,7 @@ def _vet(app, *, outcome: str, pool: CapacityPool, operator) -> None:
                            actor=operator)
     else:  # approved, and later admitted by the design-partner wave
         application_decide(application=app, decision="approve", reason="good fit",
-                           actor=operator, pool=pool)
+                           actor=operator, pool_id=pool.pk)
 
 
 def _wave(*, pool, name: str, opens_at, capacity_tps: int, max_orgs: int, operator):

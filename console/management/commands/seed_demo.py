@@ -11,8 +11,8 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 from django.db import transaction
 
+from console.management.seed_waitlist import seed_waitlist
 from orgs import services
-from orgs.management.seed_waitlist import seed_waitlist
 from orgs.models import Membership, Organization, OrgStatus, Role
 from quotas.models import Allocation, AllocationStatus, CapacityPool
 from quotas.services import allocation_grant, pool_create

@@ -2,7 +2,8 @@
 rows are read-only here, and the actions (assign to me, approve, reject, override the score)
 ask for a reason on an intermediate page, then call the same services as the REST API.
 
-Registered on import; orgs/admin.py imports this module.
+Registered on import; quotas/admin.py imports this module (the rows carry waitlist scores
+and positions, which quotas computes).
 """
 
 from django import forms

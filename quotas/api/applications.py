@@ -24,12 +24,12 @@ from orgs.models import (
     Membership,
     UseCase,
 )
+from orgs.permissions import operator_access
 from orgs.services.applications import (
     APPLICANT_FIELDS,
     application_check_set,
     application_decide,
     application_note_add,
-    application_pool_set,
     application_reviewer_assign,
     application_score_override,
     application_submit,
@@ -37,11 +37,11 @@ from orgs.services.applications import (
     applications_decide_bulk,
 )
 from quotas.models import CapacityPool
+from quotas.services import org_pool_preference_set
 from quotas.waitlist import application_rows, org_waitlist_estimate, vetting_queue
 from sluice.api import validated_input
 from sluice.errors import NotFound, PermissionDenied
 from sluice.pagination import paginate
-from sluice.permissions import operator_access
 
 # --- Serializers shared by both audiences ------------------------------------------------------
 
@@ -242,7 +242,9 @@ class OperatorApplicationDecisionApi(APIView):
     @extend_schema(request=ApplicationDecisionInput, responses=OperatorApplicationDetailOutput)
     def post(self, request, pk: int):
         data = validated_input(self.ApplicationDecisionInput, request.data)
-        application_decide(application=_app_or_404(pk), actor=request.user, **data)
+        pool = data.pop("pool")
+        application_decide(application=_app_or_404(pk), actor=request.user,
+                           pool_id=pool.pk if pool else None, **data)
         return _detail_response(pk)
 
 
@@ -291,7 +293,7 @@ class OperatorApplicationPoolApi(APIView):
     @extend_schema(request=ApplicationPoolInput, responses=OperatorApplicationDetailOutput)
     def post(self, request, pk: int):
         data = validated_input(self.ApplicationPoolInput, request.data)
-        application_pool_set(application=_app_or_404(pk), pool=data["pool"], actor=request.user)
+        org_pool_preference_set(org=_app_or_404(pk).org, pool=data["pool"], actor=request.user)
         return _detail_response(pk)
 
 

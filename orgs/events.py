@@ -1,0 +1,23 @@
+"""What the orgs app announces (sluice/events.py says why events and how to subscribe).
+Emitted inside the transaction that makes the change."""
+
+from sluice.events import Event
+
+org_transitioned = Event(
+    "orgs.org_transitioned", payload=("org", "action", "actor", "reason"),
+    doc="An organization moved through its lifecycle (orgs.services.lifecycle.TRANSITIONS). "
+        "`org` has its new status.")
+
+api_keys_changed = Event(
+    "orgs.api_keys_changed", payload=("org_id",),
+    doc="An API key of the org was created, revoked or changed.")
+
+application_submitted = Event(
+    "orgs.application_submitted", payload=("application", "actor"),
+    doc="An organization applied (or re-applied) for access.")
+
+application_approving = Event(
+    "orgs.application_approving", payload=("application", "pool_id", "actor"),
+    doc="An application is about to be approved. `pool_id` is the queue the operator chose "
+        "for the org, or None. A receiver may refuse by raising a DomainError (the approval "
+        "rolls back).")

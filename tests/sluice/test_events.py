@@ -1,0 +1,40 @@
+import pytest
+
+from billing import receivers as billing_receivers
+from orgs import events as orgs_events
+from quotas import receivers as quotas_receivers
+from sluice.events import Event
+
+
+def test_receivers_run_in_order_and_their_errors_reach_the_emitter():
+    event = Event("tests.happened", payload=("x",))
+    seen = []
+    event.subscribe(lambda *, x: seen.append(("first", x)))
+
+    def refuse(*, x):
+        raise ValueError(x)
+
+    event.subscribe(refuse)
+    event.subscribe(refuse)  # idempotent
+    with pytest.raises(ValueError):
+        event.emit(x=1)
+    assert seen == [("first", 1)]
+    assert len(event.receivers) == 2
+
+
+def test_the_payload_is_the_declared_one():
+    event = Event("tests.happened", payload=("x",))
+    with pytest.raises(TypeError):
+        event.emit(x=1, y=2)
+    with pytest.raises(TypeError):
+        event.emit()
+
+
+def test_higher_apps_subscribe_to_what_orgs_announces():
+    assert orgs_events.org_transitioned.receivers == [
+        quotas_receivers.org_transitioned_received, billing_receivers.org_transitioned_received]
+    assert orgs_events.api_keys_changed.receivers == [quotas_receivers.api_keys_changed_received]
+    assert orgs_events.application_submitted.receivers == [
+        quotas_receivers.application_submitted_received]
+    assert orgs_events.application_approving.receivers == [
+        quotas_receivers.application_approving_received]

@@ -1,0 +1,85 @@
+"""The house points one way, read from the code (every import, module top or inside a function):
+
+    sluice (kernel) <- orgs <- quotas <- billing <- portal, console <- config
+
+A lower app never imports a higher one; it emits an event (sluice/events.py) that the higher app
+subscribes to. The admission engine (quotas/limiter) imports nothing of Django or of the apps,
+so a Django-free data plane can use it on its own."""
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+RANK = {"sluice": 0, "orgs": 1, "quotas": 2, "billing": 3, "portal": 4, "console": 4,
+        "config": 5}
+ENGINE = ("quotas", "limiter")
+# What the engine may import besides the standard library and itself.
+ENGINE_THIRD_PARTY = {"redis", "hiredis"}
+
+
+def _modules(root: Path = ROOT) -> list[Path]:
+    return sorted(p for app in RANK for p in (root / app).rglob("*.py")
+                  if "migrations" not in p.parts)
+
+
+def _imports(path: Path, root: Path) -> list[tuple[int, str]]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:  # relative: resolve against the module's package
+                package = path.relative_to(root).parent.parts
+                base = package[:len(package) - node.level + 1]
+                found.append((node.lineno, ".".join([*base, node.module or ""]).strip(".")))
+            elif node.module:
+                found.append((node.lineno, node.module))
+    return found
+
+
+def _violations(root: Path = ROOT) -> list[str]:
+    stdlib = sys.stdlib_module_names
+    broken = []
+    for path in _modules(root):
+        rel = path.relative_to(root)
+        src = rel.parts[0]
+        in_engine = rel.parts[:2] == ENGINE
+        for line, name in _imports(path, root):
+            top = name.split(".")[0]
+            if in_engine:
+                own = tuple(name.split(".")[:2]) == ENGINE
+                if not (own or top in stdlib or top in ENGINE_THIRD_PARTY):
+                    broken.append(f"{rel}:{line} the engine imports {name}")
+                continue
+            if top in RANK and top != src and RANK[top] >= RANK[src]:
+                broken.append(f"{rel}:{line} {src} -> {top} ({name})")
+    return broken
+
+
+def test_every_import_points_down_the_house():
+    assert _violations() == []
+
+
+def test_the_checker_sees_what_it_must(tmp_path):
+    """Late imports, relative imports and the engine's rule, on a tree made for the test."""
+    (tmp_path / "orgs").mkdir()
+    (tmp_path / "orgs" / "late.py").write_text("def f():\n    from billing.models import X\n")
+    (tmp_path / "quotas" / "limiter").mkdir(parents=True)
+    (tmp_path / "quotas" / "limiter" / "engine.py").write_text(
+        "import redis\nfrom . import clock\nfrom django.conf import settings\n"
+        "from ..models import Pool\n")
+    (tmp_path / "quotas" / "services.py").write_text("from orgs.models import Organization\n")
+    assert _violations(tmp_path) == [
+        "orgs/late.py:2 orgs -> billing (billing.models)",
+        "quotas/limiter/engine.py:3 the engine imports django.conf",
+        "quotas/limiter/engine.py:4 the engine imports quotas.models",
+    ]
+
+
+@pytest.mark.parametrize("app", sorted(RANK))
+def test_every_app_is_checked(app):
+    assert any(p.relative_to(ROOT).parts[0] == app for p in _modules())
