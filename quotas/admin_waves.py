@@ -33,7 +33,7 @@ class RolloutWaveForm(forms.ModelForm):
         try:
             wave_validate(pool=data["pool"], values={f: data.get(f) for f in WAVE_FIELDS})
         except DomainError as exc:
-            for field, errors in exc.details.get("fields", {}).items():
+            for field, errors in exc.fields.items():
                 self.add_error(field, errors)
         return data
 

@@ -55,7 +55,7 @@ def quota_request_create(*, org: Organization, pool: CapacityPool, guaranteed_tp
                        code="org_not_active")
     if burst_tps < guaranteed_tps:
         raise DomainError("burst_tps must be at least guaranteed_tps.", code="invalid_input",
-                          details={"fields": {"burst_tps": ["Must be at least guaranteed_tps."]}})
+                          fields={"burst_tps": ["Must be at least guaranteed_tps."]})
     try:
         with transaction.atomic():
             request = QuotaRequest.objects.create(
@@ -134,8 +134,7 @@ def pool_quota_auto_approve_set(*, pool: CapacityPool, max_tps: int, actor: Acto
     if max_tps < 0:
         raise DomainError("The auto-approval headroom cannot be negative.",
                           code="invalid_input",
-                          details={"fields": {
-                              "quota_auto_approve_max_tps": ["Must be 0 or more."]}})
+                          fields={"quota_auto_approve_max_tps": ["Must be 0 or more."]})
     row, _ = PoolAdmission.objects.select_for_update().get_or_create(pool=pool)
     before = row.quota_auto_approve_max_tps
     if before != max_tps:

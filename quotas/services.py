@@ -60,8 +60,7 @@ def _check_limits(*, guaranteed_tps: int, burst_tps: int, daily_tokens: int,
     if max_concurrency < 1:
         errors["max_concurrency"] = ["Must be at least 1."]
     if errors:
-        raise DomainError("The allocation is invalid.", code="invalid_allocation",
-                          details={"fields": errors})
+        raise DomainError("The allocation is invalid.", code="invalid_allocation", fields=errors)
 
 
 def _check_room(*, pool: CapacityPool, increase_tps: int) -> None:

@@ -56,7 +56,7 @@ def wave_validate(*, pool: CapacityPool, values: dict) -> None:
     if values["closes_at"] is not None and values["closes_at"] <= values["opens_at"]:
         errors["closes_at"] = ["Must be after opens_at."]
     if errors:
-        raise DomainError("The wave is invalid.", code="invalid_wave", details={"fields": errors})
+        raise DomainError("The wave is invalid.", code="invalid_wave", fields=errors)
 
 
 @transaction.atomic

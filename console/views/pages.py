@@ -50,6 +50,7 @@ from quotas.services import allocation_grant as allocation_grant_service
 from quotas.waitlist import waitlist_lengths
 from quotas.waves import pool_admission_set
 from sluice.errors import DomainError
+from sluice.forms import form_add_domain_error
 
 PAGE_SIZE = 50
 POOL_SETTINGS = ("guaranteeable_ratio", "limiter_failure_policy", "speed_floor_output_tps",
@@ -174,17 +175,6 @@ def org_lifecycle(request, *, site, org_id: int):
     return redirect("admin:console_org", org.pk)
 
 
-def _form_error_from(form: forms.Form, error: DomainError) -> None:
-    """Puts a service's refusal on the form: per-field errors where the service named fields,
-    else its message (capacity exhausted, org not eligible...) for the whole form."""
-    fields = error.details.get("fields") if error.details else None
-    if fields:
-        for name, problems in fields.items():
-            form.add_error(name if name in form.fields else None, problems)
-    else:
-        form.add_error(None, error.message)
-
-
 @require_POST
 @permission_required(perm.GRANT_ALLOCATION, raise_exception=True)
 def allocation_grant(request, *, site, org_id: int):
@@ -199,7 +189,7 @@ def allocation_grant(request, *, site, org_id: int):
                 max_concurrency=data["max_concurrency"], actor=request.user,
                 reason=data["reason"])
         except DomainError as error:
-            _form_error_from(form, error)
+            form_add_domain_error(form=form, error=error)
         else:
             messages.success(request, f"Allocation granted in {data['pool']}.")
             return redirect("admin:console_org", org.pk)
@@ -222,7 +212,7 @@ def allocation_edit(request, *, site, allocation_id: int):
             try:
                 allocation_change(allocation=allocation, actor=request.user, **data)
             except DomainError as error:
-                _form_error_from(form, error)
+                form_add_domain_error(form=form, error=error)
             else:
                 messages.success(request, "Allocation changed.")
                 return redirect("admin:console_org", allocation.org_id)
@@ -300,7 +290,7 @@ def _pool_form_post(request, site, *, pool_id: int, form_class, kind: str, save,
         try:
             save(pool, form.cleaned_data)
         except DomainError as error:
-            _form_error_from(form, error)
+            form_add_domain_error(form=form, error=error)
         else:
             messages.success(request, saved.format(pool=pool, **form.cleaned_data))
             return redirect("admin:console_pools")

@@ -29,6 +29,7 @@ from orgs.models import (
 from orgs.services.audit import Actor, audit_record
 from orgs.services.lifecycle import org_approve, org_reapply, org_reject, org_review_start
 from quotas.models import CapacityPool, OrgPoolPreference, Tier
+from sluice.error_format import error_body
 from sluice.errors import Conflict, DomainError, IllegalTransition, NotFound, Unprocessable
 from sluice.events import application_changed_on_commit
 
@@ -68,7 +69,7 @@ def _validate(app: Application) -> None:
             errors.setdefault(name, []).append("Must be at least 1.")
     if errors:
         raise DomainError("The application is invalid.", code="invalid_application",
-                          details={"fields": errors})
+                          fields=errors)
 
 
 def _cooling_off_check(org: Organization) -> None:
@@ -306,7 +307,8 @@ def applications_decide_bulk(*, application_ids: list[int], decision: str, reaso
                                                   reason=reason, shared_reason=shared_reason,
                                                   actor=actor))
         except DomainError as exc:
-            failures[str(app.pk)] = {"code": exc.code, "message": exc.message, **exc.details}
+            failures[str(app.pk)] = error_body(code=exc.code, message=exc.message,
+                                               fields=exc.fields, details=exc.details)["error"]
     if failures:
         raise Conflict(f"{len(failures)} of {len(apps)} applications cannot be decided; "
                        "none were.", code="bulk_decision_failed",
