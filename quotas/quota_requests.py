@@ -21,6 +21,7 @@ from quotas.models import (
 from quotas.selectors import pool_guaranteed_tps
 from quotas.services import allocation_change, allocation_grant
 from sluice.errors import Conflict, DomainError
+from sluice.transactions import nestable
 
 AUTO_APPROVER = "auto:quota_headroom"
 
@@ -46,7 +47,7 @@ def _auto_approvable(request: QuotaRequest) -> bool:
     return pool_guaranteed_tps(pool=pool) + max(increase, 0) <= pool.guaranteeable_tps
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def quota_request_create(*, org: Organization, pool: CapacityPool, guaranteed_tps: int,
                          burst_tps: int, daily_tokens: int, max_concurrency: int, reason: str,
                          actor: Actor) -> QuotaRequest:
@@ -68,7 +69,7 @@ def quota_request_create(*, org: Organization, pool: CapacityPool, guaranteed_tp
     audit_record(actor=actor, action="quota_request.create", target=request, org=org,
                  after=_snapshot(request), reason=reason)
     if _auto_approvable(request):
-        return quota_request_approve(request=request, actor=AUTO_APPROVER,
+        return quota_request_approve.nested(request=request, actor=AUTO_APPROVER,
                                      reason="within the pool's auto-approval headroom")
     return request
 
@@ -94,7 +95,8 @@ def _decide(request: QuotaRequest, *, status: str, actor: Actor, reason: str) ->
     return request
 
 
-@transaction.atomic
+@nestable
+@transaction.atomic(durable=True)
 def quota_request_approve(*, request: QuotaRequest, actor: Actor,
                           reason: str = "") -> QuotaRequest:
     """Raises CapacityExhausted (422) when the pool cannot guarantee it; the request stays
@@ -105,13 +107,14 @@ def quota_request_approve(*, request: QuotaRequest, actor: Actor,
     current = _current(request.org_id, request.pool_id)
     why = f"quota request #{request.pk}"
     if current is None:
-        allocation_grant(org=request.org, pool=request.pool, actor=actor, reason=why, **limits)
+        allocation_grant.nested(org=request.org, pool=request.pool, actor=actor, reason=why,
+                                **limits)
     else:
-        allocation_change(allocation=current, actor=actor, reason=why, **limits)
+        allocation_change.nested(allocation=current, actor=actor, reason=why, **limits)
     return _decide(request, status=QuotaRequestStatus.APPROVED, actor=actor, reason=reason)
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def quota_request_deny(*, request: QuotaRequest, actor: Actor, reason: str) -> QuotaRequest:
     if not reason.strip():
         raise DomainError("Say why the request is denied; the organization sees it.",
@@ -120,13 +123,14 @@ def quota_request_deny(*, request: QuotaRequest, actor: Actor, reason: str) -> Q
     return _decide(request, status=QuotaRequestStatus.DENIED, actor=actor, reason=reason)
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def quota_request_cancel(*, request: QuotaRequest, actor: Actor) -> QuotaRequest:
     request = _lock_pending(request)
     return _decide(request, status=QuotaRequestStatus.CANCELLED, actor=actor, reason="")
 
 
-@transaction.atomic
+@nestable
+@transaction.atomic(durable=True)
 def pool_quota_auto_approve_set(*, pool: CapacityPool, max_tps: int, actor: Actor
                                 ) -> PoolAdmission:
     """Requests raising a guarantee by at most `max_tps` (and fitting the pool) are approved

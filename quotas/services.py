@@ -19,6 +19,7 @@ from quotas.models import Allocation, AllocationStatus, CapacityPool
 from quotas.selectors import pool_guaranteed_tps
 from sluice.errors import Conflict, DomainError
 from sluice.events import capacity_freed_on_commit, limits_changed_on_commit
+from sluice.transactions import nestable, nested_atomic
 
 # An allocation can be prepared for an org about to be admitted, and kept while it is suspended.
 ORG_STATES_HOLDING_ALLOCATIONS = frozenset({OrgStatus.APPROVED, OrgStatus.ACTIVE,
@@ -72,7 +73,8 @@ def _check_room(*, pool: CapacityPool, increase_tps: int) -> None:
                                 guaranteed_tps=guaranteed)
 
 
-@transaction.atomic
+@nestable
+@transaction.atomic(durable=True)
 def pool_create(*, model: str, region: str, tier: str, capacity_tps: int,
                 guaranteeable_ratio: Decimal, actor: Actor,
                 limiter_failure_policy: str | None = None) -> CapacityPool:
@@ -89,7 +91,8 @@ def pool_create(*, model: str, region: str, tier: str, capacity_tps: int,
     return pool
 
 
-@transaction.atomic
+@nestable
+@transaction.atomic(durable=True)
 def pool_capacity_set(*, pool: CapacityPool, capacity_tps: int, actor: Actor,
                       guaranteeable_ratio: Decimal | None = None,
                       reason: str = "") -> CapacityPool:
@@ -111,13 +114,14 @@ def pool_capacity_set(*, pool: CapacityPool, capacity_tps: int, actor: Actor,
     return pool
 
 
-@transaction.atomic
+@nestable
+@transaction.atomic(durable=True)
 def pool_settings_set(*, pool: CapacityPool, actor: Actor, capacity_tps: int,
                       guaranteeable_ratio: Decimal, limiter_failure_policy: str,
                       speed_floor_output_tps: int, ttft_ceiling_ms: int) -> CapacityPool:
     """Everything an operator edits on a pool; capacity goes through `pool_capacity_set`."""
-    pool = pool_capacity_set(pool=pool, capacity_tps=capacity_tps, actor=actor,
-                             guaranteeable_ratio=guaranteeable_ratio)
+    pool = pool_capacity_set.nested(pool=pool, capacity_tps=capacity_tps, actor=actor,
+                                    guaranteeable_ratio=guaranteeable_ratio)
     before = {"limiter_failure_policy": pool.limiter_failure_policy,
               "speed_floor_output_tps": pool.speed_floor_output_tps,
               "ttft_ceiling_ms": pool.ttft_ceiling_ms}
@@ -134,7 +138,8 @@ def pool_settings_set(*, pool: CapacityPool, actor: Actor, capacity_tps: int,
     return pool
 
 
-@transaction.atomic
+@nestable
+@transaction.atomic(durable=True)
 def allocation_grant(*, org: Organization, pool: CapacityPool, guaranteed_tps: int,
                      burst_tps: int, daily_tokens: int, max_concurrency: int, actor: Actor,
                      valid_until: datetime | None = None, reason: str = "") -> Allocation:
@@ -160,7 +165,8 @@ def allocation_grant(*, org: Organization, pool: CapacityPool, guaranteed_tps: i
     return allocation
 
 
-@transaction.atomic
+@nestable
+@transaction.atomic(durable=True)
 def allocation_change(*, allocation: Allocation, actor: Actor, guaranteed_tps: int | None = None,
                       burst_tps: int | None = None, daily_tokens: int | None = None,
                       max_concurrency: int | None = None, valid_until: datetime | None = None,
@@ -191,7 +197,8 @@ def allocation_change(*, allocation: Allocation, actor: Actor, guaranteed_tps: i
     return allocation
 
 
-@transaction.atomic
+@nestable
+@transaction.atomic(durable=True)
 def allocation_end(*, allocation: Allocation, actor: Actor, reason: str = "") -> Allocation:
     allocation = Allocation.objects.select_for_update().get(pk=allocation.pk)
     if allocation.status != AllocationStatus.ACTIVE:
@@ -209,10 +216,11 @@ def allocation_end(*, allocation: Allocation, actor: Actor, reason: str = "") ->
     return allocation
 
 
+@nested_atomic
 def allocations_end_for_org(*, org: Organization, actor: Actor, reason: str) -> int:
     ended = 0
     for allocation in Allocation.objects.filter(org=org, status=AllocationStatus.ACTIVE):
-        allocation_end(allocation=allocation, actor=actor, reason=reason)
+        allocation_end.nested(allocation=allocation, actor=actor, reason=reason)
         ended += 1
     return ended
 

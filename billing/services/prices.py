@@ -10,6 +10,7 @@ from orgs.models import Organization
 from orgs.services.audit import Actor, audit_record
 from quotas.models import CapacityPool
 from sluice.errors import Conflict, Unprocessable
+from sluice.transactions import nestable
 
 
 def _hour_floor(moment: datetime) -> datetime:
@@ -21,7 +22,8 @@ def _refuse_start(message: str, *, code: str, effective_from: datetime) -> None:
                         details={"effective_from": effective_from.isoformat()})
 
 
-@transaction.atomic
+@nestable
+@transaction.atomic(durable=True)
 def price_version_create(
     *, pool: CapacityPool, effective_from: datetime, input_micros_per_mtok: int,
     output_micros_per_mtok: int, premium_input_micros_per_mtok: int = 0,

@@ -32,6 +32,7 @@ from quotas.models import CapacityPool, OrgPoolPreference, Tier
 from sluice.error_format import error_body
 from sluice.errors import Conflict, DomainError, IllegalTransition, NotFound, Unprocessable
 from sluice.events import application_changed_on_commit
+from sluice.transactions import nestable, nested_atomic
 
 A = ApplicationState
 
@@ -108,7 +109,7 @@ def _pool_preference_write(*, org: Organization, pool: CapacityPool, actor: Acto
                  before={"pool": before}, after={"pool": pool.pk})
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def application_submit(*, org: Organization, data: dict, actor: Actor) -> Application:
     """Apply, or re-apply after a rejection once the cooling-off period has passed."""
     # Lock the org: two submissions at once must not both pass the "no open application" check
@@ -123,7 +124,7 @@ def application_submit(*, org: Organization, data: dict, actor: Actor) -> Applic
     _validate(app)
     if org.status == OrgStatus.REJECTED:
         _cooling_off_check(org)
-        org_reapply(org=org, actor=actor, reason="re-application")
+        org_reapply.nested(org=org, actor=actor, reason="re-application")
     elif org.status != OrgStatus.APPLIED:
         raise Conflict(f"{org.name} is {org.status}; only new or rejected organizations apply.",
                        code="org_cannot_apply", details={"status": org.status})
@@ -147,11 +148,11 @@ def _review_start(*, app: Application, actor: Actor) -> None:
     if app.state != A.SUBMITTED:
         return
     if app.org.status == OrgStatus.APPLIED:
-        org_review_start(org=app.org, actor=actor)
+        org_review_start.nested(org=app.org, actor=actor)
     app.state = A.IN_REVIEW
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def application_update(*, application: Application, data: dict, actor: Actor,
                        response: str = "") -> Application:
     """The applicant corrects or completes an undecided application. Answering a request for
@@ -175,7 +176,8 @@ def application_update(*, application: Application, data: dict, actor: Actor,
     return app
 
 
-@transaction.atomic
+@nestable
+@transaction.atomic(durable=True)
 def application_check_set(*, application: Application, item: str, done: bool, actor: Actor,
                           note: str = "") -> ApplicationCheck:
     """Tick or untick a checklist item. Billing ticks `payment_method_on_file` as "stripe"."""
@@ -197,7 +199,7 @@ def application_check_set(*, application: Application, item: str, done: bool, ac
     return check
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def application_reviewer_assign(*, application: Application, reviewer, actor: Actor
                                 ) -> Application:
     if not (reviewer.is_active and reviewer.is_staff):
@@ -214,7 +216,7 @@ def application_reviewer_assign(*, application: Application, reviewer, actor: Ac
     return app
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def application_note_add(*, application: Application, body: str, actor: Actor
                          ) -> ApplicationNote:
     if not body.strip():
@@ -226,7 +228,7 @@ def application_note_add(*, application: Application, body: str, actor: Actor
     return note
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def application_pool_set(*, application: Application, pool: CapacityPool, actor: Actor
                          ) -> Application:
     """Choose the pool whose queue the org waits in."""
@@ -248,7 +250,8 @@ def _check_approvable(app: Application, pool: CapacityPool | None, actor: Actor)
                             code="pool_required")
 
 
-@transaction.atomic
+@nestable
+@transaction.atomic(durable=True)
 def application_decide(*, application: Application, decision: str, reason: str, actor: Actor,
                        shared_reason: str = "", pool: CapacityPool | None = None
                        ) -> Application:
@@ -269,10 +272,10 @@ def application_decide(*, application: Application, decision: str, reason: str, 
     _review_start(app=app, actor=actor)
     if decision == Decision.APPROVE:
         _check_approvable(app, pool, actor)
-        org_approve(org=app.org, actor=actor, reason=reason)
+        org_approve.nested(org=app.org, actor=actor, reason=reason)
         app.state = A.APPROVED
     elif decision == Decision.REJECT:
-        org_reject(org=app.org, actor=actor, reason=reason)
+        org_reject.nested(org=app.org, actor=actor, reason=reason)
         app.state = A.REJECTED
     else:
         app.state = A.INFO_REQUESTED
@@ -286,7 +289,7 @@ def application_decide(*, application: Application, decision: str, reason: str, 
     return app
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def applications_decide_bulk(*, application_ids: list[int], decision: str, reason: str,
                              actor: Actor, shared_reason: str = "") -> list[Application]:
     """All or nothing: every application is tried (each in a savepoint) so the error names
@@ -303,9 +306,9 @@ def applications_decide_bulk(*, application_ids: list[int], decision: str, reaso
     for app in apps:
         try:
             with transaction.atomic():
-                decided.append(application_decide(application=app, decision=decision,
-                                                  reason=reason, shared_reason=shared_reason,
-                                                  actor=actor))
+                decided.append(application_decide.nested(
+                    application=app, decision=decision, reason=reason,
+                    shared_reason=shared_reason, actor=actor))
         except DomainError as exc:
             failures[str(app.pk)] = error_body(code=exc.code, message=exc.message,
                                                fields=exc.fields, details=exc.details)["error"]
@@ -316,7 +319,8 @@ def applications_decide_bulk(*, application_ids: list[int], decision: str, reaso
     return decided
 
 
-@transaction.atomic
+@nestable
+@transaction.atomic(durable=True)
 def application_score_override(*, application: Application, score: int | None, reason: str,
                                actor: Actor) -> Application:
     """Replace the computed score (None restores it). Always with a reason."""
@@ -334,6 +338,7 @@ def application_score_override(*, application: Application, score: int | None, r
     return app
 
 
+@nested_atomic
 def application_admitted(*, org: Organization, actor: Actor) -> None:
     """Called inside the admission transaction (wave or auto-admission) after org_admit."""
     app = (Application.objects.select_for_update()

@@ -10,6 +10,7 @@ from orgs.models import Invitation, Membership, Organization, Role
 from orgs.services.audit import Actor, audit_record
 from sluice.errors import Conflict, NotFound
 from sluice.secrets import secret_issue, secret_matches, secret_parse_lookup
+from sluice.transactions import nestable
 
 User = get_user_model()
 INVITATION_KIND = "inv"
@@ -23,7 +24,8 @@ def _ensure_an_owner_remains(*, org: Organization, losing: Membership) -> None:
         raise Conflict("An organization must keep at least one owner.", code="last_owner")
 
 
-@transaction.atomic
+@nestable
+@transaction.atomic(durable=True)
 def membership_add(*, org: Organization, user, role: str, actor: Actor) -> Membership:
     try:
         with transaction.atomic():
@@ -35,7 +37,7 @@ def membership_add(*, org: Organization, user, role: str, actor: Actor) -> Membe
     return membership
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def membership_role_change(*, membership: Membership, role: str, actor: Actor) -> Membership:
     membership = Membership.objects.select_for_update().get(pk=membership.pk)
     # Lock every owner row of the org too: two concurrent demotions must not leave zero owners.
@@ -51,7 +53,7 @@ def membership_role_change(*, membership: Membership, role: str, actor: Actor) -
     return membership
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def membership_remove(*, membership: Membership, actor: Actor) -> None:
     membership = Membership.objects.select_for_update().get(pk=membership.pk)
     list(Membership.objects.select_for_update().filter(org_id=membership.org_id,
@@ -77,7 +79,7 @@ def _invitation_email(*, invitation: Invitation, token: str) -> None:
     )
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def invitation_create(
     *, org: Organization, email: str, role: str, actor: Actor
 ) -> tuple[Invitation, str]:
@@ -96,7 +98,7 @@ def invitation_create(
     return invitation, issued.plaintext
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def invitation_revoke(*, invitation: Invitation, actor: Actor) -> Invitation:
     invitation = Invitation.objects.select_for_update().get(pk=invitation.pk)
     if invitation.accepted_at or invitation.revoked_at:
@@ -107,7 +109,8 @@ def invitation_revoke(*, invitation: Invitation, actor: Actor) -> Invitation:
     return invitation
 
 
-@transaction.atomic
+@nestable
+@transaction.atomic(durable=True)
 def invitation_accept(*, token: str, user) -> Membership:
     lookup = secret_parse_lookup(token, kind=INVITATION_KIND)
     invitation = (
@@ -119,7 +122,8 @@ def invitation_accept(*, token: str, user) -> Membership:
     if not invitation.is_pending():
         raise NotFound("This invitation has expired or was already used.",
                        code="invitation_invalid")
-    membership = membership_add(org=invitation.org, user=user, role=invitation.role, actor=user)
+    membership = membership_add.nested(org=invitation.org, user=user, role=invitation.role,
+                                       actor=user)
     invitation.accepted_at = timezone.now()
     invitation.accepted_by = user
     invitation.save(update_fields=["accepted_at", "accepted_by"])
