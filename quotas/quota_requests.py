@@ -19,7 +19,7 @@ from quotas.models import (
     QuotaRequestStatus,
 )
 from quotas.selectors import pool_guaranteed_tps
-from quotas.services import allocation_change, allocation_grant
+from quotas.services import allocation_change, allocation_grant, pool_lock
 from sluice.errors import Conflict, DomainError
 from sluice.transactions import nestable
 
@@ -75,8 +75,8 @@ def quota_request_create(*, org: Organization, pool: CapacityPool, guaranteed_tp
 
 
 def _lock_pending(request: QuotaRequest) -> QuotaRequest:
-    request = QuotaRequest.objects.select_for_update().select_related("pool", "org").get(
-        pk=request.pk)
+    request = QuotaRequest.objects.select_for_update(of=("self",)).select_related(
+        "pool", "org").get(pk=request.pk)
     if request.status != QuotaRequestStatus.PENDING:
         raise Conflict(f"This request is already {request.status}.",
                        code="quota_request_decided")
@@ -101,6 +101,9 @@ def quota_request_approve(*, request: QuotaRequest, actor: Actor,
                           reason: str = "") -> QuotaRequest:
     """Raises CapacityExhausted (422) when the pool cannot guarantee it; the request stays
     pending so an operator can free capacity and try again."""
+    # The house lock order (quotas/services.py): the pool and the org before the request.
+    pool_lock(pool_id=request.pool_id)
+    Organization.objects.select_for_update().get(pk=request.org_id)
     request = _lock_pending(request)
     limits = {"guaranteed_tps": request.guaranteed_tps, "burst_tps": request.burst_tps,
               "daily_tokens": request.daily_tokens, "max_concurrency": request.max_concurrency}

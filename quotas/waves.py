@@ -18,7 +18,7 @@ from orgs.services.audit import Actor, audit_record
 from orgs.services.lifecycle import org_admit
 from quotas.models import CapacityPool, PoolAdmission, RolloutWave, WaveState
 from quotas.selectors import pool_guaranteed_tps
-from quotas.services import allocation_grant, pool_capacity_set
+from quotas.services import allocation_grant, pool_capacity_set, pool_lock
 from quotas.waitlist import (
     QueueEntry,
     demand_model,
@@ -167,7 +167,7 @@ def wave_open(*, wave: RolloutWave, actor: Actor) -> RolloutWave:
         raise Conflict("This wave is not scheduled (already opened or closed).",
                        code="wave_not_scheduled")
     wave = RolloutWave.objects.select_related("pool").get(pk=wave.pk)
-    pool = CapacityPool.objects.select_for_update().get(pk=wave.pool_id)
+    pool = pool_lock(pool_id=wave.pool_id)
     # Rank before adding capacity, exactly as wave_plan did, so plan and opening agree.
     queue = waitlist_queue(pool=pool, wave=wave)
     if wave.capacity_tps:
@@ -257,7 +257,7 @@ def pool_auto_admit(*, pool_id: int, actor: Actor = "celery:auto_admit") -> list
     allocation of the pool's latest opened wave (no wave yet: nothing to copy, no admission)."""
     if not PoolAdmission.objects.filter(pool_id=pool_id, auto_admit=True).exists():
         return []
-    pool = CapacityPool.objects.select_for_update().get(pk=pool_id)
+    pool = pool_lock(pool_id=pool_id)
     template = (RolloutWave.objects.filter(pool=pool, opened_at__isnull=False)
                 .order_by("-opened_at", "-id").first())
     if template is None:

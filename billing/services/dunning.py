@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from billing.models import BillingAccount, Invoice, InvoiceStatus
 from billing.services.accounts import billing_account_lock
-from orgs.models import OrgStatus, SuspensionReason
+from orgs.models import Organization, OrgStatus, SuspensionReason
 from orgs.services import org_restore, org_suspend
 from orgs.services.audit import Actor, audit_record
 from sluice.errors import IllegalTransition
@@ -20,7 +20,11 @@ STRIPE_ACTOR = "stripe"
 
 
 def _invoice_locked(invoice: Invoice) -> Invoice:
-    return Invoice.objects.select_for_update().select_related("org").get(pk=invoice.pk)
+    """The org, then its invoice (the house lock order, quotas/services.py): paying may restore
+    the org, and a suspension locks the org before its billing rows."""
+    Organization.objects.select_for_update().get(pk=invoice.org_id)
+    return Invoice.objects.select_for_update(of=("self",)).select_related("org").get(
+        pk=invoice.pk)
 
 
 @nestable
@@ -84,7 +88,8 @@ def invoice_paid(*, invoice: Invoice, actor: Actor = STRIPE_ACTOR,
 @transaction.atomic(durable=True)
 def dunning_suspend_one(*, account: BillingAccount, actor: Actor,
                         now: datetime) -> bool:
-    account = BillingAccount.objects.select_for_update().select_related("org").get(
+    Organization.objects.select_for_update().get(pk=account.org_id)
+    account = BillingAccount.objects.select_for_update(of=("self",)).select_related("org").get(
         pk=account.pk)
     if account.grace_until is None or account.grace_until > now:
         return False  # paid meanwhile

@@ -89,7 +89,8 @@ def _cooling_off_check(org: Organization) -> None:
 def _close_stale_applications(*, org: Organization, actor: Actor) -> None:
     """An org rejected straight through the lifecycle (org_reject, not application_decide)
     leaves its application open; close it, so it neither blocks re-applying nor lingers."""
-    for app in Application.objects.filter(org=org, state__in=OPEN_APPLICATION_STATES):
+    for app in (Application.objects.filter(org=org, state__in=OPEN_APPLICATION_STATES)
+                .order_by("pk")):
         app.state, app.decision, app.decided_at = A.REJECTED, Decision.REJECT, org.status_changed_at
         app.save(update_fields=["state", "decision", "decided_at", "updated_at"])
         audit_record(actor=actor, action="application.close_stale", target=app, org=org,
@@ -140,7 +141,11 @@ def application_submit(*, org: Organization, data: dict, actor: Actor) -> Applic
 
 
 def _lock(app: Application) -> Application:
-    return Application.objects.select_for_update().select_related("org").get(pk=app.pk)
+    """The org, then its application: the house lock order (quotas/services.py). A wave opening
+    holds the org and then admits its application; the other way round, the two deadlock."""
+    Organization.objects.select_for_update().get(pk=app.org_id)
+    return (Application.objects.select_for_update(of=("self",)).select_related("org")
+            .get(pk=app.pk))
 
 
 def _review_start(*, app: Application, actor: Actor) -> None:
@@ -296,7 +301,11 @@ def applications_decide_bulk(*, application_ids: list[int], decision: str, reaso
     every failure, then one failure rolls back the lot."""
     if decision not in (Decision.APPROVE, Decision.REJECT):
         raise DomainError("Bulk decisions approve or reject.", code="invalid_decision")
-    # Lock in primary-key order, so two overlapping bulk decisions cannot deadlock.
+    # The orgs, then their applications, each in primary-key order (the house lock order,
+    # quotas/services.py): overlapping bulk decisions and wave openings cannot deadlock.
+    list(Organization.objects.select_for_update().filter(
+        pk__in=Application.objects.filter(pk__in=application_ids).values("org_id"))
+        .order_by("pk"))
     apps = list(Application.objects.select_for_update().filter(pk__in=application_ids)
                 .order_by("pk"))
     missing = sorted(set(application_ids) - {a.pk for a in apps})

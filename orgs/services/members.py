@@ -4,6 +4,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.mail import send_mail
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from orgs.models import Invitation, Membership, Organization, Role
@@ -14,6 +15,16 @@ from sluice.transactions import nestable
 
 User = get_user_model()
 INVITATION_KIND = "inv"
+
+
+def _membership_lock_with_owners(membership: Membership) -> Membership:
+    """Lock the membership and every owner row of its org, in primary-key order: two
+    concurrent demotions must not leave zero owners, nor wait on each other crosswise."""
+    rows = {row.pk: row for row in Membership.objects.select_for_update().filter(
+        Q(pk=membership.pk) | Q(org_id=membership.org_id, role=Role.OWNER)).order_by("pk")}
+    if membership.pk not in rows:
+        raise Membership.DoesNotExist
+    return rows[membership.pk]
 
 
 def _ensure_an_owner_remains(*, org: Organization, losing: Membership) -> None:
@@ -39,10 +50,7 @@ def membership_add(*, org: Organization, user, role: str, actor: Actor) -> Membe
 
 @transaction.atomic(durable=True)
 def membership_role_change(*, membership: Membership, role: str, actor: Actor) -> Membership:
-    membership = Membership.objects.select_for_update().get(pk=membership.pk)
-    # Lock every owner row of the org too: two concurrent demotions must not leave zero owners.
-    list(Membership.objects.select_for_update().filter(org_id=membership.org_id,
-                                                       role=Role.OWNER).order_by("pk"))
+    membership = _membership_lock_with_owners(membership)
     if role != Role.OWNER:
         _ensure_an_owner_remains(org=membership.org, losing=membership)
     before = {"role": membership.role}
@@ -55,9 +63,7 @@ def membership_role_change(*, membership: Membership, role: str, actor: Actor) -
 
 @transaction.atomic(durable=True)
 def membership_remove(*, membership: Membership, actor: Actor) -> None:
-    membership = Membership.objects.select_for_update().get(pk=membership.pk)
-    list(Membership.objects.select_for_update().filter(org_id=membership.org_id,
-                                                       role=Role.OWNER).order_by("pk"))
+    membership = _membership_lock_with_owners(membership)
     _ensure_an_owner_remains(org=membership.org, losing=membership)
     audit_record(actor=actor, action="membership.remove", target=membership,
                  org=membership.org,
