@@ -8,7 +8,6 @@ from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import permission_required
 from django.core.paginator import Paginator
-from django.http import Http404
 from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
@@ -43,6 +42,7 @@ from quotas.selectors import (
     org_quota_requests,
     org_usage_buckets,
     pool_capacity_summaries,
+    pool_get,
 )
 from quotas.services import allocation_change, pool_capacity_set, pool_settings_set
 from quotas.services import allocation_end as allocation_end_service
@@ -273,18 +273,11 @@ def _pools_page(request, site, *, failed_form=None, failed_pool_id=None, failed_
     }, status=status)
 
 
-def _pool_get(pool_id: int) -> CapacityPool:
-    pool = CapacityPool.objects.filter(pk=pool_id).first()
-    if pool is None:
-        raise Http404("No such pool.")
-    return pool
-
-
 def _pool_form_post(request, site, *, pool_id: int, form_class, kind: str, save, saved: str):
     """Bind one of the pool page's forms, run its service, and either go back to the pools
     page with `saved` (formatted with the pool and the form's data) or show the page again with
     the service's refusal on that form."""
-    pool = _pool_get(pool_id)
+    pool = pool_get(pool_id=pool_id)
     form = form_class(request.POST, auto_id=f"pool{pool.pk}_{kind}_%s")
     if form.is_valid():
         try:
