@@ -70,7 +70,7 @@ def quota_request_create(*, org: Organization, pool: CapacityPool, guaranteed_tp
                  after=_snapshot(request), reason=reason)
     if _auto_approvable(request):
         return quota_request_approve.nested(request=request, actor=AUTO_APPROVER,
-                                     reason="within the pool's auto-approval headroom")
+                                            reason="within the pool's auto-approval headroom")
     return request
 
 
