@@ -20,7 +20,8 @@ def main() -> None:
     django_setup()
     from quotas.limiter.clock import clock, day_stamp, epoch_ms, month_stamp
     from quotas.limiter.connection import _script, limiter_client, pool_tag
-    from quotas.limiter.engine import api_key_digest, limiter_authorize
+    from quotas.limiter.engine import limiter_authorize
+    from sluice.secrets import secret_digest
 
     pool, _, _, api_key, _ = tenant_seed()
     client = limiter_client()
@@ -36,7 +37,7 @@ def main() -> None:
     # The Redis server may be shared: take the difference over this run only.
     in_redis_us = (after["usec"] - before["usec"]) / max(after["calls"] - before["calls"], 1)
 
-    script, tag, digest = _script("authorize"), pool_tag(pool.pk), api_key_digest(api_key)
+    script, tag, digest = _script("authorize"), pool_tag(pool.pk), secret_digest(api_key)
     n, start = 0, time.perf_counter()
     while time.perf_counter() - start < args.seconds:
         now = clock.now()

@@ -13,22 +13,11 @@ from billing.models import (
     SpendAlert,
     StripeEvent,
 )
-from sluice.admin import run_service_on_each
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
+from sluice.admin import AddOnlyAdminMixin, ReadOnlyAdminMixin, run_service_on_each
 
 
 @admin.register(PriceVersion)
-class PriceVersionAdmin(admin.ModelAdmin):
+class PriceVersionAdmin(AddOnlyAdminMixin, admin.ModelAdmin):
     list_display = ["pool", "org", "effective_from", "input_micros_per_mtok",
                     "output_micros_per_mtok", "premium_input_micros_per_mtok",
                     "premium_output_micros_per_mtok", "created_by"]
@@ -38,16 +27,9 @@ class PriceVersionAdmin(admin.ModelAdmin):
               "output_micros_per_mtok", "premium_input_micros_per_mtok",
               "premium_output_micros_per_mtok", "note"]
 
-    def has_change_permission(self, request, obj=None):
-        return obj is None  # versions are never edited: add a new one
-
-    def has_delete_permission(self, request, obj=None):
-        return False
-
-    def save_model(self, request, obj, form, change):
-        data = {f: getattr(obj, f) for f in self.fields}
-        created = services.price_version_create(**data, actor=request.user)
-        obj.pk = created.pk
+    def service_save(self, *, request, obj, data):
+        return services.price_version_create.nested(
+            **{f: data[f] for f in self.fields}, actor=request.user)
 
 
 class InvoiceLineInline(admin.TabularInline):
@@ -63,7 +45,7 @@ class InvoiceLineInline(admin.TabularInline):
 
 
 @admin.register(Invoice)
-class InvoiceAdmin(ReadOnlyAdmin):
+class InvoiceAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = ["number", "org", "period_start", "status", "total_cents", "stripe_status",
                     "payment_failed_at"]
     list_filter = ["status", "period_start"]
@@ -85,7 +67,7 @@ class InvoiceAdmin(ReadOnlyAdmin):
 
 
 @admin.register(OutboxMessage)
-class OutboxMessageAdmin(ReadOnlyAdmin):
+class OutboxMessageAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = ["id", "kind", "org", "invoice", "status", "attempts", "next_attempt_at",
                     "last_error"]
     list_filter = ["status", "kind"]
@@ -100,7 +82,7 @@ class OutboxMessageAdmin(ReadOnlyAdmin):
 
 
 @admin.register(StripeEvent)
-class StripeEventAdmin(ReadOnlyAdmin):
+class StripeEventAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = ["event_id", "type", "status", "error", "received_at", "processed_at"]
     list_filter = ["status", "type"]
     search_fields = ["event_id"]
@@ -114,7 +96,7 @@ class StripeEventAdmin(ReadOnlyAdmin):
 
 
 @admin.register(BillingAccount)
-class BillingAccountAdmin(ReadOnlyAdmin):
+class BillingAccountAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = ["org", "stripe_customer_id", "spend_cap_micros", "discount_bps",
                     "grace_until"]
     search_fields = ["org__name", "stripe_customer_id"]
@@ -122,7 +104,7 @@ class BillingAccountAdmin(ReadOnlyAdmin):
 
 
 @admin.register(SpendAlert)
-class SpendAlertAdmin(ReadOnlyAdmin):
+class SpendAlertAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = ["org", "month", "threshold_pct", "cost_micros", "created_at"]
     list_filter = ["month", "threshold_pct"]
     list_select_related = ["org"]

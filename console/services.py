@@ -4,7 +4,7 @@ from django_otp.plugins.otp_totp.models import TOTPDevice
 from orgs.services import audit_record
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def totp_device_confirm(*, device: TOTPDevice, token: str, actor) -> bool:
     """Confirms a new authenticator once it produced a valid code. Audited: a second factor
     appearing on an operator account is something to be able to trace."""

@@ -12,7 +12,7 @@ from orgs.models import (
     OperatorToken,
     Organization,
 )
-from sluice.admin import ServiceAdminMixin, run_service_on_each
+from sluice.admin import ReadOnlyAdminMixin, ServiceAdminMixin, run_service_on_each
 
 
 def transition_action(service, verb: str):
@@ -67,11 +67,11 @@ class OrganizationAdmin(ServiceAdminMixin, admin.ModelAdmin):
         transition_action(services.org_offboard, "Offboarded"),
     ]
 
-    def service_save(self, *, request, obj, data, change):
-        if change:
-            return services.org_rename(org=obj, name=data["name"], actor=request.user)
-        return services.org_create(name=data["name"], slug=data.get("slug", ""),
-                                   actor=request.user)
+    def service_save(self, *, request, obj, data):
+        if obj is not None:
+            return services.org_rename.nested(org=obj, name=data["name"], actor=request.user)
+        return services.org_create.nested(name=data["name"], slug=data.get("slug", ""),
+                                          actor=request.user)
 
     def get_fields(self, request, obj=None):
         return ["name", "slug", *self.readonly_fields] if obj else ["name", "slug"]
@@ -85,7 +85,9 @@ class OrganizationAdmin(ServiceAdminMixin, admin.ModelAdmin):
 
 
 @admin.register(Membership)
-class MembershipAdmin(admin.ModelAdmin):
+class MembershipAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    """Members change through the API/portal, whose services keep an owner."""
+
     list_display = ["user", "org", "role", "created_at"]
     list_filter = ["role"]
     search_fields = ["user__email", "org__name"]
@@ -93,12 +95,9 @@ class MembershipAdmin(admin.ModelAdmin):
     list_select_related = ["user", "org"]
     show_full_result_count = False
 
-    def has_change_permission(self, request, obj=None):
-        return False  # role changes go through the API/portal, which keep an owner
-
 
 @admin.register(Invitation)
-class InvitationAdmin(admin.ModelAdmin):
+class InvitationAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = ["email", "org", "role", "created_at", "expires_at", "accepted_at",
                     "revoked_at"]
     search_fields = ["email", "org__name"]
@@ -113,12 +112,11 @@ class InvitationAdmin(admin.ModelAdmin):
 
     actions = ["revoke"]
 
-    def has_add_permission(self, request):
-        return False
-
 
 @admin.register(ApiKey)
-class ApiKeyAdmin(admin.ModelAdmin):
+class ApiKeyAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    """Keys are created by org members, who see the secret once."""
+
     list_display = ["name", "display_prefix", "org", "created_at", "expires_at", "revoked_at",
                     "last_used_at"]
     list_filter = [("revoked_at", admin.EmptyFieldListFilter)]
@@ -135,12 +133,9 @@ class ApiKeyAdmin(admin.ModelAdmin):
 
     actions = ["revoke"]
 
-    def has_add_permission(self, request):
-        return False  # keys are created by org members, who see the secret once
-
 
 @admin.register(AuditEvent)
-class AuditEventAdmin(admin.ModelAdmin):
+class AuditEventAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = ["created_at", "actor_label", "org", "action", "target_type", "target_id"]
     list_filter = ["action", "target_type"]
     search_fields = ["action", "actor_label", "target_id", "org__name", "reason"]
@@ -149,18 +144,11 @@ class AuditEventAdmin(admin.ModelAdmin):
     show_full_result_count = False
     readonly_fields = [f.name for f in AuditEvent._meta.fields]
 
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
-
 
 @admin.register(OperatorToken)
-class OperatorTokenAdmin(admin.ModelAdmin):
+class OperatorTokenAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    """Tokens are created with `manage.py operator_token_create`, shown once."""
+
     list_display = ["name", "user", "lookup", "created_at", "revoked_at", "last_used_at"]
     readonly_fields = ["user", "name", "lookup", "created_at", "revoked_at", "last_used_at"]
     exclude = ["digest"]
@@ -171,7 +159,4 @@ class OperatorTokenAdmin(admin.ModelAdmin):
                             arg="token")
 
     actions = ["revoke"]
-
-    def has_add_permission(self, request):
-        return False  # created with `manage.py operator_token_create`, shown once
 

@@ -5,7 +5,6 @@ from orgs.models import Application, Role
 from orgs.services.applications import APPLICANT_FIELDS
 from quotas.models import CapacityPool
 from sluice.auth_forms import ThrottledAuthenticationForm
-from sluice.errors import DomainError
 
 
 class AccountForm(forms.Form):
@@ -71,14 +70,6 @@ class ApplicationForm(forms.ModelForm):
         fields = list(APPLICANT_FIELDS)
         widgets = {"use_case_description": forms.Textarea(attrs={"rows": 4}),
                    "country": forms.TextInput(attrs={"maxlength": 2, "placeholder": "DE"})}
-
-    def add_service_errors(self, error: DomainError) -> None:
-        fields = (error.details or {}).get("fields") or {}
-        for name, problems in fields.items():
-            for problem in problems:
-                self.add_error(name if name in self.fields else None, problem)
-        if not fields:
-            self.add_error(None, error.message)
 
 
 class ApplicationUpdateForm(ApplicationForm):

@@ -15,6 +15,7 @@ from orgs.services import audit_record, invitation_accept, membership_add, org_c
 from portal.models import VerifiedEmail
 from sluice.errors import Conflict
 from sluice.mail import Email, email_kind, email_queue
+from sluice.transactions import nestable, nested_atomic
 
 User = get_user_model()
 
@@ -31,15 +32,16 @@ class EmailVerificationTokenGenerator(PasswordResetTokenGenerator):
 email_verification_tokens = EmailVerificationTokenGenerator()
 
 
-@transaction.atomic
+@nestable
+@transaction.atomic(durable=True)
 def org_apply(*, name: str, user) -> Organization:
     """A new organization in `applied`, owned by the user who applied."""
-    org = org_create(name=name, actor=user)
-    membership_add(org=org, user=user, role=Role.OWNER, actor=user)
+    org = org_create.nested(name=name, actor=user)
+    membership_add.nested(org=org, user=user, role=Role.OWNER, actor=user)
     return org
 
 
-@transaction.atomic
+@nested_atomic
 def account_create(*, email: str, password: str):
     """A user whose username is their email address, asked to confirm it."""
     email = User.objects.normalize_email(email).strip().lower()
@@ -54,19 +56,19 @@ def account_create(*, email: str, password: str):
     return user
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def account_signup(*, email: str, password: str, org_name: str) -> tuple:
     """Sign-up from the front door: the account and its organization's application."""
     user = account_create(email=email, password=password)
-    return user, org_apply(name=org_name, user=user)
+    return user, org_apply.nested(name=org_name, user=user)
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def account_join(*, email: str, password: str, invitation_token: str):
     """Sign-up through an invitation link: the account and its membership, or neither (an
     invalid or expired link rolls the new account back)."""
     user = account_create(email=email, password=password)
-    return invitation_accept(token=invitation_token, user=user)
+    return invitation_accept.nested(token=invitation_token, user=user)
 
 
 @email_kind("portal.verify_email")
@@ -87,7 +89,7 @@ def email_verification_send(*, user) -> None:
                 key=f"user:{user.pk}:verify_email:{timezone.now().isoformat()}")
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def email_verify(*, user, token: str) -> bool:
     if not email_verification_tokens.check_token(user, token):
         return False

@@ -9,7 +9,7 @@ from quotas import (  # noqa: F401 - register their ModelAdmins
 from quotas.models import Allocation, CapacityPool, QuotaRequest
 from quotas.quota_requests import quota_request_approve
 from quotas.selectors import pool_capacity_summary
-from sluice.admin import ServiceAdminMixin, run_service_on_each
+from sluice.admin import ReadOnlyAdminMixin, ServiceAdminMixin, run_service_on_each
 
 
 @admin.register(CapacityPool)
@@ -32,15 +32,15 @@ class CapacityPoolAdmin(ServiceAdminMixin, admin.ModelAdmin):
     def get_readonly_fields(self, request, obj=None):
         return ["model", "region", "tier", "summary"] if obj else []
 
-    def service_save(self, *, request, obj, data, change):
-        if change:
-            return services.pool_settings_set(
+    def service_save(self, *, request, obj, data):
+        if obj is not None:
+            return services.pool_settings_set.nested(
                 pool=obj, actor=request.user, capacity_tps=data["capacity_tps"],
                 guaranteeable_ratio=data["guaranteeable_ratio"],
                 limiter_failure_policy=data["limiter_failure_policy"],
                 speed_floor_output_tps=data["speed_floor_output_tps"],
                 ttft_ceiling_ms=data["ttft_ceiling_ms"])
-        return services.pool_create(
+        return services.pool_create.nested(
             actor=request.user, model=data["model"], region=data["region"], tier=data["tier"],
             capacity_tps=data["capacity_tps"], guaranteeable_ratio=data["guaranteeable_ratio"],
             limiter_failure_policy=data["limiter_failure_policy"])
@@ -65,13 +65,14 @@ class AllocationAdmin(ServiceAdminMixin, admin.ModelAdmin):
     def get_readonly_fields(self, request, obj=None):
         return ["org", "pool", "status"] if obj else []
 
-    def service_save(self, *, request, obj, data, change):
+    def service_save(self, *, request, obj, data):
         limits = {k: data[k] for k in ("guaranteed_tps", "burst_tps", "daily_tokens",
                                        "max_concurrency", "valid_until")}
-        if change:
-            return services.allocation_change(allocation=obj, actor=request.user, **limits)
-        return services.allocation_grant(org=data["org"], pool=data["pool"],
-                                         actor=request.user, **limits)
+        if obj is not None:
+            return services.allocation_change.nested(allocation=obj, actor=request.user,
+                                                     **limits)
+        return services.allocation_grant.nested(org=data["org"], pool=data["pool"],
+                                                actor=request.user, **limits)
 
     @admin.action(description="End selected allocations", permissions=["change"])
     def end(self, request, queryset):
@@ -80,7 +81,9 @@ class AllocationAdmin(ServiceAdminMixin, admin.ModelAdmin):
 
 
 @admin.register(QuotaRequest)
-class QuotaRequestAdmin(admin.ModelAdmin):
+class QuotaRequestAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    """Organizations ask from the portal or the API; operators decide with the action."""
+
     list_display = ["org", "pool", "guaranteed_tps", "burst_tps", "daily_tokens", "status",
                     "created_at", "decided_by"]
     list_filter = ["status", "pool"]
@@ -89,9 +92,6 @@ class QuotaRequestAdmin(admin.ModelAdmin):
     readonly_fields = [f.name for f in QuotaRequest._meta.fields]
     show_full_result_count = False
     actions = ["approve"]
-
-    def has_add_permission(self, request):
-        return False  # organizations ask from the portal or the API
 
     @admin.action(description="Approve selected requests (capacity checked)",
                   permissions=["change"])

@@ -19,6 +19,7 @@ from orgs.services.applications import (
     applications_decide_bulk,
 )
 from quotas.waitlist import application_rows
+from sluice.admin import ReadOnlyAdminMixin, run_service_on_each
 from sluice.errors import DomainError
 
 
@@ -55,7 +56,9 @@ class NoteInline(admin.TabularInline):
 
 
 @admin.register(Application)
-class ApplicationAdmin(admin.ModelAdmin):
+class ApplicationAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    """Organizations apply; operators do not apply for them."""
+
     list_display = ["id", "org", "state", "use_case", "latency_sensitivity",
                     "expected_peak_tps", "preferred_region", "submitted_at", "reviewer",
                     "score_override"]
@@ -68,12 +71,6 @@ class ApplicationAdmin(admin.ModelAdmin):
 
     def get_readonly_fields(self, request, obj=None):
         return [f.name for f in Application._meta.fields] + ["score_breakdown"]
-
-    def has_add_permission(self, request):
-        return False  # organizations apply; operators do not apply for them
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
     @admin.display(description="Priority score (orgs/scoring.py)")
     def score_breakdown(self, obj):
@@ -94,10 +91,8 @@ class ApplicationAdmin(admin.ModelAdmin):
 
     @admin.action(description="Assign to me (starts the review)")
     def assign_to_me(self, request, queryset):
-        for app in queryset:
-            self._run(request, queryset.filter(pk=app.pk), lambda a=app: (
-                application_reviewer_assign(application=a, reviewer=request.user,
-                                            actor=request.user)))
+        run_service_on_each(self, request, queryset, application_reviewer_assign, "Assigned",
+                            arg="application", reviewer=request.user)
 
     def _with_form(self, request, queryset, form_class, title, apply):
         """Django's intermediate-page pattern: show the form, then apply on its POST."""
@@ -131,5 +126,6 @@ class ApplicationAdmin(admin.ModelAdmin):
         def apply(data):
             with transaction.atomic():  # one reason, all the selected, or none
                 for app in queryset:
-                    application_score_override(application=app, actor=request.user, **data)
+                    application_score_override.nested(application=app, actor=request.user,
+                                                      **data)
         return self._with_form(request, queryset, ScoreOverrideForm, "Override the score", apply)

@@ -5,11 +5,11 @@ from django.contrib import admin, messages
 
 from quotas.gateway.tokens import gateway_token_create, gateway_token_revoke
 from quotas.models import GatewayToken
-from sluice.errors import DomainError
+from sluice.admin import AddOnlyAdminMixin, run_service_on_each
 
 
 @admin.register(GatewayToken)
-class GatewayTokenAdmin(admin.ModelAdmin):
+class GatewayTokenAdmin(AddOnlyAdminMixin, admin.ModelAdmin):
     list_display = ["name", "prefix", "created_at", "last_used_at", "revoked_at"]
     list_filter = [("revoked_at", admin.EmptyFieldListFilter)]
     search_fields = ["name", "lookup"]
@@ -20,24 +20,13 @@ class GatewayTokenAdmin(admin.ModelAdmin):
     def prefix(self, obj: GatewayToken) -> str:
         return f"gw_{obj.lookup}"
 
-    def has_change_permission(self, request, obj=None) -> bool:
-        return obj is None and super().has_change_permission(request, obj)
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False  # revoke instead: usage history keeps its gateway
-
-    def save_model(self, request, obj, form, change):
-        token, plaintext = gateway_token_create(name=obj.name, actor=request.user)
-        obj.pk, obj.lookup, obj.digest = token.pk, token.lookup, token.digest
+    def service_save(self, *, request, obj, data):
+        token, plaintext = gateway_token_create.nested(name=data["name"], actor=request.user)
         messages.warning(request, f"Gateway token for {token.name}: {plaintext} "
                                   "(shown once; copy it now).")
+        return token
 
     @admin.action(description="Revoke selected gateway tokens", permissions=["change"])
     def revoke(self, request, queryset):
-        for token in queryset:
-            try:
-                gateway_token_revoke(token=token, actor=request.user)
-            except DomainError as exc:
-                messages.error(request, f"{token.name}: {exc.message}")
-            else:
-                messages.success(request, f"Revoked {token.name}.")
+        run_service_on_each(self, request, queryset, gateway_token_revoke, "Revoked",
+                            arg="token")

@@ -4,8 +4,7 @@ switching auto-admission call quotas.waves services; a wave's plan is shown on i
 Registered on import; quotas/admin.py imports this module.
 """
 
-from django import forms
-from django.contrib import admin, messages
+from django.contrib import admin
 from django.utils.html import format_html, format_html_join
 
 from quotas.models import PoolAdmission, RolloutWave, WaveState
@@ -16,59 +15,29 @@ from quotas.waves import (
     wave_create,
     wave_open,
     wave_plan,
-    wave_validate,
 )
-from sluice.errors import DomainError
-
-
-class RolloutWaveForm(forms.ModelForm):
-    class Meta:
-        model = RolloutWave
-        fields = ["pool", *WAVE_FIELDS]
-
-    def clean(self):
-        data = super().clean()
-        if self.errors or self.instance.pk:
-            return data
-        try:
-            wave_validate(pool=data["pool"], values={f: data.get(f) for f in WAVE_FIELDS})
-        except DomainError as exc:
-            for field, errors in exc.details.get("fields", {}).items():
-                self.add_error(field, errors)
-        return data
+from sluice.admin import AddOnlyAdminMixin, ServiceAdminMixin, run_service_on_each
 
 
 @admin.register(RolloutWave)
-class RolloutWaveAdmin(admin.ModelAdmin):
+class RolloutWaveAdmin(AddOnlyAdminMixin, admin.ModelAdmin):
     list_display = ["name", "pool", "opens_at", "state", "capacity_tps", "max_orgs",
                     "guaranteed_tps", "admitted_count"]
     list_filter = ["state", "pool"]
     list_select_related = ["pool"]
     date_hierarchy = "opens_at"
     actions = ["open_now", "close"]
-    form = RolloutWaveForm
     fields = ["pool", *WAVE_FIELDS]
 
-    def get_readonly_fields(self, request, obj=None):
-        if obj is None:
-            return []
-        # A wave is not edited once created: close (cancel) it and create another.
-        return ["pool", *WAVE_FIELDS, "state", "opened_at", "closed_at", "admitted_count",
-                "plan"]
-
     def get_fields(self, request, obj=None):
+        # Never edited once created (AddOnlyAdminMixin): close (cancel) it and create another.
         if obj is None:
             return self.fields
         return [*self.fields, "state", "opened_at", "closed_at", "admitted_count", "plan"]
 
-    def has_delete_permission(self, request, obj=None):
-        return False
-
-    def save_model(self, request, obj, form, change):
-        # Only reached on add (every field is read-only on change).
-        created = wave_create(actor=request.user, pool=obj.pool,
-                              **{f: getattr(obj, f) for f in WAVE_FIELDS})
-        obj.pk = created.pk
+    def service_save(self, *, request, obj, data):
+        return wave_create.nested(actor=request.user, pool=data["pool"],
+                                  **{f: data[f] for f in WAVE_FIELDS})
 
     @admin.display(description="Plan if opened now")
     def plan(self, obj):
@@ -87,27 +56,18 @@ class RolloutWaveAdmin(admin.ModelAdmin):
             f"{p.projected_utilization:.0%}", p.free_tps_after, p.queued_after,
             p.queued_after_expected_tps)
 
-    def _each(self, request, queryset, call, verb):
-        for wave in queryset:
-            try:
-                call(wave)
-            except DomainError as exc:
-                self.message_user(request, f"{wave}: {exc.message}", messages.ERROR)
-            else:
-                self.message_user(request, f"{wave}: {verb}.")
-
     @admin.action(description="Open now (adds capacity, admits the queue)")
     def open_now(self, request, queryset):
-        self._each(request, queryset, lambda w: wave_open(wave=w, actor=request.user), "opened")
+        run_service_on_each(self, request, queryset, wave_open, "Opened", arg="wave")
 
     @admin.action(description="Close (or cancel if still scheduled)")
     def close(self, request, queryset):
-        self._each(request, queryset, lambda w: wave_close(wave=w, actor=request.user,
-                                                           reason="closed in admin"), "closed")
+        run_service_on_each(self, request, queryset, wave_close, "Closed", arg="wave",
+                            reason="closed in admin")
 
 
 @admin.register(PoolAdmission)
-class PoolAdmissionAdmin(admin.ModelAdmin):
+class PoolAdmissionAdmin(ServiceAdminMixin, admin.ModelAdmin):
     list_display = ["pool", "auto_admit", "updated_at"]
     list_select_related = ["pool"]
     fields = ["pool", "auto_admit"]
@@ -115,8 +75,6 @@ class PoolAdmissionAdmin(admin.ModelAdmin):
     def get_readonly_fields(self, request, obj=None):
         return ["pool"] if obj else []
 
-    def has_delete_permission(self, request, obj=None):
-        return False
-
-    def save_model(self, request, obj, form, change):
-        pool_auto_admit_set(pool=obj.pool, enabled=obj.auto_admit, actor=request.user)
+    def service_save(self, *, request, obj, data):
+        return pool_auto_admit_set.nested(pool=obj.pool if obj else data["pool"],
+                                          enabled=data["auto_admit"], actor=request.user)

@@ -19,8 +19,9 @@ from quotas.models import (
     QuotaRequestStatus,
 )
 from quotas.selectors import pool_guaranteed_tps
-from quotas.services import allocation_change, allocation_grant
+from quotas.services import allocation_change, allocation_grant, pool_lock
 from sluice.errors import Conflict, DomainError
+from sluice.transactions import nestable
 
 AUTO_APPROVER = "auto:quota_headroom"
 
@@ -46,7 +47,7 @@ def _auto_approvable(request: QuotaRequest) -> bool:
     return pool_guaranteed_tps(pool=pool) + max(increase, 0) <= pool.guaranteeable_tps
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def quota_request_create(*, org: Organization, pool: CapacityPool, guaranteed_tps: int,
                          burst_tps: int, daily_tokens: int, max_concurrency: int, reason: str,
                          actor: Actor) -> QuotaRequest:
@@ -55,7 +56,7 @@ def quota_request_create(*, org: Organization, pool: CapacityPool, guaranteed_tp
                        code="org_not_active")
     if burst_tps < guaranteed_tps:
         raise DomainError("burst_tps must be at least guaranteed_tps.", code="invalid_input",
-                          details={"fields": {"burst_tps": ["Must be at least guaranteed_tps."]}})
+                          fields={"burst_tps": ["Must be at least guaranteed_tps."]})
     try:
         with transaction.atomic():
             request = QuotaRequest.objects.create(
@@ -68,14 +69,14 @@ def quota_request_create(*, org: Organization, pool: CapacityPool, guaranteed_tp
     audit_record(actor=actor, action="quota_request.create", target=request, org=org,
                  after=_snapshot(request), reason=reason)
     if _auto_approvable(request):
-        return quota_request_approve(request=request, actor=AUTO_APPROVER,
-                                     reason="within the pool's auto-approval headroom")
+        return quota_request_approve.nested(request=request, actor=AUTO_APPROVER,
+                                            reason="within the pool's auto-approval headroom")
     return request
 
 
 def _lock_pending(request: QuotaRequest) -> QuotaRequest:
-    request = QuotaRequest.objects.select_for_update().select_related("pool", "org").get(
-        pk=request.pk)
+    request = QuotaRequest.objects.select_for_update(of=("self",)).select_related(
+        "pool", "org").get(pk=request.pk)
     if request.status != QuotaRequestStatus.PENDING:
         raise Conflict(f"This request is already {request.status}.",
                        code="quota_request_decided")
@@ -94,24 +95,29 @@ def _decide(request: QuotaRequest, *, status: str, actor: Actor, reason: str) ->
     return request
 
 
-@transaction.atomic
+@nestable
+@transaction.atomic(durable=True)
 def quota_request_approve(*, request: QuotaRequest, actor: Actor,
                           reason: str = "") -> QuotaRequest:
     """Raises CapacityExhausted (422) when the pool cannot guarantee it; the request stays
     pending so an operator can free capacity and try again."""
+    # The house lock order (quotas/services.py): the pool and the org before the request.
+    pool_lock(pool_id=request.pool_id)
+    Organization.objects.select_for_update().get(pk=request.org_id)
     request = _lock_pending(request)
     limits = {"guaranteed_tps": request.guaranteed_tps, "burst_tps": request.burst_tps,
               "daily_tokens": request.daily_tokens, "max_concurrency": request.max_concurrency}
     current = _current(request.org_id, request.pool_id)
     why = f"quota request #{request.pk}"
     if current is None:
-        allocation_grant(org=request.org, pool=request.pool, actor=actor, reason=why, **limits)
+        allocation_grant.nested(org=request.org, pool=request.pool, actor=actor, reason=why,
+                                **limits)
     else:
-        allocation_change(allocation=current, actor=actor, reason=why, **limits)
+        allocation_change.nested(allocation=current, actor=actor, reason=why, **limits)
     return _decide(request, status=QuotaRequestStatus.APPROVED, actor=actor, reason=reason)
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def quota_request_deny(*, request: QuotaRequest, actor: Actor, reason: str) -> QuotaRequest:
     if not reason.strip():
         raise DomainError("Say why the request is denied; the organization sees it.",
@@ -120,13 +126,14 @@ def quota_request_deny(*, request: QuotaRequest, actor: Actor, reason: str) -> Q
     return _decide(request, status=QuotaRequestStatus.DENIED, actor=actor, reason=reason)
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def quota_request_cancel(*, request: QuotaRequest, actor: Actor) -> QuotaRequest:
     request = _lock_pending(request)
     return _decide(request, status=QuotaRequestStatus.CANCELLED, actor=actor, reason="")
 
 
-@transaction.atomic
+@nestable
+@transaction.atomic(durable=True)
 def pool_quota_auto_approve_set(*, pool: CapacityPool, max_tps: int, actor: Actor
                                 ) -> PoolAdmission:
     """Requests raising a guarantee by at most `max_tps` (and fitting the pool) are approved
@@ -134,8 +141,7 @@ def pool_quota_auto_approve_set(*, pool: CapacityPool, max_tps: int, actor: Acto
     if max_tps < 0:
         raise DomainError("The auto-approval headroom cannot be negative.",
                           code="invalid_input",
-                          details={"fields": {
-                              "quota_auto_approve_max_tps": ["Must be 0 or more."]}})
+                          fields={"quota_auto_approve_max_tps": ["Must be 0 or more."]})
     row, _ = PoolAdmission.objects.select_for_update().get_or_create(pool=pool)
     before = row.quota_auto_approve_max_tps
     if before != max_tps:

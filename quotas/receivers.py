@@ -26,7 +26,7 @@ def application_submitted_received(*, application: Application, actor) -> None:
     pools = list(CapacityPool.objects.filter(region=application.preferred_region,
                                              tier=Tier.FAST)[:2])
     if len(pools) == 1 and not OrgPoolPreference.objects.filter(org=application.org).exists():
-        org_pool_preference_set(org=application.org, pool=pools[0], actor=actor)
+        org_pool_preference_set.nested(org=application.org, pool=pools[0], actor=actor)
 
 
 def application_approving_received(*, application: Application, pool_id: int | None,
@@ -36,7 +36,7 @@ def application_approving_received(*, application: Application, pool_id: int | N
         pool = CapacityPool.objects.filter(pk=pool_id).first()
         if pool is None:
             raise NotFound("No such pool.", code="unknown_pool")
-        org_pool_preference_set(org=application.org, pool=pool, actor=actor)
+        org_pool_preference_set.nested(org=application.org, pool=pool, actor=actor)
     elif not OrgPoolPreference.objects.filter(org=application.org).exists():
         raise Unprocessable("Choose the pool this organization will queue for.",
                             code="pool_required")

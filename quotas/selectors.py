@@ -30,12 +30,23 @@ from quotas.models import (
 from sluice.errors import NotFound
 
 
+def pool_get(*, pool_id: int) -> CapacityPool:
+    """404 (NotFound, an Http404 too) for the REST API and the console alike."""
+    pool = CapacityPool.objects.filter(pk=pool_id).first()
+    if pool is None:
+        raise NotFound("No such pool.")
+    return pool
+
+
+def _in_force(*, now: datetime, prefix: str = "") -> Q:
+    """Allocations that count against their pool: active and not past their end. `prefix`
+    reaches them through a relation (`allocations__` from a pool)."""
+    return Q(**{f"{prefix}status": AllocationStatus.ACTIVE}) & (
+        Q(**{f"{prefix}valid_until__isnull": True}) | Q(**{f"{prefix}valid_until__gt": now}))
+
+
 def allocations_in_force(*, now=None) -> QuerySet[Allocation]:
-    """Allocations that count against their pool: active and not past their end."""
-    now = now or timezone.now()
-    return Allocation.objects.filter(status=AllocationStatus.ACTIVE).filter(
-        Q(valid_until__isnull=True) | Q(valid_until__gt=now)
-    )
+    return Allocation.objects.filter(_in_force(now=now or timezone.now()))
 
 
 def pool_guaranteed_tps(*, pool: CapacityPool) -> int:
@@ -71,10 +82,7 @@ def pool_capacity_summary(*, pool: CapacityPool) -> PoolCapacitySummary:
 
 def pool_capacity_summaries() -> list[PoolCapacitySummary]:
     """Every pool in one query."""
-    now = timezone.now()
-    in_force = Q(allocations__status=AllocationStatus.ACTIVE) & (
-        Q(allocations__valid_until__isnull=True) | Q(allocations__valid_until__gt=now)
-    )
+    in_force = _in_force(now=timezone.now(), prefix="allocations__")
     pools = CapacityPool.objects.annotate(
         guaranteed=Sum("allocations__guaranteed_tps", filter=in_force),
         orgs=Count("allocations__org", filter=in_force, distinct=True),

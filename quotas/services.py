@@ -4,6 +4,22 @@ The capacity invariant — the sum of guarantees in force never exceeds the pool
 capacity — is kept by locking the pool row before reading the sum. Every path that raises a
 guarantee or lowers capacity takes that lock, so concurrent grants serialize on it and each sees
 the others' committed guarantees.
+
+The house lock order. Every transaction, in every app, takes its row locks in this order and
+skips what it does not need:
+
+    1. the rollout wave (its claim, a conditional UPDATE)
+    2. the pool (`pool_lock`)
+    3. organizations, several in primary-key order
+    4. rows that belong to one organization: its application and checklist, quota requests,
+       allocations, invoices, billing account, memberships; several of one table in
+       primary-key order
+
+Two transactions that take locks in one order cannot wait on each other in a circle, so none
+deadlocks. A wave opening shows why the order is this one: it holds the pool while it ranks the
+queue and the orgs while it admits them, then takes each admitted org's application and creates
+its allocation. `select_for_update()` with `select_related()` locks the joined rows too, in an
+order PostgreSQL chooses: always `of=("self",)`, and lock the org first where it is needed.
 """
 
 from datetime import datetime, timedelta
@@ -20,14 +36,17 @@ from quotas.limiter.sync import limits_publish_org_later
 from quotas.models import Allocation, AllocationStatus, CapacityPool, OrgPoolPreference
 from quotas.selectors import pool_guaranteed_tps
 from sluice.errors import Conflict, DomainError
+from sluice.events import capacity_freed_on_commit, limits_changed_on_commit
+from sluice.transactions import nestable, nested_atomic
 
 # An allocation can be prepared for an org about to be admitted, and kept while it is suspended.
 ORG_STATES_HOLDING_ALLOCATIONS = frozenset({OrgStatus.APPROVED, OrgStatus.ACTIVE,
                                             OrgStatus.SUSPENDED})
 
 
-def _pool_lock(pool: CapacityPool) -> CapacityPool:
-    return CapacityPool.objects.select_for_update().get(pk=pool.pk)
+def pool_lock(*, pool_id: int) -> CapacityPool:
+    """The first lock of the house order (module docstring)."""
+    return CapacityPool.objects.select_for_update().get(pk=pool_id)
 
 
 def _capacity_freed(*, pool_id: int) -> None:
@@ -69,8 +88,7 @@ def _check_limits(*, guaranteed_tps: int, burst_tps: int, daily_tokens: int,
     if max_concurrency < 1:
         errors["max_concurrency"] = ["Must be at least 1."]
     if errors:
-        raise DomainError("The allocation is invalid.", code="invalid_allocation",
-                          details={"fields": errors})
+        raise DomainError("The allocation is invalid.", code="invalid_allocation", fields=errors)
 
 
 def _check_room(*, pool: CapacityPool, increase_tps: int) -> None:
@@ -82,7 +100,8 @@ def _check_room(*, pool: CapacityPool, increase_tps: int) -> None:
                                 guaranteed_tps=guaranteed)
 
 
-@transaction.atomic
+@nestable
+@transaction.atomic(durable=True)
 def pool_create(*, model: str, region: str, tier: str, capacity_tps: int,
                 guaranteeable_ratio: Decimal, actor: Actor,
                 limiter_failure_policy: str | None = None) -> CapacityPool:
@@ -99,11 +118,12 @@ def pool_create(*, model: str, region: str, tier: str, capacity_tps: int,
     return pool
 
 
-@transaction.atomic
+@nestable
+@transaction.atomic(durable=True)
 def pool_capacity_set(*, pool: CapacityPool, capacity_tps: int, actor: Actor,
                       guaranteeable_ratio: Decimal | None = None,
                       reason: str = "") -> CapacityPool:
-    pool = _pool_lock(pool)
+    pool = pool_lock(pool_id=pool.pk)
     ratio = pool.guaranteeable_ratio if guaranteeable_ratio is None else guaranteeable_ratio
     new_guaranteeable = CapacityPool.guaranteeable_for(capacity_tps, ratio)
     guaranteed = pool_guaranteed_tps(pool=pool)
@@ -121,13 +141,14 @@ def pool_capacity_set(*, pool: CapacityPool, capacity_tps: int, actor: Actor,
     return pool
 
 
-@transaction.atomic
+@nestable
+@transaction.atomic(durable=True)
 def pool_settings_set(*, pool: CapacityPool, actor: Actor, capacity_tps: int,
                       guaranteeable_ratio: Decimal, limiter_failure_policy: str,
                       speed_floor_output_tps: int, ttft_ceiling_ms: int) -> CapacityPool:
     """Everything an operator edits on a pool; capacity goes through `pool_capacity_set`."""
-    pool = pool_capacity_set(pool=pool, capacity_tps=capacity_tps, actor=actor,
-                             guaranteeable_ratio=guaranteeable_ratio)
+    pool = pool_capacity_set.nested(pool=pool, capacity_tps=capacity_tps, actor=actor,
+                                    guaranteeable_ratio=guaranteeable_ratio)
     before = {"limiter_failure_policy": pool.limiter_failure_policy,
               "speed_floor_output_tps": pool.speed_floor_output_tps,
               "ttft_ceiling_ms": pool.ttft_ceiling_ms}
@@ -144,13 +165,15 @@ def pool_settings_set(*, pool: CapacityPool, actor: Actor, capacity_tps: int,
     return pool
 
 
-@transaction.atomic
+@nestable
+@transaction.atomic(durable=True)
 def allocation_grant(*, org: Organization, pool: CapacityPool, guaranteed_tps: int,
                      burst_tps: int, daily_tokens: int, max_concurrency: int, actor: Actor,
                      valid_until: datetime | None = None, reason: str = "") -> Allocation:
-    # Lock the pool row: concurrent grants must see each other's guarantees.
-    pool = _pool_lock(pool)
-    org = Organization.objects.get(pk=org.pk)
+    # Lock the pool row: concurrent grants must see each other's guarantees. Then the org: an
+    # offboarding that commits meanwhile is seen, not granted around.
+    pool = pool_lock(pool_id=pool.pk)
+    org = Organization.objects.select_for_update().get(pk=org.pk)
     if org.status not in ORG_STATES_HOLDING_ALLOCATIONS:
         raise Conflict(f"{org.name} is {org.status} and cannot hold an allocation.",
                        code="org_not_eligible")
@@ -170,12 +193,13 @@ def allocation_grant(*, org: Organization, pool: CapacityPool, guaranteed_tps: i
     return allocation
 
 
-@transaction.atomic
+@nestable
+@transaction.atomic(durable=True)
 def allocation_change(*, allocation: Allocation, actor: Actor, guaranteed_tps: int | None = None,
                       burst_tps: int | None = None, daily_tokens: int | None = None,
                       max_concurrency: int | None = None, valid_until: datetime | None = None,
                       reason: str = "") -> Allocation:
-    pool = _pool_lock(allocation.pool)
+    pool = pool_lock(pool_id=allocation.pool_id)
     allocation = Allocation.objects.select_for_update().get(pk=allocation.pk)
     if allocation.status != AllocationStatus.ACTIVE:
         raise Conflict("Only active allocations can be changed.", code="allocation_ended")
@@ -201,7 +225,8 @@ def allocation_change(*, allocation: Allocation, actor: Actor, guaranteed_tps: i
     return allocation
 
 
-@transaction.atomic
+@nestable
+@transaction.atomic(durable=True)
 def allocation_end(*, allocation: Allocation, actor: Actor, reason: str = "") -> Allocation:
     allocation = Allocation.objects.select_for_update().get(pk=allocation.pk)
     if allocation.status != AllocationStatus.ACTIVE:
@@ -219,10 +244,12 @@ def allocation_end(*, allocation: Allocation, actor: Actor, reason: str = "") ->
     return allocation
 
 
+@nested_atomic
 def allocations_end_for_org(*, org: Organization, actor: Actor, reason: str) -> int:
     ended = 0
-    for allocation in Allocation.objects.filter(org=org, status=AllocationStatus.ACTIVE):
-        allocation_end(allocation=allocation, actor=actor, reason=reason)
+    for allocation in Allocation.objects.filter(org=org, status=AllocationStatus.ACTIVE
+                                                ).order_by("pk"):
+        allocation_end.nested(allocation=allocation, actor=actor, reason=reason)
         ended += 1
     return ended
 
@@ -242,7 +269,8 @@ def allocations_expire(*, now: datetime | None = None) -> int:
     return count
 
 
-@transaction.atomic
+@nestable
+@transaction.atomic(durable=True)
 def org_pool_preference_set(*, org: Organization, pool: CapacityPool, actor: Actor) -> None:
     """Choose the pool whose waitlist the org queues in."""
     before = OrgPoolPreference.objects.filter(org=org).values_list("pool_id", flat=True).first()

@@ -18,7 +18,7 @@ from orgs.services.audit import Actor, audit_record
 from orgs.services.lifecycle import org_admit
 from quotas.models import CapacityPool, PoolAdmission, RolloutWave, WaveState
 from quotas.selectors import pool_guaranteed_tps
-from quotas.services import allocation_grant, pool_capacity_set
+from quotas.services import allocation_grant, pool_capacity_set, pool_lock
 from quotas.waitlist import (
     QueueEntry,
     demand_model,
@@ -27,6 +27,7 @@ from quotas.waitlist import (
     waitlist_select,
 )
 from sluice.errors import Conflict, DomainError
+from sluice.transactions import nestable, nested_atomic
 
 WAVE_FIELDS = ("name", "opens_at", "closes_at", "capacity_tps", "max_orgs", "guaranteed_tps",
                "burst_tps", "daily_tokens", "max_concurrency")
@@ -39,7 +40,7 @@ def _wave_snapshot(wave: RolloutWave) -> dict:
     return {**snap, "state": wave.state, "pool": wave.pool_id}
 
 
-def wave_validate(*, pool: CapacityPool, values: dict) -> None:
+def _wave_validate(*, pool: CapacityPool, values: dict) -> None:
     """Raise one DomainError (400, invalid_wave) naming every bad field."""
     errors = {}
     if not str(values.get("name") or "").strip():
@@ -56,10 +57,11 @@ def wave_validate(*, pool: CapacityPool, values: dict) -> None:
     if values["closes_at"] is not None and values["closes_at"] <= values["opens_at"]:
         errors["closes_at"] = ["Must be after opens_at."]
     if errors:
-        raise DomainError("The wave is invalid.", code="invalid_wave", details={"fields": errors})
+        raise DomainError("The wave is invalid.", code="invalid_wave", fields=errors)
 
 
-@transaction.atomic
+@nestable
+@transaction.atomic(durable=True)
 def wave_create(*, pool: CapacityPool, name: str, opens_at: datetime, capacity_tps: int,
                 max_orgs: int, guaranteed_tps: int, burst_tps: int, daily_tokens: int,
                 max_concurrency: int, actor: Actor,
@@ -67,7 +69,7 @@ def wave_create(*, pool: CapacityPool, name: str, opens_at: datetime, capacity_t
     values = dict(name=name, opens_at=opens_at, closes_at=closes_at, capacity_tps=capacity_tps,
                   max_orgs=max_orgs, guaranteed_tps=guaranteed_tps, burst_tps=burst_tps,
                   daily_tokens=daily_tokens, max_concurrency=max_concurrency)
-    wave_validate(pool=pool, values=values)
+    _wave_validate(pool=pool, values=values)
     values["name"] = name.strip()
     user = actor if getattr(actor, "is_authenticated", False) else None
     wave = RolloutWave.objects.create(pool=pool, created_by=user, **values)
@@ -130,6 +132,7 @@ def wave_plan(*, wave: RolloutWave) -> WavePlan:
     )
 
 
+@nested_atomic
 def _admit_queued(*, pool: CapacityPool, queue: list[QueueEntry], template: RolloutWave,
                   max_orgs: int | None, actor: Actor, reason: str) -> list[QueueEntry]:
     """Admit the best-ranked queued orgs that fit, with `template`'s default allocation.
@@ -144,15 +147,16 @@ def _admit_queued(*, pool: CapacityPool, queue: list[QueueEntry], template: Roll
                                 guaranteed_tps=template.guaranteed_tps, max_orgs=max_orgs)
     for entry in chosen:
         org = entry.application.org
-        org_admit(org=org, actor=actor, reason=reason)
+        org_admit.nested(org=org, actor=actor, reason=reason)
         application_admitted(org=org, actor=actor)
-        allocation_grant(org=org, pool=pool, guaranteed_tps=template.guaranteed_tps,
-                         burst_tps=template.burst_tps, daily_tokens=template.daily_tokens,
-                         max_concurrency=template.max_concurrency, actor=actor, reason=reason)
+        allocation_grant.nested(
+            org=org, pool=pool, guaranteed_tps=template.guaranteed_tps,
+            burst_tps=template.burst_tps, daily_tokens=template.daily_tokens,
+            max_concurrency=template.max_concurrency, actor=actor, reason=reason)
     return chosen
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def wave_open(*, wave: RolloutWave, actor: Actor) -> RolloutWave:
     """Open a scheduled wave (beat when due, or an operator by hand, early if they like)."""
     # Claim with a conditional UPDATE: it takes the row lock, so a second worker waits here,
@@ -163,12 +167,13 @@ def wave_open(*, wave: RolloutWave, actor: Actor) -> RolloutWave:
         raise Conflict("This wave is not scheduled (already opened or closed).",
                        code="wave_not_scheduled")
     wave = RolloutWave.objects.select_related("pool").get(pk=wave.pk)
-    pool = CapacityPool.objects.select_for_update().get(pk=wave.pool_id)
+    pool = pool_lock(pool_id=wave.pool_id)
     # Rank before adding capacity, exactly as wave_plan did, so plan and opening agree.
     queue = waitlist_queue(pool=pool, wave=wave)
     if wave.capacity_tps:
-        pool = pool_capacity_set(pool=pool, capacity_tps=pool.capacity_tps + wave.capacity_tps,
-                                 actor=actor, reason=f"rollout wave {wave.name}")
+        pool = pool_capacity_set.nested(
+            pool=pool, capacity_tps=pool.capacity_tps + wave.capacity_tps, actor=actor,
+            reason=f"rollout wave {wave.name}")
     chosen = _admit_queued(pool=pool, queue=queue, template=wave, max_orgs=wave.max_orgs,
                            actor=actor,
                            reason=f"admitted in rollout wave {wave.name}")
@@ -179,7 +184,7 @@ def wave_open(*, wave: RolloutWave, actor: Actor) -> RolloutWave:
     return wave
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def wave_close(*, wave: RolloutWave, actor: Actor, reason: str = "") -> RolloutWave:
     """Close an open wave, or cancel a scheduled one (it then never adds capacity)."""
     before = wave.state
@@ -222,7 +227,8 @@ def waves_close_due(*, now: datetime | None = None, actor: Actor = "celery:wave_
     return closed
 
 
-@transaction.atomic
+@nestable
+@transaction.atomic(durable=True)
 def pool_auto_admit_set(*, pool: CapacityPool, enabled: bool, actor: Actor) -> PoolAdmission:
     settings_row, _ = PoolAdmission.objects.select_for_update().get_or_create(pool=pool)
     before = settings_row.auto_admit
@@ -234,24 +240,24 @@ def pool_auto_admit_set(*, pool: CapacityPool, enabled: bool, actor: Actor) -> P
     return settings_row
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def pool_admission_set(*, pool: CapacityPool, auto_admit: bool, quota_auto_approve_max_tps: int,
                        actor: Actor) -> PoolAdmission:
     """The pool's admission settings together: both are saved or neither."""
     from quotas.quota_requests import pool_quota_auto_approve_set
 
-    pool_auto_admit_set(pool=pool, enabled=auto_admit, actor=actor)
-    return pool_quota_auto_approve_set(pool=pool, max_tps=quota_auto_approve_max_tps,
-                                       actor=actor)
+    pool_auto_admit_set.nested(pool=pool, enabled=auto_admit, actor=actor)
+    return pool_quota_auto_approve_set.nested(pool=pool, max_tps=quota_auto_approve_max_tps,
+                                              actor=actor)
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def pool_auto_admit(*, pool_id: int, actor: Actor = "celery:auto_admit") -> list[QueueEntry]:
     """Admit queued orgs into capacity that freed up, if the pool allows it, with the default
     allocation of the pool's latest opened wave (no wave yet: nothing to copy, no admission)."""
     if not PoolAdmission.objects.filter(pool_id=pool_id, auto_admit=True).exists():
         return []
-    pool = CapacityPool.objects.select_for_update().get(pk=pool_id)
+    pool = pool_lock(pool_id=pool_id)
     template = (RolloutWave.objects.filter(pool=pool, opened_at__isnull=False)
                 .order_by("-opened_at", "-id").first())
     if template is None:

@@ -1,19 +1,31 @@
 """Admin plumbing so that every admin write goes through a service.
 
-`ServiceAdminMixin` runs the service while the admin form validates, so a domain error (an
-illegal transition, no capacity left) appears on the form like any validation error instead of
-a 500, and nothing is written. The admin view already wraps the request in a transaction.
+A ModelAdmin whose rows are added or edited in the admin uses `ServiceAdminMixin` (or
+`AddOnlyAdminMixin`: added, never edited); one whose rows only change through actions uses
+`ReadOnlyAdminMixin`; actions call services through `run_service_on_each`. No admin saves or
+deletes a row itself.
+
+Where the service runs, and why there: Django runs an add/change POST inside its own transaction
+(ModelAdmin.changeform_view), so the service runs nested (`service.nested`, see
+sluice/transactions.py) in a savepoint of that transaction, after the form's whole validation
+(`full_clean`: fields, the form's clean(), the model's own checks and uniqueness) and before
+Django decides between showing the form again and redirecting. A refusal then becomes a form
+error (the page again, 200, with the message) and the savepoint leaves nothing behind. Earlier,
+in the form's clean(), the model's uniqueness checks that follow would see the service's own new
+row; later, in save_model, Django no longer shows the form, so a refusal could only be a 500.
 """
 
 from django.contrib import messages
-from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from sluice.errors import DomainError
+from sluice.forms import form_add_domain_error
 
 
 class ServiceAdminMixin:
-    def service_save(self, *, request, obj, data: dict, change: bool):
+    def service_save(self, *, request, obj, data: dict):
+        """Create (`obj` is None) or change `obj` from the form's `data` with the nested form
+        of a service; return the row."""
         raise NotImplementedError  # each ModelAdmin says which service creates/changes its rows
 
     def get_form(self, request, obj=None, change=False, **kwargs):
@@ -21,29 +33,48 @@ class ServiceAdminMixin:
         model_admin = self
 
         class ServiceForm(base):
-            def _post_clean(self):
-                # After the model's own validation (uniqueness included), run the service.
-                super()._post_clean()
-                if self.errors:
+            def full_clean(self):
+                super().full_clean()
+                if not self.is_valid():
                     return
                 try:
-                    # Savepoint: a refused service call leaves nothing behind.
-                    with transaction.atomic():
+                    with transaction.atomic():  # a savepoint: a refusal leaves nothing behind
                         self.service_result = model_admin.service_save(
-                            request=request, obj=obj, data=self.cleaned_data,
-                            change=obj is not None)
+                            request=request, obj=obj, data=self.cleaned_data)
                 except DomainError as exc:
-                    self.add_error(None, ValidationError(exc.message, code=exc.code))
+                    form_add_domain_error(form=self, error=exc)
 
         return ServiceForm
 
     def save_model(self, request, obj, form, change):
-        saved = form.service_result
-        obj.pk = saved.pk
+        obj.pk = form.service_result.pk
         obj.refresh_from_db()
 
     def save_related(self, request, form, formsets, change):
         pass  # services own every write, inlines are read-only
+
+    def has_delete_permission(self, request, obj=None):
+        return False  # no service deletes these rows
+
+
+class _RowsNotEditedMixin:
+    def has_change_permission(self, request, obj=None):
+        # Actions still run: Django asks for the change permission without a row to offer them.
+        return obj is None and super().has_change_permission(request)
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+class AddOnlyAdminMixin(_RowsNotEditedMixin, ServiceAdminMixin):
+    """Rows are added through a service and never edited (a price version, a rollout wave)."""
+
+
+class ReadOnlyAdminMixin(_RowsNotEditedMixin):
+    """Rows are shown, never added, edited or deleted here."""
+
+    def has_add_permission(self, request, obj=None):
+        return False
 
 
 def run_service_on_each(model_admin, request, queryset, service, verb: str, *, arg: str,

@@ -1,6 +1,6 @@
-"""One error format for every API error:
+"""Every REST API error in the one shape (sluice/error_format.py):
 
-    {"error": {"code": "...", "message": "...", "fields": {...}}}
+    {"error": {"code": "...", "message": "...", "fields": {...}, "details": {...}}}
 
 DRF's own exceptions (validation, authentication, throttling, 404) and our DomainErrors all pass
 through `exception_handler`, so clients parse exactly one shape.
@@ -12,6 +12,7 @@ from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import set_rollback
 
+from sluice.error_format import error_body
 from sluice.errors import DomainError
 
 _DRF_CODES = {
@@ -27,14 +28,6 @@ _DRF_CODES = {
 }
 
 
-def error_body(*, code: str, message: str, fields: dict | None = None, **extra) -> dict:
-    error = {"code": code, "message": message}
-    if fields:
-        error["fields"] = fields
-    error.update(extra)
-    return {"error": error}
-
-
 def _validation_fields(detail) -> dict:
     if isinstance(detail, dict):
         return {key: _validation_fields(value) for key, value in detail.items()}
@@ -48,10 +41,8 @@ def _validation_fields(detail) -> dict:
 def exception_handler(exc, context):
     if isinstance(exc, DomainError):
         set_rollback()
-        body = error_body(code=exc.code, message=exc.message)
-        if exc.details:
-            body["error"]["details"] = exc.details
-        return Response(body, status=exc.status)
+        return Response(error_body(code=exc.code, message=exc.message, fields=exc.fields,
+                                   details=exc.details), status=exc.status)
     if isinstance(exc, Http404):
         exc = exceptions.NotFound()
     elif isinstance(exc, DjangoPermissionDenied):
@@ -78,8 +69,9 @@ def exception_handler(exc, context):
     )
 
 
-def validated_input(serializer_class, data) -> dict:
-    """Parse a view's input with its Input serializer; malformed input raises (-> 400)."""
-    serializer = serializer_class(data=data)
+def validated_input(serializer_class, data, *, partial: bool = False) -> dict:
+    """Parse a view's input with its Input serializer; malformed input raises (-> 400). The
+    one way every API view reads its body and query parameters."""
+    serializer = serializer_class(data=data, partial=partial)
     serializer.is_valid(raise_exception=True)
     return serializer.validated_data

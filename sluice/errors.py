@@ -1,7 +1,9 @@
-"""Domain errors. Services raise these; sluice.api maps them to one HTTP error format.
+"""Domain errors. Services raise these; sluice.api maps them to the one error shape
+(sluice/error_format.py).
 
-Each error carries a stable machine-readable `code`, an HTTP status and optional structured
-`details`, so the REST API, the admin and the portal all report the same failure the same way.
+Each error carries a stable machine-readable `code`, an HTTP status, and optionally `fields` (the
+bad input fields, each with its problems) and `details` (named facts about the refusal), so the
+REST API, the admin, the console and the portal report the same failure the same way.
 """
 
 
@@ -12,9 +14,11 @@ class DomainError(Exception):
     status = 400
     code = "invalid"
 
-    def __init__(self, message: str, *, details: dict | None = None, code: str | None = None):
+    def __init__(self, message: str, *, code: str | None = None, fields: dict | None = None,
+                 details: dict | None = None):
         super().__init__(message)
         self.message = message
+        self.fields = fields or {}
         self.details = details or {}
         if code is not None:
             self.code = code

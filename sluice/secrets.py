@@ -4,6 +4,8 @@ Format: `<kind>_<lookup>_<secret>`. `lookup` is a short random id stored in clea
 verification is one indexed query followed by a constant-time comparison of SHA-256 digests.
 SHA-256 (not a slow password hash) is right here: the secret has 256 bits of entropy, so there is
 nothing to brute-force, and authorize must stay fast.
+
+No Django imports: the admission engine hashes the presented API key with `secret_digest` too.
 """
 
 import hashlib

@@ -20,6 +20,7 @@ from billing.periods import month_parse
 from orgs.models import Organization
 from orgs.permissions import operator_access
 from quotas.models import CapacityPool
+from sluice.api import validated_input
 from sluice.errors import NotFound
 from sluice.pagination import paginate
 
@@ -48,9 +49,7 @@ class OperatorInvoiceListView(OperatorView):
     @extend_schema(parameters=[InvoiceFilterSerializer],
                    responses=OperatorInvoiceSerializer(many=True))
     def get(self, request):
-        filters = self.InvoiceFilterSerializer(data=request.query_params)
-        filters.is_valid(raise_exception=True)
-        f = filters.validated_data
+        f = validated_input(self.InvoiceFilterSerializer, request.query_params)
         invoices = selectors.invoices_for_operator(
             org_id=f.get("org"), status=f.get("status", ""), month=f.get("month")
         ).select_related("replaces")
@@ -74,21 +73,19 @@ class ReasonSerializer(serializers.Serializer):
 class OperatorInvoiceVoidView(OperatorView):
     @extend_schema(request=ReasonSerializer, responses=OperatorInvoiceSerializer)
     def post(self, request, invoice_id: int):
-        data = ReasonSerializer(data=request.data)
-        data.is_valid(raise_exception=True)
+        data = validated_input(ReasonSerializer, request.data)
         invoice = services.invoice_void(invoice=get_object_or_404(Invoice, pk=invoice_id),
-                                        actor=request.user, reason=data.validated_data["reason"])
+                                        actor=request.user, reason=data["reason"])
         return Response(OperatorInvoiceSerializer(invoice).data)
 
 
 class OperatorInvoiceReissueView(OperatorView):
     @extend_schema(request=ReasonSerializer, responses=OperatorInvoiceSerializer)
     def post(self, request, invoice_id: int):
-        data = ReasonSerializer(data=request.data)
-        data.is_valid(raise_exception=True)
+        data = validated_input(ReasonSerializer, request.data)
         invoice = services.invoice_reissue(
             invoice=get_object_or_404(Invoice, pk=invoice_id), actor=request.user,
-            reason=data.validated_data["reason"])
+            reason=data["reason"])
         return Response(OperatorInvoiceSerializer(invoice).data, status=201)
 
 
@@ -100,10 +97,9 @@ class OperatorInvoiceCloseView(OperatorView):
     @extend_schema(request=InvoiceCloseInputSerializer, responses=OperatorInvoiceSerializer)
     def post(self, request):
         """Close one org's month now (the beat does every org on the 1st). Idempotent."""
-        data = self.InvoiceCloseInputSerializer(data=request.data)
-        data.is_valid(raise_exception=True)
+        data = validated_input(self.InvoiceCloseInputSerializer, request.data)
         invoice, created = services.invoice_close_month(
-            org=data.validated_data["org"], month=data.validated_data["month"],
+            org=data["org"], month=data["month"],
             actor=request.user)
         return Response(OperatorInvoiceSerializer(invoice).data, status=201 if created else 200)
 
@@ -159,7 +155,6 @@ class OperatorPriceListView(OperatorView):
 
     @extend_schema(request=PriceVersionInputSerializer, responses=PriceVersionSerializer)
     def post(self, request):
-        data = self.PriceVersionInputSerializer(data=request.data)
-        data.is_valid(raise_exception=True)
-        version = services.price_version_create(**data.validated_data, actor=request.user)
+        data = validated_input(self.PriceVersionInputSerializer, request.data)
+        version = services.price_version_create(**data, actor=request.user)
         return Response(PriceVersionSerializer(version).data, status=201)

@@ -19,6 +19,7 @@ from billing.api.serializers import InvoiceDetailSerializer, InvoiceSerializer
 from billing.pdf import invoice_pdf
 from billing.periods import month_bounds, month_of, month_parse
 from billing.rating import total_cents
+from sluice.api import validated_input
 from sluice.errors import NotFound
 from sluice.pagination import paginate
 
@@ -173,12 +174,11 @@ class SpendCapView(OrgBillingView):
     @extend_schema(request=SpendCapInputSerializer, responses=SpendCapSerializer)
     def put(self, request, org_id: int):
         org = self.org(request, org_id)
-        data = self.SpendCapInputSerializer(data=request.data)
-        data.is_valid(raise_exception=True)
+        data = validated_input(self.SpendCapInputSerializer, request.data)
         current = selectors.billing_account_or_default(org=org)
         account = services.spend_cap_set(
-            org=org, cap_micros=data.validated_data["spend_cap_micros"],
-            thresholds=data.validated_data.get("alert_thresholds", current.alert_thresholds),
+            org=org, cap_micros=data["spend_cap_micros"],
+            thresholds=data.get("alert_thresholds", current.alert_thresholds),
             actor=request.user)
         return Response(self.SpendCapSerializer(account).data)
 

@@ -6,7 +6,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
 from billing import services, stripe_api
-from sluice.api import error_body
+from sluice.error_format import error_body
 
 
 @csrf_exempt

@@ -9,12 +9,14 @@ from quotas.limiter.sync import limits_publish_org_later
 from sluice.errors import Unprocessable
 
 
-@transaction.atomic(savepoint=False)
-def billing_account_for(*, org: Organization, lock: bool = False) -> BillingAccount:
-    account, _ = BillingAccount.objects.get_or_create(org=org)
-    if lock:
-        account = BillingAccount.objects.select_for_update().get(pk=account.pk)
-    return account
+def billing_account_for(*, org: Organization) -> BillingAccount:
+    """The org's billing account, created on first need."""
+    return BillingAccount.objects.get_or_create(org=org)[0]
+
+
+@nested_atomic
+def billing_account_lock(*, org: Organization) -> BillingAccount:
+    return BillingAccount.objects.select_for_update().get(pk=billing_account_for(org=org).pk)
 
 
 def _thresholds_valid(thresholds: list[int]) -> list[int]:
@@ -25,14 +27,14 @@ def _thresholds_valid(thresholds: list[int]) -> list[int]:
     return cleaned
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def spend_cap_set(*, org: Organization, cap_micros: int, thresholds: list[int],
                   actor: Actor) -> BillingAccount:
     """Set the monthly cap (0 = none). The admission engine re-reads it after the commit."""
     if cap_micros < 0:
         raise Unprocessable("The spend cap cannot be negative.", code="invalid_cap")
     thresholds = _thresholds_valid(thresholds)
-    account = billing_account_for(org=org, lock=True)
+    account = billing_account_lock(org=org)
     before = {"spend_cap_micros": account.spend_cap_micros,
               "alert_thresholds": account.alert_thresholds}
     account.spend_cap_micros, account.alert_thresholds = cap_micros, thresholds
@@ -44,13 +46,13 @@ def spend_cap_set(*, org: Organization, cap_micros: int, thresholds: list[int],
     return account
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def discount_set(*, org: Organization, discount_bps: int, actor: Actor,
                  reason: str = "") -> BillingAccount:
     if not 0 <= discount_bps <= 10_000:
         raise Unprocessable("A discount is between 0 and 10000 basis points.",
                             code="invalid_discount")
-    account = billing_account_for(org=org, lock=True)
+    account = billing_account_lock(org=org)
     before = {"discount_bps": account.discount_bps}
     account.discount_bps = discount_bps
     account.save(update_fields=["discount_bps", "updated_at"])

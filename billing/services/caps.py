@@ -63,7 +63,11 @@ def spend_cap_check(*, org: Organization, now: datetime | None = None) -> SpendS
     return status
 
 
-@transaction.atomic
+def _money(micros: int) -> str:
+    return f"${micros / 1_000_000:,.2f}"
+
+
+@transaction.atomic(durable=True)
 def spend_alerts_evaluate(*, org: Organization, now: datetime | None = None) -> list[int]:
     """Record and email each threshold the month's cost has crossed, once per month: the
     unique constraint on (org, month, threshold) is the "once"."""

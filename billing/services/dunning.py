@@ -8,28 +8,34 @@ from django.db import transaction
 from django.utils import timezone
 
 from billing.models import BillingAccount, Invoice, InvoiceStatus
-from billing.notify import payment_failed_email_queue, suspended_for_payment_email_queue
-from billing.services.accounts import billing_account_for
-from orgs.models import OrgStatus, SuspensionReason
+from billing.services.accounts import billing_account_lock
+from orgs.models import Organization, OrgStatus, SuspensionReason
 from orgs.services import org_restore, org_suspend
 from orgs.services.audit import Actor, audit_record
 from sluice.errors import IllegalTransition
+from sluice.events import billing_email_on_commit
+from sluice.transactions import nestable
 
 STRIPE_ACTOR = "stripe"
 
 
 def _invoice_locked(invoice: Invoice) -> Invoice:
-    return Invoice.objects.select_for_update().select_related("org").get(pk=invoice.pk)
+    """The org, then its invoice (the house lock order, quotas/services.py): paying may restore
+    the org, and a suspension locks the org before its billing rows."""
+    Organization.objects.select_for_update().get(pk=invoice.org_id)
+    return Invoice.objects.select_for_update(of=("self",)).select_related("org").get(
+        pk=invoice.pk)
 
 
-@transaction.atomic
+@nestable
+@transaction.atomic(durable=True)
 def invoice_payment_failed(*, invoice: Invoice, actor: Actor = STRIPE_ACTOR,
                            now: datetime | None = None) -> BillingAccount:
     """Start the grace period (unless one is running: retries of a failing charge do not
     extend it) and tell the billing members."""
     now = now or timezone.now()
     invoice = _invoice_locked(invoice)
-    account = billing_account_for(org=invoice.org, lock=True)
+    account = billing_account_lock(org=invoice.org)
     if invoice.status != InvoiceStatus.OPEN:
         return account
     if invoice.payment_failed_at is None:
@@ -50,7 +56,8 @@ def _org_owes(org_id: int) -> bool:
                                   payment_failed_at__isnull=False).exists()
 
 
-@transaction.atomic
+@nestable
+@transaction.atomic(durable=True)
 def invoice_paid(*, invoice: Invoice, actor: Actor = STRIPE_ACTOR,
                  now: datetime | None = None) -> Invoice:
     """Mark paid; when nothing failed is left unpaid, end dunning and lift a payment
@@ -65,7 +72,7 @@ def invoice_paid(*, invoice: Invoice, actor: Actor = STRIPE_ACTOR,
     invoice.save(update_fields=["status", "paid_at"])
     audit_record(actor=actor, action="invoice.paid", target=invoice, org=invoice.org,
                  before={"status": InvoiceStatus.OPEN}, after={"status": InvoiceStatus.PAID})
-    account = billing_account_for(org=invoice.org, lock=True)
+    account = billing_account_lock(org=invoice.org)
     if account.grace_until is not None and not _org_owes(invoice.org_id):
         account.grace_until = account.payment_failed_at = None
         account.save(update_fields=["grace_until", "payment_failed_at", "updated_at"])
@@ -73,22 +80,23 @@ def invoice_paid(*, invoice: Invoice, actor: Actor = STRIPE_ACTOR,
                      org=invoice.org)
         org = invoice.org
         if org.status == OrgStatus.SUSPENDED and org.suspension_reason == SuspensionReason.PAYMENT:
-            org_restore(org=org, actor=actor, reason=f"invoice {invoice.number} paid")
+            org_restore.nested(org=org, actor=actor, reason=f"invoice {invoice.number} paid")
     return invoice
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def dunning_suspend_one(*, account: BillingAccount, actor: Actor,
                         now: datetime) -> bool:
-    account = BillingAccount.objects.select_for_update().select_related("org").get(
+    Organization.objects.select_for_update().get(pk=account.org_id)
+    account = BillingAccount.objects.select_for_update(of=("self",)).select_related("org").get(
         pk=account.pk)
     if account.grace_until is None or account.grace_until > now:
         return False  # paid meanwhile
     if account.org.status != OrgStatus.ACTIVE:
         return False
-    org_suspend(org=account.org, actor=actor, cause=SuspensionReason.PAYMENT,
-                reason=f"unpaid since {account.payment_failed_at:%Y-%m-%d}, grace ended")
-    suspended_for_payment_email_queue(org=account.org)
+    org_suspend.nested(org=account.org, actor=actor, cause=SuspensionReason.PAYMENT,
+                       reason=f"unpaid since {account.payment_failed_at:%Y-%m-%d}, grace ended")
+    billing_email_on_commit(org_id=account.org_id, template="suspended_for_payment", context={})
     return True
 
 

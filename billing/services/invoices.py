@@ -17,6 +17,7 @@ from orgs.models import Organization, OrgStatus
 from orgs.services.audit import Actor, audit_record
 from quotas.models import CapacityPool, UsageHourly
 from sluice.errors import IllegalTransition, Unprocessable
+from sluice.transactions import nested_atomic
 
 logger = logging.getLogger(__name__)
 _KIND_LABELS = dict(LineKind.choices)
@@ -64,7 +65,7 @@ def _month_closable(month: date, now: datetime) -> None:
                             code="month_not_ended", details={"month": month.isoformat()})
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def invoice_close_month(*, org: Organization, month: date, actor: Actor,
                         now: datetime | None = None) -> tuple[Invoice, bool]:
     """Rate `month` for `org` into an invoice. Returns (invoice, created). A second or concurrent
@@ -113,7 +114,7 @@ def _invoice_locked(invoice: Invoice) -> Invoice:
     return Invoice.objects.select_for_update().get(pk=invoice.pk)
 
 
-@transaction.atomic(savepoint=False)
+@nested_atomic
 def _invoice_void_locked(*, invoice: Invoice, actor: Actor, reason: str) -> Invoice:
     if invoice.status != InvoiceStatus.OPEN:
         raise IllegalTransition(f"A {invoice.status} invoice cannot be voided.",
@@ -128,12 +129,12 @@ def _invoice_void_locked(*, invoice: Invoice, actor: Actor, reason: str) -> Invo
     return invoice
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def invoice_void(*, invoice: Invoice, actor: Actor, reason: str) -> Invoice:
     return _invoice_void_locked(invoice=_invoice_locked(invoice), actor=actor, reason=reason)
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def invoice_reissue(*, invoice: Invoice, actor: Actor, reason: str) -> Invoice:
     """Void `invoice` and close its month again, rated from today's data (e.g. after a discount
     was corrected). The new invoice is a new revision that says what it replaces."""

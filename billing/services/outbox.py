@@ -22,6 +22,7 @@ from billing.stripe_api import StripeRejected, StripeUnavailable
 from orgs.models import Organization
 from orgs.services.audit import Actor, audit_record
 from sluice.errors import IllegalTransition
+from sluice.transactions import nested_atomic
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +43,7 @@ def _kick_later(message_id: int) -> None:
     transaction.on_commit(lambda: outbox_deliver_task.delay(message_id))
 
 
-@transaction.atomic(savepoint=False)
+@nested_atomic
 def outbox_enqueue(*, kind: str, org: Organization, invoice: Invoice | None = None
                    ) -> OutboxMessage:
     """Idempotent: one message per (kind, org, invoice); enqueuing again returns it."""
@@ -111,7 +112,7 @@ def outbox_drain(*, now: datetime | None = None, limit: int = 200) -> dict[str, 
     return counts
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def outbox_retry(*, message: OutboxMessage, actor: Actor) -> OutboxMessage:
     """Operator action on a dead letter: back to pending, due now, attempts reset."""
     locked = OutboxMessage.objects.select_for_update().get(pk=message.pk)

@@ -10,13 +10,20 @@ from orgs.models import Organization
 from orgs.services.audit import Actor, audit_record
 from quotas.models import CapacityPool
 from sluice.errors import Conflict, Unprocessable
+from sluice.transactions import nestable
 
 
 def _hour_floor(moment: datetime) -> datetime:
     return moment.replace(minute=0, second=0, microsecond=0)
 
 
-@transaction.atomic
+def _refuse_start(message: str, *, code: str, effective_from: datetime) -> None:
+    raise Unprocessable(message, code=code, fields={"effective_from": [message]},
+                        details={"effective_from": effective_from.isoformat()})
+
+
+@nestable
+@transaction.atomic(durable=True)
 def price_version_create(
     *, pool: CapacityPool, effective_from: datetime, input_micros_per_mtok: int,
     output_micros_per_mtok: int, premium_input_micros_per_mtok: int = 0,
@@ -28,13 +35,11 @@ def price_version_create(
     hours already metered keep the price they were metered at)."""
     now = now or timezone.now()
     if effective_from != _hour_floor(effective_from):
-        raise Unprocessable("A price version starts on a whole hour (minutes and seconds 0).",
-                            code="price_not_on_hour",
-                            details={"effective_from": effective_from.isoformat()})
+        _refuse_start("A price version starts on a whole hour (minutes and seconds 0).",
+                      code="price_not_on_hour", effective_from=effective_from)
     if effective_from < _hour_floor(now):
-        raise Unprocessable("A price version cannot start in an hour that has begun.",
-                            code="price_in_past",
-                            details={"effective_from": effective_from.isoformat()})
+        _refuse_start("A price version cannot start in an hour that has begun.",
+                      code="price_in_past", effective_from=effective_from)
     try:
         with transaction.atomic():
             version = PriceVersion.objects.create(

@@ -11,6 +11,7 @@ from orgs.models import OPEN_APPLICATION_STATES, Application, CheckItem
 from orgs.services.applications import application_check_set
 from orgs.services.audit import Actor, audit_record
 from sluice.errors import DomainError, IllegalTransition, NotFound
+from sluice.transactions import nestable
 
 logger = logging.getLogger(__name__)
 
@@ -27,11 +28,11 @@ def _event_invoice(event: dict) -> Invoice:
 
 
 def _on_invoice_paid(event: dict) -> None:
-    invoice_paid(invoice=_event_invoice(event))
+    invoice_paid.nested(invoice=_event_invoice(event))
 
 
 def _on_invoice_payment_failed(event: dict) -> None:
-    invoice_payment_failed(invoice=_event_invoice(event))
+    invoice_payment_failed.nested(invoice=_event_invoice(event))
 
 
 def _on_checkout_completed(event: dict) -> None:
@@ -47,9 +48,9 @@ def _on_checkout_completed(event: dict) -> None:
     application = Application.objects.filter(org_id=account.org_id,
                                              state__in=OPEN_APPLICATION_STATES).first()
     if application is not None:
-        application_check_set(application=application, item=CheckItem.PAYMENT_METHOD_ON_FILE,
-                              done=True, actor="stripe",
-                              note=f"Checkout session {session.get('id')}")
+        application_check_set.nested(
+            application=application, item=CheckItem.PAYMENT_METHOD_ON_FILE, done=True,
+            actor="stripe", note=f"Checkout session {session.get('id')}")
 
 
 HANDLERS = {
@@ -59,7 +60,7 @@ HANDLERS = {
 }
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def stripe_event_record(*, event: dict) -> tuple[StripeEvent, bool]:
     """Store a verified event. A replay (same id) is recognised by the unique constraint and
     changes nothing. Processing is queued for after the commit."""
@@ -75,7 +76,8 @@ def stripe_event_record(*, event: dict) -> tuple[StripeEvent, bool]:
     return stored, True
 
 
-@transaction.atomic
+@nestable
+@transaction.atomic(durable=True)
 def stripe_event_process(*, stored_id: int) -> str:
     """Run the handler once. The row lock makes a concurrent run wait and then see it done; a
     handler error is recorded on the row (status failed) for an operator to retry."""
@@ -97,7 +99,7 @@ def stripe_event_process(*, stored_id: int) -> str:
     return stored.status
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def stripe_event_retry(*, event: StripeEvent, actor: Actor) -> str:
     """Operator action on a failed event: record who asked, then run its handler again."""
     locked = StripeEvent.objects.select_for_update().get(pk=event.pk)
@@ -105,7 +107,7 @@ def stripe_event_retry(*, event: StripeEvent, actor: Actor) -> str:
         raise IllegalTransition("Only a failed Stripe event can be processed again.",
                                 details={"status": locked.status})
     before = {"status": locked.status, "error": locked.error}
-    result = stripe_event_process(stored_id=locked.pk)
+    result = stripe_event_process.nested(stored_id=locked.pk)
     audit_record(actor=actor, action="billing.stripe_event_retry", target=locked,
                  before=before, after={"status": result})
     return result

@@ -6,7 +6,6 @@ by (pool, name); running it again changes nothing."""
 from datetime import timedelta
 
 from django.contrib.auth import get_user_model
-from django.db import transaction
 from django.utils import timezone
 
 from orgs.models import Organization, Role
@@ -82,7 +81,6 @@ def _wave(*, pool, name: str, opens_at, capacity_tps: int, max_orgs: int, operat
                                    actor=operator, **WAVE_DEFAULTS)
 
 
-@transaction.atomic
 def seed_waitlist(*, pool: CapacityPool, operator) -> None:
     now = timezone.now()
     # Admitted first: approve the two design partners alone, then open their wave.

@@ -20,6 +20,7 @@ from console import permissions as perm
 from console.forms import PriceVersionForm
 from console.views.pages import PAGE_SIZE, _render
 from sluice.errors import DomainError
+from sluice.forms import form_add_domain_error
 
 
 @permission_required(perm.VIEW_PRICES, raise_exception=True)
@@ -41,8 +42,7 @@ def price_version_add(request, *, site):
         try:
             version = price_version_create(actor=request.user, **form.cleaned_data)
         except DomainError as error:
-            form.add_error("effective_from" if "effective_from" in error.details else None,
-                           error.message)
+            form_add_domain_error(form=form, error=error)
         else:
             messages.success(request, f"New prices for {version.pool} from "
                                       f"{version.effective_from:%Y-%m-%d %H:%M} UTC.")

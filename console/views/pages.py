@@ -8,7 +8,6 @@ from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import permission_required
 from django.core.paginator import Paginator
-from django.http import Http404
 from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
@@ -43,6 +42,7 @@ from quotas.selectors import (
     org_quota_requests,
     org_usage_buckets,
     pool_capacity_summaries,
+    pool_get,
 )
 from quotas.services import allocation_change, pool_capacity_set, pool_settings_set
 from quotas.services import allocation_end as allocation_end_service
@@ -50,6 +50,7 @@ from quotas.services import allocation_grant as allocation_grant_service
 from quotas.waitlist import waitlist_lengths
 from quotas.waves import pool_admission_set
 from sluice.errors import DomainError
+from sluice.forms import form_add_domain_error
 
 PAGE_SIZE = 50
 POOL_SETTINGS = ("guaranteeable_ratio", "limiter_failure_policy", "speed_floor_output_tps",
@@ -174,17 +175,6 @@ def org_lifecycle(request, *, site, org_id: int):
     return redirect("admin:console_org", org.pk)
 
 
-def _form_error_from(form: forms.Form, error: DomainError) -> None:
-    """Puts a service's refusal on the form: per-field errors where the service named fields,
-    else its message (capacity exhausted, org not eligible...) for the whole form."""
-    fields = error.details.get("fields") if error.details else None
-    if fields:
-        for name, problems in fields.items():
-            form.add_error(name if name in form.fields else None, problems)
-    else:
-        form.add_error(None, error.message)
-
-
 @require_POST
 @permission_required(perm.GRANT_ALLOCATION, raise_exception=True)
 def allocation_grant(request, *, site, org_id: int):
@@ -199,7 +189,7 @@ def allocation_grant(request, *, site, org_id: int):
                 max_concurrency=data["max_concurrency"], actor=request.user,
                 reason=data["reason"])
         except DomainError as error:
-            _form_error_from(form, error)
+            form_add_domain_error(form=form, error=error)
         else:
             messages.success(request, f"Allocation granted in {data['pool']}.")
             return redirect("admin:console_org", org.pk)
@@ -222,7 +212,7 @@ def allocation_edit(request, *, site, allocation_id: int):
             try:
                 allocation_change(allocation=allocation, actor=request.user, **data)
             except DomainError as error:
-                _form_error_from(form, error)
+                form_add_domain_error(form=form, error=error)
             else:
                 messages.success(request, "Allocation changed.")
                 return redirect("admin:console_org", allocation.org_id)
@@ -283,24 +273,17 @@ def _pools_page(request, site, *, failed_form=None, failed_pool_id=None, failed_
     }, status=status)
 
 
-def _pool_get(pool_id: int) -> CapacityPool:
-    pool = CapacityPool.objects.filter(pk=pool_id).first()
-    if pool is None:
-        raise Http404("No such pool.")
-    return pool
-
-
 def _pool_form_post(request, site, *, pool_id: int, form_class, kind: str, save, saved: str):
     """Bind one of the pool page's forms, run its service, and either go back to the pools
     page with `saved` (formatted with the pool and the form's data) or show the page again with
     the service's refusal on that form."""
-    pool = _pool_get(pool_id)
+    pool = pool_get(pool_id=pool_id)
     form = form_class(request.POST, auto_id=f"pool{pool.pk}_{kind}_%s")
     if form.is_valid():
         try:
             save(pool, form.cleaned_data)
         except DomainError as error:
-            _form_error_from(form, error)
+            form_add_domain_error(form=form, error=error)
         else:
             messages.success(request, saved.format(pool=pool, **form.cleaned_data))
             return redirect("admin:console_pools")

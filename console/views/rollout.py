@@ -24,7 +24,7 @@ from console.forms import (
     WaveForm,
 )
 from console.selectors import audit_search
-from console.views.pages import PAGE_SIZE, _form_error_from, _render
+from console.views.pages import PAGE_SIZE, _render
 from orgs.models import Application, CheckItem
 from orgs.services.applications import (
     application_check_set,
@@ -40,6 +40,7 @@ from quotas.selectors import quota_requests_inbox, waves_by_state
 from quotas.waitlist import application_rows, vetting_queue
 from quotas.waves import wave_close, wave_create, wave_open, wave_plan
 from sluice.errors import DomainError
+from sluice.forms import form_add_domain_error
 
 # --- Vetting ------------------------------------------------------------------------------------
 
@@ -170,7 +171,7 @@ def application_op(request, *, site, application_id: int, op: str):
         try:
             message = call(app, form.cleaned_data, request.user)
         except DomainError as error:
-            _form_error_from(form, error)
+            form_add_domain_error(form=form, error=error)
             if op == "check":  # the checklist has no form of its own on the page
                 messages.error(request, error.message)
                 return redirect("admin:console_application", app.pk)
@@ -200,7 +201,7 @@ def wave_create_view(request, *, site):
         try:
             wave = wave_create(actor=request.user, **form.cleaned_data)
         except DomainError as error:
-            _form_error_from(form, error)
+            form_add_domain_error(form=form, error=error)
         else:
             messages.success(request, f"Wave {wave.name} scheduled.")
             return redirect("admin:console_wave", wave.pk)

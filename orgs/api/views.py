@@ -24,6 +24,7 @@ from orgs.selectors import (
     orgs_visible_to,
 )
 from orgs.services.lifecycle import TRANSITIONS, org_allowed_actions
+from sluice.api import validated_input
 from sluice.pagination import paginate
 
 ALL_ROLES = frozenset(Role.values)
@@ -54,21 +55,19 @@ class OrgListApi(APIView):
 
     @extend_schema(parameters=[FilterSerializer], responses=OrgOutput(many=True))
     def get(self, request):
-        filters = self.FilterSerializer(data=request.query_params)
-        filters.is_valid(raise_exception=True)
+        filters = validated_input(self.FilterSerializer, request.query_params)
         orgs = orgs_visible_to(user=request.user).order_by("name", "id")
-        if "status" in filters.validated_data:
-            orgs = orgs.filter(status=filters.validated_data["status"])
-        if "search" in filters.validated_data:
-            orgs = orgs.filter(name__icontains=filters.validated_data["search"])
+        if "status" in filters:
+            orgs = orgs.filter(status=filters["status"])
+        if "search" in filters:
+            orgs = orgs.filter(name__icontains=filters["search"])
         return paginate(request, self, orgs, OrgOutput)
 
     @extend_schema(request=InputSerializer, responses={201: OrgOutput})
     def post(self, request):
         operator_require(user=request.user, perm="orgs.add_organization")
-        data = self.InputSerializer(data=request.data)
-        data.is_valid(raise_exception=True)
-        org = services.org_create(actor=request.user, **data.validated_data)
+        data = validated_input(self.InputSerializer, request.data)
+        org = services.org_create(actor=request.user, **data)
         return Response(OrgOutput(org).data, status=status.HTTP_201_CREATED)
 
 
@@ -91,9 +90,8 @@ class OrgTransitionApi(APIView):
     def post(self, request, org_id: int):
         org = org_get_for_user(user=request.user, org_id=org_id)
         operator_require(user=request.user, perm="orgs.change_organization")
-        data = self.InputSerializer(data=request.data)
-        data.is_valid(raise_exception=True)
-        org = services.org_transition(org=org, actor=request.user, **data.validated_data)
+        data = validated_input(self.InputSerializer, request.data)
+        org = services.org_transition(org=org, actor=request.user, **data)
         return Response(OrgOutput(org).data)
 
 
@@ -120,14 +118,13 @@ class MemberListApi(APIView):
         org = org_get_for_user(user=request.user, org_id=org_id)
         org_require_role(user=request.user, org=org, roles=MEMBER_MANAGERS,
                          perm="orgs.add_membership")
-        data = self.InputSerializer(data=request.data)
-        data.is_valid(raise_exception=True)
-        user = get_user_model().objects.filter(email__iexact=data.validated_data["email"]).first()
+        data = validated_input(self.InputSerializer, request.data)
+        user = get_user_model().objects.filter(email__iexact=data["email"]).first()
         if user is None:
             raise serializers.ValidationError(
                 {"email": ["No user with this email; send an invitation instead."]})
         membership = services.membership_add(org=org, user=user, actor=request.user,
-                                             role=data.validated_data["role"])
+                                             role=data["role"])
         return Response(MemberOutput(membership).data, status=status.HTTP_201_CREATED)
 
 
@@ -145,10 +142,9 @@ class MemberDetailApi(APIView):
     @extend_schema(request=InputSerializer, responses=MemberOutput)
     def patch(self, request, org_id: int, member_id: int):
         membership = self._member(request, org_id, member_id)
-        data = self.InputSerializer(data=request.data)
-        data.is_valid(raise_exception=True)
+        data = validated_input(self.InputSerializer, request.data)
         membership = services.membership_role_change(
-            membership=membership, role=data.validated_data["role"], actor=request.user)
+            membership=membership, role=data["role"], actor=request.user)
         return Response(MemberOutput(membership).data)
 
     @extend_schema(responses={204: None})
@@ -187,10 +183,9 @@ class InvitationListApi(APIView):
         org = org_get_for_user(user=request.user, org_id=org_id)
         org_require_role(user=request.user, org=org, roles=MEMBER_MANAGERS,
                          perm="orgs.add_invitation")
-        data = self.InputSerializer(data=request.data)
-        data.is_valid(raise_exception=True)
+        data = validated_input(self.InputSerializer, request.data)
         invitation, _token = services.invitation_create(org=org, actor=request.user,
-                                                        **data.validated_data)
+                                                        **data)
         return Response(InvitationOutput(invitation).data, status=status.HTTP_201_CREATED)
 
 
@@ -213,9 +208,8 @@ class InvitationAcceptApi(APIView):
                    description="The signed-in user joins the org named by the emailed token. "
                    "Unknown, expired and used tokens all answer 404 `invitation_invalid`.")
     def post(self, request):
-        data = self.InputSerializer(data=request.data)
-        data.is_valid(raise_exception=True)
-        membership = services.invitation_accept(token=data.validated_data["token"],
+        data = validated_input(self.InputSerializer, request.data)
+        membership = services.invitation_accept(token=data["token"],
                                                 user=request.user)
         return Response(MemberOutput(membership).data, status=status.HTTP_201_CREATED)
 
@@ -249,10 +243,9 @@ class ApiKeyListApi(APIView):
     def post(self, request, org_id: int):
         org = org_get_for_user(user=request.user, org_id=org_id)
         org_require_role(user=request.user, org=org, roles=KEY_MANAGERS, perm="orgs.add_apikey")
-        data = self.InputSerializer(data=request.data)
-        data.is_valid(raise_exception=True)
+        data = validated_input(self.InputSerializer, request.data)
         key, secret = services.api_key_create(org=org, actor=request.user,
-                                              **data.validated_data)
+                                              **data)
         body = ApiKeyOutput(key).data | {"secret": secret}
         return Response(body, status=status.HTTP_201_CREATED)
 

@@ -13,7 +13,7 @@ from sluice.secrets import secret_issue
 API_KEY_KIND = "sk"
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def api_key_create(
     *, org: Organization, name: str, actor: Actor, expires_at: datetime | None = None
 ) -> tuple[ApiKey, str]:
@@ -42,7 +42,7 @@ def api_key_create(
     return key, issued.plaintext
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def api_key_revoke(*, key: ApiKey, actor: Actor) -> ApiKey:
     key = ApiKey.objects.select_for_update().get(pk=key.pk)
     if key.revoked_at is not None:

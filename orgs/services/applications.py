@@ -34,7 +34,9 @@ from orgs.models import (
 from orgs.notifications import application_email_queue
 from orgs.services.audit import Actor, audit_record
 from orgs.services.lifecycle import org_approve, org_reapply, org_reject, org_review_start
+from sluice.error_format import error_body
 from sluice.errors import Conflict, DomainError, IllegalTransition, NotFound, Unprocessable
+from sluice.transactions import nestable, nested_atomic
 
 A = ApplicationState
 
@@ -72,7 +74,7 @@ def _validate(app: Application) -> None:
             errors.setdefault(name, []).append("Must be at least 1.")
     if errors:
         raise DomainError("The application is invalid.", code="invalid_application",
-                          details={"fields": errors})
+                          fields=errors)
 
 
 def _cooling_off_check(org: Organization) -> None:
@@ -91,14 +93,15 @@ def _cooling_off_check(org: Organization) -> None:
 def _close_stale_applications(*, org: Organization, actor: Actor) -> None:
     """An org rejected straight through the lifecycle (org_reject, not application_decide)
     leaves its application open; close it, so it neither blocks re-applying nor lingers."""
-    for app in Application.objects.filter(org=org, state__in=OPEN_APPLICATION_STATES):
+    for app in (Application.objects.filter(org=org, state__in=OPEN_APPLICATION_STATES)
+                .order_by("pk")):
         app.state, app.decision, app.decided_at = A.REJECTED, Decision.REJECT, org.status_changed_at
         app.save(update_fields=["state", "decision", "decided_at", "updated_at"])
         audit_record(actor=actor, action="application.close_stale", target=app, org=org,
                      after={"state": A.REJECTED}, reason="organization was rejected")
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def application_submit(*, org: Organization, data: dict, actor: Actor) -> Application:
     """Apply, or re-apply after a rejection once the cooling-off period has passed."""
     # Lock the org: two submissions at once must not both pass the "no open application" check
@@ -113,7 +116,7 @@ def application_submit(*, org: Organization, data: dict, actor: Actor) -> Applic
     _validate(app)
     if org.status == OrgStatus.REJECTED:
         _cooling_off_check(org)
-        org_reapply(org=org, actor=actor, reason="re-application")
+        org_reapply.nested(org=org, actor=actor, reason="re-application")
     elif org.status != OrgStatus.APPLIED:
         raise Conflict(f"{org.name} is {org.status}; only new or rejected organizations apply.",
                        code="org_cannot_apply", details={"status": org.status})
@@ -129,7 +132,11 @@ def application_submit(*, org: Organization, data: dict, actor: Actor) -> Applic
 
 
 def _lock(app: Application) -> Application:
-    return Application.objects.select_for_update().select_related("org").get(pk=app.pk)
+    """The org, then its application: the house lock order (quotas/services.py). A wave opening
+    holds the org and then admits its application; the other way round, the two deadlock."""
+    Organization.objects.select_for_update().get(pk=app.org_id)
+    return (Application.objects.select_for_update(of=("self",)).select_related("org")
+            .get(pk=app.pk))
 
 
 def _review_start(*, app: Application, actor: Actor) -> None:
@@ -137,11 +144,11 @@ def _review_start(*, app: Application, actor: Actor) -> None:
     if app.state != A.SUBMITTED:
         return
     if app.org.status == OrgStatus.APPLIED:
-        org_review_start(org=app.org, actor=actor)
+        org_review_start.nested(org=app.org, actor=actor)
     app.state = A.IN_REVIEW
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def application_update(*, application: Application, data: dict, actor: Actor,
                        response: str = "") -> Application:
     """The applicant corrects or completes an undecided application. Answering a request for
@@ -165,7 +172,8 @@ def application_update(*, application: Application, data: dict, actor: Actor,
     return app
 
 
-@transaction.atomic
+@nestable
+@transaction.atomic(durable=True)
 def application_check_set(*, application: Application, item: str, done: bool, actor: Actor,
                           note: str = "") -> ApplicationCheck:
     """Tick or untick a checklist item. Billing ticks `payment_method_on_file` as "stripe"."""
@@ -187,7 +195,7 @@ def application_check_set(*, application: Application, item: str, done: bool, ac
     return check
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def application_reviewer_assign(*, application: Application, reviewer, actor: Actor
                                 ) -> Application:
     if not (reviewer.is_active and reviewer.is_staff):
@@ -204,7 +212,7 @@ def application_reviewer_assign(*, application: Application, reviewer, actor: Ac
     return app
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def application_note_add(*, application: Application, body: str, actor: Actor
                          ) -> ApplicationNote:
     if not body.strip():
@@ -227,7 +235,8 @@ def _check_approvable(app: Application, pool_id: int | None, actor: Actor) -> No
     application_approving.emit(application=app, pool_id=pool_id, actor=actor)
 
 
-@transaction.atomic
+@nestable
+@transaction.atomic(durable=True)
 def application_decide(*, application: Application, decision: str, reason: str, actor: Actor,
                        shared_reason: str = "", pool_id: int | None = None
                        ) -> Application:
@@ -249,10 +258,10 @@ def application_decide(*, application: Application, decision: str, reason: str, 
     _review_start(app=app, actor=actor)
     if decision == Decision.APPROVE:
         _check_approvable(app, pool_id, actor)
-        org_approve(org=app.org, actor=actor, reason=reason)
+        org_approve.nested(org=app.org, actor=actor, reason=reason)
         app.state = A.APPROVED
     elif decision == Decision.REJECT:
-        org_reject(org=app.org, actor=actor, reason=reason)
+        org_reject.nested(org=app.org, actor=actor, reason=reason)
         app.state = A.REJECTED
     else:
         app.state = A.INFO_REQUESTED
@@ -267,14 +276,18 @@ def application_decide(*, application: Application, decision: str, reason: str, 
     return app
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def applications_decide_bulk(*, application_ids: list[int], decision: str, reason: str,
                              actor: Actor, shared_reason: str = "") -> list[Application]:
     """All or nothing: every application is tried (each in a savepoint) so the error names
     every failure, then one failure rolls back the lot."""
     if decision not in (Decision.APPROVE, Decision.REJECT):
         raise DomainError("Bulk decisions approve or reject.", code="invalid_decision")
-    # Lock in primary-key order, so two overlapping bulk decisions cannot deadlock.
+    # The orgs, then their applications, each in primary-key order (the house lock order,
+    # quotas/services.py): overlapping bulk decisions and wave openings cannot deadlock.
+    list(Organization.objects.select_for_update().filter(
+        pk__in=Application.objects.filter(pk__in=application_ids).values("org_id"))
+        .order_by("pk"))
     apps = list(Application.objects.select_for_update().filter(pk__in=application_ids)
                 .order_by("pk"))
     missing = sorted(set(application_ids) - {a.pk for a in apps})
@@ -284,11 +297,12 @@ def applications_decide_bulk(*, application_ids: list[int], decision: str, reaso
     for app in apps:
         try:
             with transaction.atomic():
-                decided.append(application_decide(application=app, decision=decision,
-                                                  reason=reason, shared_reason=shared_reason,
-                                                  actor=actor))
+                decided.append(application_decide.nested(
+                    application=app, decision=decision, reason=reason,
+                    shared_reason=shared_reason, actor=actor))
         except DomainError as exc:
-            failures[str(app.pk)] = {"code": exc.code, "message": exc.message, **exc.details}
+            failures[str(app.pk)] = error_body(code=exc.code, message=exc.message,
+                                               fields=exc.fields, details=exc.details)["error"]
     if failures:
         raise Conflict(f"{len(failures)} of {len(apps)} applications cannot be decided; "
                        "none were.", code="bulk_decision_failed",
@@ -296,7 +310,8 @@ def applications_decide_bulk(*, application_ids: list[int], decision: str, reaso
     return decided
 
 
-@transaction.atomic
+@nestable
+@transaction.atomic(durable=True)
 def application_score_override(*, application: Application, score: int | None, reason: str,
                                actor: Actor) -> Application:
     """Replace the computed score (None restores it). Always with a reason."""
@@ -314,6 +329,7 @@ def application_score_override(*, application: Application, score: int | None, r
     return app
 
 
+@nested_atomic
 def application_admitted(*, org: Organization, actor: Actor) -> None:
     """Called inside the admission transaction (wave or auto-admission) after org_admit."""
     app = (Application.objects.select_for_update()

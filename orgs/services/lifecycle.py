@@ -14,6 +14,8 @@ from orgs.models import Organization, OrgStatus, SuspensionReason
 from orgs.notifications import org_email_queue
 from orgs.services.audit import Actor, audit_record
 from sluice.errors import Conflict, DomainError, IllegalTransition
+from sluice.events import org_changed_on_commit
+from sluice.transactions import nestable, nested_atomic
 
 S = OrgStatus
 
@@ -34,6 +36,7 @@ def org_allowed_actions(*, org: Organization) -> list[str]:
     return [action for action, (sources, _) in TRANSITIONS.items() if org.status in sources]
 
 
+@nested_atomic
 def _org_transition(
     *, org: Organization, action: str, actor: Actor, reason: str = "",
     suspension_reason: str = "",
@@ -76,7 +79,8 @@ def _unique_slug(name: str) -> str:
     return slug
 
 
-@transaction.atomic
+@nestable
+@transaction.atomic(durable=True)
 def org_create(*, name: str, actor: Actor, slug: str = "") -> Organization:
     name = name.strip()
     if not name:
@@ -89,7 +93,8 @@ def org_create(*, name: str, actor: Actor, slug: str = "") -> Organization:
     return org
 
 
-@transaction.atomic
+@nestable
+@transaction.atomic(durable=True)
 def org_rename(*, org: Organization, name: str, actor: Actor) -> Organization:
     org = Organization.objects.select_for_update().get(pk=org.pk)
     name = name.strip()
@@ -103,27 +108,32 @@ def org_rename(*, org: Organization, name: str, actor: Actor) -> Organization:
     return org
 
 
-@transaction.atomic
+@nestable
+@transaction.atomic(durable=True)
 def org_review_start(*, org: Organization, actor: Actor) -> Organization:
     return _org_transition(org=org, action="review_start", actor=actor)
 
 
-@transaction.atomic
+@nestable
+@transaction.atomic(durable=True)
 def org_approve(*, org: Organization, actor: Actor, reason: str = "") -> Organization:
     return _org_transition(org=org, action="approve", actor=actor, reason=reason)
 
 
-@transaction.atomic
+@nestable
+@transaction.atomic(durable=True)
 def org_reject(*, org: Organization, actor: Actor, reason: str = "") -> Organization:
     return _org_transition(org=org, action="reject", actor=actor, reason=reason)
 
 
-@transaction.atomic
+@nestable
+@transaction.atomic(durable=True)
 def org_admit(*, org: Organization, actor: Actor, reason: str = "") -> Organization:
     return _org_transition(org=org, action="admit", actor=actor, reason=reason)
 
 
-@transaction.atomic
+@nestable
+@transaction.atomic(durable=True)
 def org_suspend(
     *, org: Organization, actor: Actor, reason: str = "",
     cause: str = SuspensionReason.OPERATOR,
@@ -134,18 +144,21 @@ def org_suspend(
     )
 
 
-@transaction.atomic
+@nestable
+@transaction.atomic(durable=True)
 def org_restore(*, org: Organization, actor: Actor, reason: str = "") -> Organization:
     return _org_transition(org=org, action="restore", actor=actor, reason=reason)
 
 
-@transaction.atomic
+@nestable
+@transaction.atomic(durable=True)
 def org_offboard(*, org: Organization, actor: Actor, reason: str = "") -> Organization:
     # Quotas ends the org's allocations in this transaction (its org_transitioned receiver).
     return _org_transition(org=org, action="offboard", actor=actor, reason=reason)
 
 
-@transaction.atomic
+@nestable
+@transaction.atomic(durable=True)
 def org_reapply(*, org: Organization, actor: Actor, reason: str = "") -> Organization:
     return _org_transition(org=org, action="reapply", actor=actor, reason=reason)
 
@@ -155,6 +168,7 @@ def org_reapply(*, org: Organization, actor: Actor, reason: str = "") -> Organiz
 APPLICATION_ACTIONS = frozenset({"review_start", "approve", "reject"})
 
 
+@transaction.atomic(durable=True)
 def org_transition(*, org: Organization, action: str, actor: Actor,
                    reason: str = "") -> Organization:
     """The operator's lifecycle button (REST and console): one action by name."""
@@ -176,5 +190,5 @@ def org_transition(*, org: Organization, action: str, actor: Actor,
             "reject it from the vetting queue, so the application and the waitlist stay in step.",
             code="application_open", details={"application": open_application})
     if action == "review_start":
-        return org_review_start(org=org, actor=actor)
-    return services[action](org=org, actor=actor, reason=reason)
+        return org_review_start.nested(org=org, actor=actor)
+    return services[action].nested(org=org, actor=actor, reason=reason)

@@ -3,6 +3,7 @@ from datetime import timedelta
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from orgs.models import Invitation, Membership, Organization, Role
@@ -10,9 +11,20 @@ from orgs.notifications import invitation_email_queue
 from orgs.services.audit import Actor, audit_record
 from sluice.errors import Conflict, NotFound
 from sluice.secrets import secret_issue, secret_matches, secret_parse_lookup
+from sluice.transactions import nestable
 
 User = get_user_model()
 INVITATION_KIND = "inv"
+
+
+def _membership_lock_with_owners(membership: Membership) -> Membership:
+    """Lock the membership and every owner row of its org, in primary-key order: two
+    concurrent demotions must not leave zero owners, nor wait on each other crosswise."""
+    rows = {row.pk: row for row in Membership.objects.select_for_update().filter(
+        Q(pk=membership.pk) | Q(org_id=membership.org_id, role=Role.OWNER)).order_by("pk")}
+    if membership.pk not in rows:
+        raise Membership.DoesNotExist
+    return rows[membership.pk]
 
 
 def _ensure_an_owner_remains(*, org: Organization, losing: Membership) -> None:
@@ -23,7 +35,8 @@ def _ensure_an_owner_remains(*, org: Organization, losing: Membership) -> None:
         raise Conflict("An organization must keep at least one owner.", code="last_owner")
 
 
-@transaction.atomic
+@nestable
+@transaction.atomic(durable=True)
 def membership_add(*, org: Organization, user, role: str, actor: Actor) -> Membership:
     try:
         with transaction.atomic():
@@ -35,12 +48,9 @@ def membership_add(*, org: Organization, user, role: str, actor: Actor) -> Membe
     return membership
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def membership_role_change(*, membership: Membership, role: str, actor: Actor) -> Membership:
-    membership = Membership.objects.select_for_update().get(pk=membership.pk)
-    # Lock every owner row of the org too: two concurrent demotions must not leave zero owners.
-    list(Membership.objects.select_for_update().filter(org_id=membership.org_id,
-                                                       role=Role.OWNER).order_by("pk"))
+    membership = _membership_lock_with_owners(membership)
     if role != Role.OWNER:
         _ensure_an_owner_remains(org=membership.org, losing=membership)
     before = {"role": membership.role}
@@ -51,11 +61,9 @@ def membership_role_change(*, membership: Membership, role: str, actor: Actor) -
     return membership
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def membership_remove(*, membership: Membership, actor: Actor) -> None:
-    membership = Membership.objects.select_for_update().get(pk=membership.pk)
-    list(Membership.objects.select_for_update().filter(org_id=membership.org_id,
-                                                       role=Role.OWNER).order_by("pk"))
+    membership = _membership_lock_with_owners(membership)
     _ensure_an_owner_remains(org=membership.org, losing=membership)
     audit_record(actor=actor, action="membership.remove", target=membership,
                  org=membership.org,
@@ -63,7 +71,21 @@ def membership_remove(*, membership: Membership, actor: Actor) -> None:
     membership.delete()
 
 
-@transaction.atomic
+def _invitation_email(*, invitation: Invitation, token: str) -> None:
+    link = f"{settings.PUBLIC_URL}/portal/invitations/{token}/"
+    send_mail(
+        subject=f"You are invited to {invitation.org.name} on Sluice",
+        message=(
+            f"You have been invited to join {invitation.org.name} as {invitation.role}.\n\n"
+            f"Accept the invitation: {link}\n\n"
+            f"The link expires at {invitation.expires_at:%Y-%m-%d %H:%M} UTC."
+        ),
+        from_email=None,
+        recipient_list=[invitation.email],
+    )
+
+
+@transaction.atomic(durable=True)
 def invitation_create(
     *, org: Organization, email: str, role: str, actor: Actor
 ) -> tuple[Invitation, str]:
@@ -81,7 +103,7 @@ def invitation_create(
     return invitation, issued.plaintext
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def invitation_revoke(*, invitation: Invitation, actor: Actor) -> Invitation:
     invitation = Invitation.objects.select_for_update().get(pk=invitation.pk)
     if invitation.accepted_at or invitation.revoked_at:
@@ -92,7 +114,8 @@ def invitation_revoke(*, invitation: Invitation, actor: Actor) -> Invitation:
     return invitation
 
 
-@transaction.atomic
+@nestable
+@transaction.atomic(durable=True)
 def invitation_accept(*, token: str, user) -> Membership:
     lookup = secret_parse_lookup(token, kind=INVITATION_KIND)
     invitation = (
@@ -104,7 +127,8 @@ def invitation_accept(*, token: str, user) -> Membership:
     if not invitation.is_pending():
         raise NotFound("This invitation has expired or was already used.",
                        code="invitation_invalid")
-    membership = membership_add(org=invitation.org, user=user, role=invitation.role, actor=user)
+    membership = membership_add.nested(org=invitation.org, user=user, role=invitation.role,
+                                       actor=user)
     invitation.accepted_at = timezone.now()
     invitation.accepted_by = user
     invitation.save(update_fields=["accepted_at", "accepted_by"])

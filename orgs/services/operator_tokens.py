@@ -9,7 +9,7 @@ from sluice.secrets import secret_issue
 OPERATOR_TOKEN_KIND = "op"  # noqa: S105 - a prefix, not a secret
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def operator_token_create(*, user, name: str, actor: Actor) -> tuple[OperatorToken, str]:
     if not user.is_staff:
         raise PermissionDenied("Operator tokens can only be issued to staff users.",
@@ -22,7 +22,7 @@ def operator_token_create(*, user, name: str, actor: Actor) -> tuple[OperatorTok
     return token, issued.plaintext
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def operator_token_revoke(*, token: OperatorToken, actor: Actor) -> OperatorToken:
     token = OperatorToken.objects.select_for_update().get(pk=token.pk)
     if token.revoked_at:

@@ -11,6 +11,7 @@ from portal.access import org_page
 from portal.forms import ApplicationForm, ApplicationUpdateForm
 from portal.selectors import org_latest_application
 from sluice.errors import DomainError
+from sluice.forms import form_add_domain_error
 
 EDITABLE_STATES = (ApplicationState.SUBMITTED, ApplicationState.INFO_REQUESTED)
 
@@ -30,7 +31,7 @@ def application(request, membership):
             try:
                 _save(form, latest if editing else None, org=org, actor=request.user)
             except DomainError as error:
-                form.add_service_errors(error)
+                form_add_domain_error(form=form, error=error)
                 status_code = error.status
             else:
                 messages.success(request, "Your application was updated." if editing

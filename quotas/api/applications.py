@@ -350,9 +350,7 @@ class OrgApplicationDetailApi(APIView):
     def patch(self, request, slug: str, pk: int):
         membership, app = self._get(request, slug, pk)
         _require_manager(membership)
-        serializer = self.OrgApplicationUpdateInput(data=request.data, partial=True)
-        serializer.is_valid(raise_exception=True)
-        data = dict(serializer.validated_data)
+        data = dict(validated_input(self.OrgApplicationUpdateInput, request.data, partial=True))
         response = data.pop("response", "")
         app = application_update(application=app, data=data, response=response,
                                  actor=request.user)

@@ -13,6 +13,7 @@ from orgs.selectors import operator_require, org_get_for_user, user_is_operator
 from quotas import services
 from quotas.models import Allocation, AllocationStatus, CapacityPool, LimiterFailurePolicy, Tier
 from quotas.selectors import pool_capacity_summaries, pool_capacity_summary
+from sluice.api import validated_input
 from sluice.errors import NotFound
 from sluice.pagination import paginate
 
@@ -67,9 +68,8 @@ class PoolListApi(APIView):
     @extend_schema(request=InputSerializer, responses={201: PoolOutput})
     def post(self, request):
         operator_require(user=request.user, perm="quotas.add_capacitypool")
-        data = self.InputSerializer(data=request.data)
-        data.is_valid(raise_exception=True)
-        pool = services.pool_create(actor=request.user, **data.validated_data)
+        data = validated_input(self.InputSerializer, request.data)
+        pool = services.pool_create(actor=request.user, **data)
         return Response(PoolOutput(pool).data, status=status.HTTP_201_CREATED)
 
 
@@ -94,9 +94,8 @@ class PoolCapacityApi(APIView):
     def post(self, request, pool_id: int):
         operator_require(user=request.user, perm="quotas.change_capacitypool")
         pool = _pool_get(pool_id)
-        data = self.InputSerializer(data=request.data)
-        data.is_valid(raise_exception=True)
-        pool = services.pool_capacity_set(pool=pool, actor=request.user, **data.validated_data)
+        data = validated_input(self.InputSerializer, request.data)
+        pool = services.pool_capacity_set(pool=pool, actor=request.user, **data)
         return Response(PoolSummaryOutput(pool_capacity_summary(pool=pool)).data)
 
 
@@ -141,12 +140,11 @@ class AllocationListApi(APIView):
     @extend_schema(parameters=[FilterSerializer], responses=AllocationOutput(many=True),
                    description="Operators see every allocation; members see their orgs' only.")
     def get(self, request):
-        filters = self.FilterSerializer(data=request.query_params)
-        filters.is_valid(raise_exception=True)
+        filters = validated_input(self.FilterSerializer, request.query_params)
         allocations = Allocation.objects.order_by("pk")
         if not user_is_operator(request.user):
             allocations = allocations.filter(org__memberships__user=request.user)
-        for field, value in filters.validated_data.items():
+        for field, value in filters.items():
             allocations = allocations.filter(**{field: value})
         return paginate(request, self, allocations, AllocationOutput)
 
@@ -155,9 +153,8 @@ class AllocationListApi(APIView):
                    "422 `capacity_exhausted` with `details.free_tps`.")
     def post(self, request):
         operator_require(user=request.user, perm="quotas.add_allocation")
-        data = self.InputSerializer(data=request.data)
-        data.is_valid(raise_exception=True)
-        allocation = services.allocation_grant(actor=request.user, **data.validated_data)
+        data = validated_input(self.InputSerializer, request.data)
+        allocation = services.allocation_grant(actor=request.user, **data)
         return Response(AllocationOutput(allocation).data, status=status.HTTP_201_CREATED)
 
 
@@ -184,10 +181,9 @@ class AllocationDetailApi(APIView):
     def patch(self, request, allocation_id: int):
         allocation = _allocation_get(request, allocation_id)
         operator_require(user=request.user, perm="quotas.change_allocation")
-        data = self.InputSerializer(data=request.data)
-        data.is_valid(raise_exception=True)
+        data = validated_input(self.InputSerializer, request.data)
         allocation = services.allocation_change(allocation=allocation, actor=request.user,
-                                                **data.validated_data)
+                                                **data)
         return Response(AllocationOutput(allocation).data)
 
 
@@ -199,8 +195,7 @@ class AllocationEndApi(APIView):
     def post(self, request, allocation_id: int):
         allocation = _allocation_get(request, allocation_id)
         operator_require(user=request.user, perm="quotas.change_allocation")
-        data = self.InputSerializer(data=request.data)
-        data.is_valid(raise_exception=True)
+        data = validated_input(self.InputSerializer, request.data)
         allocation = services.allocation_end(allocation=allocation, actor=request.user,
-                                             **data.validated_data)
+                                             **data)
         return Response(AllocationOutput(allocation).data)

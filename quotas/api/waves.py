@@ -9,6 +9,7 @@ from rest_framework.views import APIView
 
 from orgs.permissions import operator_access
 from quotas.models import CapacityPool, RolloutWave, WaveState
+from quotas.selectors import pool_get
 from quotas.waves import pool_auto_admit_set, wave_close, wave_create, wave_open, wave_plan
 from sluice.api import validated_input
 from sluice.errors import NotFound
@@ -135,10 +136,8 @@ class PoolAutoAdmissionApi(APIView):
     @extend_schema(request=PoolAutoAdmissionInput, responses=PoolAutoAdmissionInput)
     def put(self, request, pk: int):
         data = validated_input(self.PoolAutoAdmissionInput, request.data)
-        pool = CapacityPool.objects.filter(pk=pk).first()
-        if pool is None:
-            raise NotFound("No such pool.")
-        row = pool_auto_admit_set(pool=pool, enabled=data["auto_admit"], actor=request.user)
+        row = pool_auto_admit_set(pool=pool_get(pool_id=pk), enabled=data["auto_admit"],
+                                  actor=request.user)
         return Response({"auto_admit": row.auto_admit})
 
 

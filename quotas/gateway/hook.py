@@ -19,14 +19,13 @@ from quotas.gateway.tokens import GatewayIdentity, gateway_authenticate
 from quotas.limiter.connection import LimiterUnavailable
 from quotas.limiter.engine import Decision, limiter_authorize
 from quotas.usage import usage_record
+from sluice.error_format import error_body
 
 Answer = tuple[int, dict]
 
 
-def _error(code: str, message: str, status: int, **extra) -> Answer:
-    error = {"code": code, "message": message}
-    error.update(extra)
-    return status, {"error": error}
+def _error(code: str, message: str, status: int, *, fields: dict | None = None) -> Answer:
+    return status, error_body(code=code, message=message, fields=fields)
 
 
 def hook_call(handler, histogram, *, method: str, authorization: str, body: bytes) -> Answer:
@@ -41,8 +40,7 @@ def hook_call(handler, histogram, *, method: str, authorization: str, body: byte
                           "A valid gateway token is required (Bearer gw_...).", 401)
         return handler(json_body(body), gateway)
     except BadInput as exc:
-        extra = {"fields": exc.fields} if exc.fields else {}
-        return _error(exc.code, exc.message, 400, **extra)
+        return _error(exc.code, exc.message, 400, fields=exc.fields)
     finally:
         histogram.observe(time.perf_counter() - started)
 
@@ -60,10 +58,8 @@ def _decision_answer(d: Decision, *, pool_id: int, request_id: str, dry_run: boo
             body["dry_run"] = True
     else:
         status, message = messages.REFUSALS[d.outcome]
-        error = {"code": d.outcome, "message": message}
-        if status == 429:
-            error["retry_after_ms"] = d.retry_after_ms
-        body = {"allowed": False, "error": error}
+        retry = {"retry_after_ms": d.retry_after_ms} if status == 429 else {}
+        body = {"allowed": False, **error_body(code=d.outcome, message=message, **retry)}
         if d.tokens_limit or d.requests_limit:
             body["headers"] = ratelimit_headers(d)
     if limiter != "redis":
@@ -107,7 +103,7 @@ def usage_handle(body: object, gateway: GatewayIdentity) -> Answer:
         counts[r.result] += 1
         item = {"request_id": r.request_id, "result": r.result}
         if r.error_code:
-            item["error"] = {"code": r.error_code, "message": r.error_message}
+            item.update(error_body(code=r.error_code, message=r.error_message))
         out.append(item)
     for result, n in counts.items():
         if n:

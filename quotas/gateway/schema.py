@@ -57,9 +57,12 @@ RateLimitHeaders = type("RateLimitHeaders", (serializers.Serializer,), {
 
 
 class ErrorDetail(serializers.Serializer):
+    """The one error shape (sluice/error_format.py)."""
+
     code = serializers.CharField()
     message = serializers.CharField()
-    fields = serializers.DictField(required=False)
+    fields = serializers.DictField(required=False, help_text="Each bad input field's problems.")
+    details = serializers.DictField(required=False, help_text="Facts about the refusal.")
 
 
 class ErrorResponse(serializers.Serializer):

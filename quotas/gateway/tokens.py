@@ -16,6 +16,7 @@ from orgs.services.audit import Actor, audit_record
 from quotas.models import GatewayToken
 from sluice.errors import Conflict, DomainError
 from sluice.secrets import secret_digest, secret_issue, secret_matches, secret_parse_lookup
+from sluice.transactions import nestable
 
 GATEWAY_TOKEN_KIND = "gw"  # noqa: S105 - a prefix, not a secret
 CACHE_SECONDS = 10.0
@@ -23,7 +24,8 @@ CACHE_SECONDS = 10.0
 TOUCH_EVERY_SECONDS = 60
 
 
-@transaction.atomic
+@nestable
+@transaction.atomic(durable=True)
 def gateway_token_create(*, name: str, actor: Actor) -> tuple[GatewayToken, str]:
     name = name.strip()
     if not name:
@@ -38,7 +40,7 @@ def gateway_token_create(*, name: str, actor: Actor) -> tuple[GatewayToken, str]
     return token, issued.plaintext
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)
 def gateway_token_revoke(*, token: GatewayToken, actor: Actor, reason: str = "") -> GatewayToken:
     token = GatewayToken.objects.select_for_update().get(pk=token.pk)
     if token.revoked_at is not None:

@@ -17,6 +17,7 @@ from django.http.request import split_domain_port, validate_host
 
 from quotas.gateway.hook import authorize_handle, hook_call
 from quotas.gateway.metrics import AUTHORIZE_SECONDS
+from sluice.error_format import error_body
 
 AUTHORIZE_PATH = "/api/gateway/v1/authorize"
 
@@ -33,11 +34,11 @@ def _refusal(environ) -> tuple[int, dict] | None:
     host = environ.get("HTTP_HOST") or environ.get("SERVER_NAME", "")
     domain, _ = split_domain_port(host)
     if not domain or not validate_host(domain, settings.ALLOWED_HOSTS):
-        return 400, {"error": {"code": "bad_host", "message": f"Host {host!r} not allowed."}}
+        return 400, error_body(code="bad_host", message=f"Host {host!r} not allowed.")
     length = environ.get("CONTENT_LENGTH") or "0"
     if not length.isdigit() or int(length) > settings.DATA_UPLOAD_MAX_MEMORY_SIZE:
-        return 400, {"error": {"code": "malformed_request",
-                               "message": "Missing or too large Content-Length."}}
+        return 400, error_body(code="malformed_request",
+                               message="Missing or too large Content-Length.")
     return None
 
 

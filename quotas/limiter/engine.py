@@ -6,7 +6,6 @@ registry is missing (Redis flushed or restarted), it rebuilds the pool from Post
 once more: that is the only time the database is touched on this path.
 """
 
-import hashlib
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -23,6 +22,7 @@ from quotas.limiter.clock import (
 from quotas.limiter.connection import LimiterUnavailable, limiter_client, pool_tag, script_run
 from quotas.limiter.sync import limiter_sync_pool
 from quotas.models import Allocation
+from sluice.secrets import secret_digest
 
 ALLOWED = "allowed"
 DUPLICATE = "duplicate"
@@ -50,10 +50,6 @@ class Decision:
     @property
     def allowed(self) -> bool:
         return self.outcome in (ALLOWED, DUPLICATE)
-
-
-def api_key_digest(api_key: str) -> str:
-    return hashlib.sha256(api_key.encode()).hexdigest()
 
 
 def _decision(reply: list, now: datetime) -> Decision:
@@ -93,7 +89,7 @@ def limiter_authorize(*, pool_id: int, api_key: str, request_id: str, input_toke
                       max_output_tokens: int, dry_run: bool = False) -> Decision:
     """Raises LimiterUnavailable when Redis cannot be reached."""
     now = clock.now()
-    kwargs = dict(pool_id=pool_id, digest=api_key_digest(api_key), request_id=request_id,
+    kwargs = dict(pool_id=pool_id, digest=secret_digest(api_key), request_id=request_id,
                   cost=input_tokens + max_output_tokens, dry_run=dry_run, now=now)
     decision = _authorize_once(**kwargs)
     if decision.outcome == "unsynced":

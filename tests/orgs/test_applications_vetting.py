@@ -51,7 +51,7 @@ def test_invalid_fields_are_named_and_nothing_is_written(field, value):
     with pytest.raises(DomainError) as exc:
         submit(org, owner, **{field: value})
     assert exc.value.code == "invalid_application" and exc.value.status == 400
-    assert field in exc.value.details["fields"]
+    assert field in exc.value.fields
     assert not Application.objects.exists() and not AuditEvent.objects.exists()
 
 

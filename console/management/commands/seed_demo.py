@@ -9,7 +9,6 @@ from decimal import Decimal
 
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
-from django.db import transaction
 
 from console.management.seed_waitlist import seed_waitlist
 from orgs import services
@@ -70,20 +69,20 @@ class Command(BaseCommand):
     help = "Load demo data (idempotent)."
 
     def handle(self, *args, **options):
-        with transaction.atomic():
-            operator = self._user(OPERATOR_EMAIL, staff=True)
-            owner = self._user(OWNER_EMAIL, staff=False)
-            pool = self._pool()
-            created = 0
-            for name, target, tps in ORGS:
-                org, was_created = self._org(name, target)
-                created += was_created
-                if tps and target in (OrgStatus.ACTIVE, OrgStatus.SUSPENDED):
-                    self._allocation(org, pool, tps)
-            acme = Organization.objects.get(slug="acme-voice")
-            if not Membership.objects.filter(org=acme, user=owner).exists():
-                services.membership_add(org=acme, user=owner, role=Role.OWNER, actor=ACTOR)
-            self._extensions(pool=pool, operator=operator)
+        # No transaction around the whole: every step is a service that commits on its own.
+        operator = self._user(OPERATOR_EMAIL, staff=True)
+        owner = self._user(OWNER_EMAIL, staff=False)
+        pool = self._pool()
+        created = 0
+        for name, target, tps in ORGS:
+            org, was_created = self._org(name, target)
+            created += was_created
+            if tps and target in (OrgStatus.ACTIVE, OrgStatus.SUSPENDED):
+                self._allocation(org, pool, tps)
+        acme = Organization.objects.get(slug="acme-voice")
+        if not Membership.objects.filter(org=acme, user=owner).exists():
+            services.membership_add(org=acme, user=owner, role=Role.OWNER, actor=ACTOR)
+        self._extensions(pool=pool, operator=operator)
         self.stdout.write(f"Demo data ready ({created} new organizations).")
 
     def _extensions(self, *, pool, operator) -> None:
