@@ -21,7 +21,7 @@ ORG_ACTION_EMAILS = {
 
 
 def org_changed_on_commit(*, org_id: int, action: str) -> None:
-    from quotas.limiter.sync import limits_publish_org_later
+    from quotas.publish import limits_publish_org_later
 
     limits_publish_org_later(org_id=org_id)
     if action == "admit":
@@ -56,7 +56,7 @@ def capacity_freed_on_commit(*, pool_id: int) -> None:
 
 
 def limits_changed_on_commit(*, org_id: int) -> None:
-    from quotas.limiter.sync import limits_publish_org_later
+    from quotas.publish import limits_publish_org_later
 
     limits_publish_org_later(org_id=org_id)
 

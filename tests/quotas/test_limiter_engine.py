@@ -4,7 +4,8 @@ from datetime import timedelta
 
 import pytest
 
-from quotas.limiter.engine import Settlement, limiter_authorize, limiter_settle
+from quotas.limiter.engine import limiter_authorize, limiter_settle
+from quotas.limiter.schema import Settlement
 from tests.quotas.conftest import tenant_create
 
 pytestmark = pytest.mark.django_db
@@ -150,7 +151,7 @@ def test_request_id_reused_by_another_org_is_a_conflict(limiter):
 
 def test_expired_key_is_refused(tenant, limiter_clock):
     from orgs.services.api_keys import api_key_create
-    from quotas.limiter.sync import limiter_sync_pool
+    from quotas.publish import limiter_sync_pool
 
     key, plaintext = api_key_create(org=tenant.org, name="short", actor="test",
                                     expires_at=limiter_clock.now() + timedelta(hours=1))
