@@ -19,7 +19,7 @@ from pathlib import Path
 
 import redis
 
-from quotas.limiter.schema import lua_prelude
+from quotas.limiter.schema import SCRIPTS, lua_expand, lua_prelude
 
 SCRIPTS_DIR = Path(__file__).parent / "scripts"
 # After BREAKER_FAILURES failures in a row, skip Redis for BREAKER_SECONDS and apply the
@@ -91,10 +91,12 @@ def limiter_reset() -> None:
 
 
 def script_source(name: str) -> str:
-    """The prelude generated from schema.py, then _common.lua, then the script itself."""
-    common = (SCRIPTS_DIR / "_common.lua").read_text()
+    """The prelude generated from schema.py, _common.lua and the shared parts the script uses,
+    then the script itself; schema names expanded."""
+    parts = ["common", *SCRIPTS[name].shared]
+    sources = [(SCRIPTS_DIR / f"_{part}.lua").read_text() for part in parts]
     body = (SCRIPTS_DIR / f"{name}.lua").read_text()
-    return "\n".join((lua_prelude(name), common, body))
+    return lua_expand(name, "\n".join((lua_prelude(name), *sources, body)))
 
 
 @cache

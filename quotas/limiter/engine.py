@@ -43,7 +43,9 @@ class _PoolKeys(NamedTuple):
 
 @cache
 def _pool_keys(pool_id: int) -> _PoolKeys:
-    return _PoolKeys(*(pool_key(pool_id, getattr(KEY, name)) for name in _PoolKeys._fields))
+    return _PoolKeys(registry=pool_key(pool_id, KEY.registry),
+                     synced=pool_key(pool_id, KEY.synced), pool=pool_key(pool_id, KEY.pool),
+                     headroom_bucket=pool_key(pool_id, KEY.headroom_bucket))
 
 
 def api_key_digest(api_key: str) -> str:

@@ -16,33 +16,39 @@ local org, key_id, key_expires = string.match(entry, '^(%d+):(%d+):(%d+)$')
 if tonumber(key_expires) > 0 and tonumber(key_expires) <= now then
   return reply{outcome = 'invalid_api_key'}
 end
-local caller = {org_id = tonumber(org), api_key_id = tonumber(key_id)}
+local org_id, api_key_id = tonumber(org), tonumber(key_id)
 local function refuse(outcome)
-  return reply{outcome = outcome, org_id = caller.org_id, api_key_id = caller.api_key_id}
+  return reply{outcome = outcome, org_id = org_id, api_key_id = api_key_id}
 end
 
-local o = hash_read(key(KEY.org, org), F.org)
-if not o.status then return reply{outcome = 'unsynced'} end
-if o.status ~= 'active' then
-  if o.suspension_reason == 'payment' then return refuse('payment_required') end
+local status, suspension_reason, has_allocation, daily, conc, spend_cap,
+      guaranteed_rate, guaranteed_capacity, burst_rate, burst_capacity = unpack(redis.call(
+  'HMGET', key(KEY.org, org), F.org.status, F.org.suspension_reason, F.org.has_allocation,
+  F.org.daily_tokens, F.org.max_concurrency, F.org.spend_cap, F.org.guaranteed_rate,
+  F.org.guaranteed_capacity, F.org.burst_rate, F.org.burst_capacity))
+if not status then return reply{outcome = 'unsynced'} end
+if status ~= 'active' then
+  if suspension_reason == 'payment' then return refuse('payment_required') end
   return refuse('org_not_active')
 end
-if o.has_allocation ~= '1' then return refuse('no_allocation') end
+if has_allocation ~= '1' then return refuse('no_allocation') end
 
-local previous = hash_read(K.reservation, F.res)
-if previous.org and previous.org ~= org then return refuse('request_id_conflict') end
+local previous_org, previous_cost = unpack(redis.call('HMGET', K.reservation, F.res.org,
+                                                      F.res.cost))
+if previous_org and previous_org ~= org then return refuse('request_id_conflict') end
 
-local spend_cap = num(o.spend_cap, 0)
-if spend_cap > 0 and not previous.org then
+spend_cap = num(spend_cap, 0)
+if spend_cap > 0 and not previous_org then
   local spent = num(redis.call('GET', key(KEY.spend, org, A.month)), 0)
   if spent >= spend_cap then return refuse('spend_cap_reached') end
 end
 
-local daily, conc = num(o.daily_tokens, 0), num(o.max_concurrency, 0)
+daily, conc = num(daily, 0), num(conc, 0)
 local inflight_key, day_key = key(KEY.inflight, org), key(KEY.day, org, A.day)
 local active = redis.call('ZCOUNT', inflight_key, '(' .. now, '+inf')
 local used = num(redis.call('GET', day_key), 0)
-local s = buckets_read(org, now, o)
+local s = buckets_read(org, now, {guaranteed_rate, guaranteed_capacity, burst_rate,
+                                  burst_capacity})
 local g, b, h = s.guaranteed, s.burst, s.headroom
 
 local conc_reset = 0
@@ -56,8 +62,8 @@ local day_reset = DAY_MS - now % DAY_MS  -- until 00:00 UTC
 local take_g = math.min(cost, math.max(g.level, 0))
 local rest = cost - take_g
 local outcome, retry = 'allowed', nil  -- retry stays nil where waiting cannot help
-if previous.org then
-  outcome, cost, take_g, rest = 'duplicate', tonumber(previous.cost), 0, 0
+if previous_org then
+  outcome, cost, take_g, rest = 'duplicate', tonumber(previous_cost), 0, 0
 elseif active >= conc then
   outcome, retry = 'concurrency_exceeded', math.max(1, math.min(conc_reset, 1000))
 elseif used + cost > daily then
@@ -95,7 +101,7 @@ local reset = 0
 if g.rate > 0 then reset = math.max(reset, (g.capacity - g.level) * 1000 / g.rate) end
 if b.rate > 0 then reset = math.max(reset, (b.capacity - b.level) * 1000 / b.rate) end
 return reply{
-  outcome = outcome, org_id = caller.org_id, api_key_id = caller.api_key_id,
+  outcome = outcome, org_id = org_id, api_key_id = api_key_id,
   reserved_tokens = cost, retry_after_ms = retry,
   tokens_limit = g.capacity + b.capacity,
   tokens_remaining = math.floor(math.max(g.level, 0) + math.max(b.level, 0)),

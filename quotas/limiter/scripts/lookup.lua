@@ -6,11 +6,12 @@
 local now = tonumber(A.now_ms)
 local out = {}
 for i, item in ipairs(ITEMS) do
-  local r = hash_read(item.key, F.res)
+  local org, api_key, expires = unpack(redis.call('HMGET', item.key, F.res.org, F.res.api_key,
+                                                  F.res.expires))
   out[i] = false
-  if r.org then
-    local live = (r.expires and tonumber(r.expires) > now) and 1 or 0
-    out[i] = reply{org_id = tonumber(r.org), api_key_id = tonumber(r.api_key), live = live}
+  if org then
+    local live = (expires and tonumber(expires) > now) and 1 or 0
+    out[i] = reply{org_id = tonumber(org), api_key_id = tonumber(api_key), live = live}
   end
 end
 return out

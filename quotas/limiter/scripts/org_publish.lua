@@ -4,6 +4,18 @@
 -- KEYS (K): OrgPublishKeys; ARGV (A): OrgPublishArgs, whose `state` is an OrgPublishState as
 -- JSON (quotas/limiter/schema.py). Returns how many API keys the org has in the pool.
 local state = cjson.decode(A.state)
+
+-- Store every field of one hash from `values` (by readable name; none may be missing).
+local function hash_write(k, fields, values)
+  local args = {}
+  for name, field in pairs(fields) do
+    assert(values[name] ~= nil, 'no value for ' .. name)
+    args[#args + 1] = field
+    args[#args + 1] = values[name]
+  end
+  redis.call('HSET', k, unpack(args))
+end
+
 local old = redis.call('SMEMBERS', K.org_keys)
 for i = 1, #old, 1000 do
   redis.call('HDEL', K.registry, unpack(old, i, math.min(i + 999, #old)))

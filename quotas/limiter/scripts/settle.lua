@@ -12,12 +12,13 @@ local per_org = {}  -- org -> what its buckets get back, or owe
 
 for _, item in ipairs(ITEMS) do
   local actual = tonumber(item.tokens)
-  local r = hash_read(item.key, F.res)
-  if r.state ~= 'settled' then
+  local reserved_by, cost, from_burst, reserved_day, state = unpack(redis.call(
+    'HMGET', item.key, F.res.org, F.res.cost, F.res.from_burst, F.res.day, F.res.state))
+  if state ~= 'settled' then
     local owner, day, delta, borrowed = item.org_id, today, actual, 0
-    if r.org then
-      owner, day = r.org, r.day
-      delta, borrowed = actual - tonumber(r.cost), tonumber(r.from_burst)
+    if reserved_by then
+      owner, day = reserved_by, reserved_day
+      delta, borrowed = actual - tonumber(cost), tonumber(from_burst)
       redis.call('ZREM', key(KEY.inflight, owner), item.request_id)
     end
     local day_key = key(KEY.day, owner, day)
