@@ -174,37 +174,34 @@ def limiter_sync_all() -> dict[int, int]:
             for pool_id in CapacityPool.objects.order_by("pk").values_list("pk", flat=True)}
 
 
-def limits_publish_orgs_now_or_queue(org_ids: set[int]) -> None:
+def _now_or_queue(publish, task, *, entity: str, ids: set[int]) -> None:
     """Publish directly (a suspension must stop traffic within a second); if Redis is down, hand
-    each org's publish to a Celery task that retries with backoff."""
+    each publish to a Celery task that retries with backoff."""
+    try:
+        publish(ids)
+    except LimiterUnavailable:
+        for pk in sorted(ids):
+            logger.warning("limiter publish of %s %s failed; queued a retry", entity, pk)
+            try:
+                task.apply_async(kwargs={f"{entity}_id": pk}, retry=False)
+            except Exception:
+                # The broker shares Redis: when both are down, the periodic limiter_sync (beat)
+                # is what brings this state back.
+                logger.exception("could not queue the limiter publish of %s %s", entity, pk)
+
+
+def limits_publish_orgs_now_or_queue(org_ids: set[int]) -> None:
     from quotas.tasks import limits_publish_org  # the tasks module imports this one
 
-    try:
-        limits_publish_orgs(org_ids=org_ids)
-    except LimiterUnavailable:
-        for org_id in sorted(org_ids):
-            logger.warning("limiter publish of org %s failed; queued a retry", org_id)
-            _queue(limits_publish_org, org_id=org_id)
+    _now_or_queue(lambda ids: limits_publish_orgs(org_ids=ids), limits_publish_org,
+                  entity="org", ids=org_ids)
 
 
 def limits_publish_pools_now_or_queue(pool_ids: set[int]) -> None:
     from quotas.tasks import limits_publish_pool  # the tasks module imports this one
 
-    try:
-        limits_publish_pools(pool_ids=pool_ids)
-    except LimiterUnavailable:
-        for pool_id in sorted(pool_ids):
-            logger.warning("limiter publish of pool %s failed; queued a retry", pool_id)
-            _queue(limits_publish_pool, pool_id=pool_id)
-
-
-def _queue(task, **kwargs) -> None:
-    try:
-        task.apply_async(kwargs=kwargs, retry=False)
-    except Exception:
-        # The broker shares Redis: when both are down, the periodic limiter_sync (beat) is what
-        # brings this state back.
-        logger.exception("could not queue %s%s", task.name, kwargs)
+    _now_or_queue(lambda ids: limits_publish_pools(pool_ids=ids), limits_publish_pool,
+                  entity="pool", ids=pool_ids)
 
 
 def limits_publish_org_later(*, org_id: int) -> None:

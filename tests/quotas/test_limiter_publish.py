@@ -7,7 +7,9 @@ import pytest
 from django.db import transaction
 
 from orgs.services.api_keys import api_key_create
+from orgs.services.lifecycle import org_suspend
 from quotas.limiter import state
+from quotas.limiter.engine import limiter_authorize
 from quotas.limiter.schema import KEY, ORG, POOL, pool_key
 from quotas.publish import limits_publish_pools_now_or_queue
 from quotas.services import allocation_change, pool_capacity_set
@@ -95,3 +97,13 @@ def test_a_pool_publish_with_redis_down_is_handed_to_a_retry(limiter, settings, 
     settings.REDIS_URL = "redis://127.0.0.1:1/0"  # the engine follows the setting
     limits_publish_pools_now_or_queue({pool.pk})
     assert f"limiter publish of pool {pool.pk} failed" in caplog.text
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_suspension_reaches_redis_as_its_transaction_commits(limiter, published_limits):
+    t = tenant_create(guaranteed_tps=100, burst_tps=100)
+    published_limits.clear()
+    org_suspend(org=t.org, actor="test", reason="abuse")  # its own transaction, committed
+    assert published_limits == [t.org.pk]
+    assert limiter_authorize(pool_id=t.pool.pk, api_key=t.plaintext, request_id="r1",
+                             input_tokens=1, max_output_tokens=1).outcome == "org_not_active"
