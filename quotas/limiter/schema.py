@@ -208,6 +208,7 @@ class OrgPublishState(NamedTuple):
     api_keys: list  # [{"digest", "entry"}]: the registry entries of the org's usable keys
     day_used: int  # tokens recorded today: the floor of a day counter rebuilt after a flush
     month_spend: int  # micro-dollars rated this month: the floor of the month's counter
+    month_spend_ttl_s: int  # how long a month's counter lives
 
 
 class PoolPublishKeys(NamedTuple):

@@ -77,7 +77,8 @@ def limiter_org_publish(*, pool_id: int, org: OrgState, headroom_tps: int,
         pool=_pool_headroom(headroom_tps),
         api_keys=[{"digest": k.digest, "entry": f"{org.org_id}:{k.key_id}:{k.expires_ms}"}
                   for k in org.api_keys],
-        day_used=org.day_used_tokens, month_spend=org.month_spend_micros)
+        day_used=org.day_used_tokens, month_spend=org.month_spend_micros,
+        month_spend_ttl_s=SPEND_COUNTER_SECONDS)
     keys = OrgPublishKeys(
         registry=pool_key(pool_id, KEY.registry), pool=pool_key(pool_id, KEY.pool),
         org=pool_key(pool_id, KEY.org, org.org_id),

@@ -34,6 +34,6 @@ redis.call('SET', K.day, state.day_used, 'NX', 'PX', 2 * DAY_MS)
 -- flushed counter and repairs increments lost while Redis was unreachable. (The live counter
 -- rounds each batch up, so it is normally at or above the rated figure.)
 if num(redis.call('GET', K.spend), -1) < state.month_spend then
-  redis.call('SET', K.spend, state.month_spend, 'EX', 40 * 86400)
+  redis.call('SET', K.spend, state.month_spend, 'EX', state.month_spend_ttl_s)
 end
 return #state.api_keys
