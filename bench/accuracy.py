@@ -51,8 +51,9 @@ def main() -> None:
     parser.add_argument("--processes", type=int, default=4)
     args = parser.parse_args()
     django_setup()
-    from quotas.limiter.sync import BUCKET_SECONDS, limiter_sync_pool
+    from quotas.limiter.state import BUCKET_SECONDS
     from quotas.models import Allocation
+    from quotas.publish import limiter_sync_pool
 
     pool, org, allocation, api_key, _ = tenant_seed(
         capacity_tps=2000, guaranteed_tps=800, burst_tps=1600, daily_tokens=10**12,

@@ -43,8 +43,8 @@ def tenant_seed(*, capacity_tps=2_000_000_000, guaranteed_tps=1_000_000_000,
     """A fresh pool, active org, allocation, API key and gateway token; Redis synced."""
     from orgs.services.api_keys import api_key_create
     from quotas.gateway.tokens import gateway_token_create
-    from quotas.limiter.sync import limiter_sync_pool
     from quotas.models import Allocation, CapacityPool
+    from quotas.publish import limiter_sync_pool
 
     tag = uuid.uuid4().hex[:8]
     org = org_seed()

@@ -19,8 +19,9 @@ def main() -> None:
     args = parser.parse_args()
     django_setup()
     from quotas.limiter.clock import clock, day_stamp, epoch_ms, month_stamp
-    from quotas.limiter.connection import _script, limiter_client, pool_tag
+    from quotas.limiter.connection import _script, limiter_client
     from quotas.limiter.engine import limiter_authorize
+    from quotas.limiter.schema import KEY, AuthorizeArgs, AuthorizeKeys, pool_key
     from sluice.secrets import secret_digest
 
     pool, _, _, api_key, _ = tenant_seed()
@@ -37,18 +38,24 @@ def main() -> None:
     # The Redis server may be shared: take the difference over this run only.
     in_redis_us = (after["usec"] - before["usec"]) / max(after["calls"] - before["calls"], 1)
 
-    script, tag, digest = _script("authorize"), pool_tag(pool.pk), secret_digest(api_key)
+    script, digest = _script("authorize"), secret_digest(api_key)
     n, start = 0, time.perf_counter()
     while time.perf_counter() - start < args.seconds:
         now = clock.now()
         pipe = client.pipeline(transaction=False)
         for _ in range(args.batch):
-            script(keys=[f"{tag}:keys", f"{tag}:res:p{n}", f"{tag}:synced"],
-                   args=[digest, f"p{n}", 500, epoch_ms(now), day_stamp(now), month_stamp(now),
-                         600_000, "0", 600_000], client=pipe)
+            keys = AuthorizeKeys(registry=pool_key(pool.pk, KEY.registry),
+                                 synced=pool_key(pool.pk, KEY.synced),
+                                 pool=pool_key(pool.pk, KEY.pool),
+                                 headroom_bucket=pool_key(pool.pk, KEY.headroom_bucket),
+                                 reservation=pool_key(pool.pk, KEY.reservation, f"p{n}"))
+            script(keys=keys, client=pipe, args=AuthorizeArgs(
+                digest=digest, request_id=f"p{n}", cost=500, now_ms=epoch_ms(now),
+                day=day_stamp(now), month=month_stamp(now), ttl_ms=600_000, dry_run=0,
+                record_ttl_ms=600_000))
             n += 1
         replies = pipe.execute()
-        assert all(r[0] == b"allowed" for r in replies), replies[0]
+        assert all(r[0] == "allowed" for r in replies), replies[0]
     pipelined = n / (time.perf_counter() - start)
 
     table(f"admission engine in-process, {args.seconds:.0f} s each",

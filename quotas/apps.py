@@ -1,4 +1,5 @@
 from django.apps import AppConfig
+from django.core.signals import setting_changed
 
 
 class QuotasConfig(AppConfig):
@@ -7,12 +8,15 @@ class QuotasConfig(AppConfig):
 
     def ready(self) -> None:
         from orgs import events as orgs_events
-
-        # Registers the gateway-token admin (kept apart from quotas/admin.py).
         from quotas import (
-            admin_gateway,  # noqa: F401
+            admin_gateway,  # noqa: F401 - registers the gateway-token admin
             receivers,
         )
+        from quotas.publish import engine_configure_from_settings, engine_settings_changed
+
+        engine_configure_from_settings()
+        # Tests override REDIS_URL or the reservation TTL: the engine follows.
+        setting_changed.connect(engine_settings_changed)
 
         orgs_events.org_transitioned.subscribe(receivers.org_transitioned_received)
         orgs_events.api_keys_changed.subscribe(receivers.api_keys_changed_received)

@@ -1,9 +1,9 @@
 """What quotas does when orgs announces something (subscribed in QuotasConfig.ready())."""
 
 from orgs.models import Application
-from quotas.limiter.sync import limits_publish_org_later
 from quotas.models import CapacityPool, OrgPoolPreference, Tier
 from quotas.notifications import org_waitlist_email_queue
+from quotas.publish import limits_publish_org_later
 from quotas.services import allocations_end_for_org, org_pool_preference_set
 from sluice.errors import NotFound, Unprocessable
 

@@ -32,11 +32,10 @@ from django.utils import timezone
 from orgs.models import Organization, OrgStatus
 from orgs.services.audit import Actor, audit_record
 from quotas.errors import CapacityBelowGuarantees, CapacityExhausted
-from quotas.limiter.sync import limits_publish_org_later
 from quotas.models import Allocation, AllocationStatus, CapacityPool, OrgPoolPreference
+from quotas.publish import limits_publish_org_later, limits_publish_pool_later
 from quotas.selectors import pool_guaranteed_tps
 from sluice.errors import Conflict, DomainError
-from sluice.events import capacity_freed_on_commit, limits_changed_on_commit
 from sluice.transactions import nestable, nested_atomic
 
 # An allocation can be prepared for an org about to be admitted, and kept while it is suspended.
@@ -55,14 +54,6 @@ def _capacity_freed(*, pool_id: int) -> None:
     from quotas.tasks import pool_auto_admit  # the tasks module imports this one
 
     transaction.on_commit(partial(pool_auto_admit.delay, pool_id=pool_id))
-
-
-def _pool_orgs_changed(pool: CapacityPool) -> None:
-    """Every org with an allocation in the pool gets its limits republished after commit."""
-    org_ids = pool.allocations.filter(status=AllocationStatus.ACTIVE).values_list("org_id",
-                                                                                  flat=True)
-    for org_id in org_ids:
-        limits_publish_org_later(org_id=org_id)
 
 
 def _allocation_snapshot(a: Allocation) -> dict:
@@ -137,7 +128,8 @@ def pool_capacity_set(*, pool: CapacityPool, capacity_tps: int, actor: Actor,
     pool.save(update_fields=["capacity_tps", "guaranteeable_ratio", "updated_at"])
     audit_record(actor=actor, action="pool.capacity_set", target=pool, before=before,
                  after={"capacity_tps": capacity_tps, "ratio": str(ratio)}, reason=reason)
-    _pool_orgs_changed(pool)
+    # Capacity moves the pool's headroom only (its orgs' limits stay): one write for the pool.
+    limits_publish_pool_later(pool_id=pool.pk)
     return pool
 
 
@@ -161,7 +153,6 @@ def pool_settings_set(*, pool: CapacityPool, actor: Actor, capacity_tps: int,
         pool.save(update_fields=[*after, "updated_at"])
         audit_record(actor=actor, action="pool.settings_set", target=pool, before=before,
                      after=after)
-        _pool_orgs_changed(pool)
     return pool
 
 

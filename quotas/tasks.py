@@ -3,7 +3,7 @@
 from celery import shared_task
 
 from quotas.limiter.connection import LimiterUnavailable
-from quotas.limiter.sync import limiter_publish_org, limiter_sync_all
+from quotas.publish import limiter_sync_all, limits_publish_orgs, limits_publish_pools
 from quotas.services import allocations_expire as allocations_expire_service
 from quotas.waves import pool_auto_admit as pool_auto_admit_service
 from quotas.waves import waves_close_due, waves_open_due
@@ -12,7 +12,13 @@ from quotas.waves import waves_close_due, waves_open_due
 @shared_task(autoretry_for=(LimiterUnavailable,), retry_backoff=True, retry_backoff_max=60,
              max_retries=20)
 def limits_publish_org(*, org_id: int) -> int:
-    return limiter_publish_org(org_id=org_id)
+    return limits_publish_orgs(org_ids=[org_id])
+
+
+@shared_task(autoretry_for=(LimiterUnavailable,), retry_backoff=True, retry_backoff_max=60,
+             max_retries=20)
+def limits_publish_pool(*, pool_id: int) -> None:
+    limits_publish_pools(pool_ids=[pool_id])
 
 
 @shared_task

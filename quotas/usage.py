@@ -29,12 +29,9 @@ from quotas.gateway.reservations import (
 from quotas.gateway.routing import PoolRoute, pool_route_by_id, pool_routes_all
 from quotas.limiter.clock import clock, month_stamp
 from quotas.limiter.connection import LimiterUnavailable
-from quotas.limiter.engine import (
-    Settlement,
-    limiter_reservations_lookup,
-    limiter_settle,
-    spend_add,
-)
+from quotas.limiter.engine import limiter_reservations_lookup, limiter_settle
+from quotas.limiter.schema import Settlement
+from quotas.publish import spend_add
 
 logger = logging.getLogger(__name__)
 

@@ -61,9 +61,16 @@ def redis_client():
 
 @pytest.fixture
 def published_limits(monkeypatch) -> list[int]:
-    """Org ids whose limits were pushed to the admission engine after a commit (every publish
-    goes through `limits_publish_org_now_or_queue`, looked up at call time)."""
+    """Org ids whose limits were pushed to the admission engine after a commit, once per
+    publish (the publish itself still runs, against the test's Redis)."""
+    from quotas import publish
+
     published: list[int] = []
-    monkeypatch.setattr("quotas.limiter.sync.limits_publish_org_now_or_queue",
-                        lambda *, org_id: published.append(org_id))
+    flush = publish.limits_publish_orgs_now_or_queue
+
+    def recorded(org_ids: set[int]) -> None:
+        published.extend(sorted(org_ids))
+        flush(org_ids)
+
+    monkeypatch.setattr(publish, "limits_publish_orgs_now_or_queue", recorded)
     return published

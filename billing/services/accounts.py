@@ -5,7 +5,7 @@ from django.db import transaction
 from billing.models import BillingAccount
 from orgs.models import Organization
 from orgs.services.audit import Actor, audit_record
-from quotas.limiter.sync import limits_publish_org_later
+from quotas.publish import limits_publish_org_later
 from sluice.errors import Unprocessable
 
 

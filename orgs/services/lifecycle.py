@@ -14,7 +14,6 @@ from orgs.models import Organization, OrgStatus, SuspensionReason
 from orgs.notifications import org_email_queue
 from orgs.services.audit import Actor, audit_record
 from sluice.errors import Conflict, DomainError, IllegalTransition
-from sluice.events import org_changed_on_commit
 from sluice.transactions import nestable, nested_atomic
 
 S = OrgStatus

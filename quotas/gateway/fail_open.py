@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 from orgs.models import ApiKey, OrgStatus, SuspensionReason
 from quotas.limiter.clock import clock, ms_until_next_utc_day
-from quotas.limiter.engine import ALLOWED, Decision
-from quotas.limiter.sync import BUCKET_SECONDS
+from quotas.limiter.schema import ALLOWED, Decision
+from quotas.limiter.state import BUCKET_SECONDS
 from quotas.selectors import allocations_in_force
 from sluice.secrets import secret_digest, secret_parse_lookup
 

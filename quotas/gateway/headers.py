@@ -1,6 +1,6 @@
 """The rate-limit headers a gateway forwards to its caller, OpenAI style."""
 
-from quotas.limiter.engine import Decision
+from quotas.limiter.schema import Decision
 
 
 def duration_format(ms: int) -> str:

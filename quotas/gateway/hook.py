@@ -17,7 +17,8 @@ from quotas.gateway.reservations import reservation_id_issue
 from quotas.gateway.routing import RouteError, pool_route
 from quotas.gateway.tokens import GatewayIdentity, gateway_authenticate
 from quotas.limiter.connection import LimiterUnavailable
-from quotas.limiter.engine import Decision, limiter_authorize
+from quotas.limiter.engine import limiter_authorize
+from quotas.limiter.schema import Decision
 from quotas.usage import usage_record
 from sluice.error_format import error_body
 

@@ -7,8 +7,8 @@ from orgs.models import ApiKey, Organization
 from orgs.services.api_keys import api_key_create
 from quotas.limiter.clock import clock
 from quotas.limiter.connection import limiter_reset
-from quotas.limiter.sync import limiter_sync_pool
 from quotas.models import Allocation, CapacityPool
+from quotas.publish import limiter_sync_pool
 from tests.factories import AllocationFactory, OrganizationFactory, PoolFactory
 
 # Noon UTC tomorrow: ahead of the wall clock (services compare expiries with it), and

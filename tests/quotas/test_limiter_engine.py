@@ -1,10 +1,13 @@
 """The admission engine against real Redis: every limit, idempotency, expiry, settlement."""
 
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
 
-from quotas.limiter.engine import Settlement, limiter_authorize, limiter_settle
+from quotas.limiter.connection import engine_config, engine_configure
+from quotas.limiter.engine import limiter_authorize, limiter_settle
+from quotas.limiter.schema import Settlement
 from tests.quotas.conftest import tenant_create
 
 pytestmark = pytest.mark.django_db
@@ -150,7 +153,7 @@ def test_request_id_reused_by_another_org_is_a_conflict(limiter):
 
 def test_expired_key_is_refused(tenant, limiter_clock):
     from orgs.services.api_keys import api_key_create
-    from quotas.limiter.sync import limiter_sync_pool
+    from quotas.publish import limiter_sync_pool
 
     key, plaintext = api_key_create(org=tenant.org, name="short", actor="test",
                                     expires_at=limiter_clock.now() + timedelta(hours=1))
@@ -170,3 +173,18 @@ def test_a_caller_whose_clock_is_behind_never_refills_twice(tenant, limiter_cloc
     assert authorize(tenant, "r2").tokens_remaining == 800
     limiter_clock.freeze(t0 + timedelta(seconds=1))
     assert authorize(tenant, "r3", input_tokens=1, max_output_tokens=0).tokens_remaining == 799
+
+
+def test_an_unsynced_pool_asks_the_configured_rebuild_once_then_refuses(tenant, limiter):
+    """The engine reads no database: on a flushed pool it calls its `pool_rebuild`."""
+    config = engine_config()
+    asked: list[int] = []
+    limiter.flushdb()
+    engine_configure(replace(config, pool_rebuild=lambda *, pool_id: asked.append(pool_id)))
+    try:
+        assert authorize(tenant, "r1").outcome == "invalid_api_key"  # rebuilt nothing
+        assert asked == [tenant.pool.pk]
+        engine_configure(replace(config, pool_rebuild=None))
+        assert authorize(tenant, "r2").outcome == "invalid_api_key"
+    finally:
+        engine_configure(config)

@@ -8,10 +8,14 @@ import pytest
 from orgs.models import SuspensionReason
 from orgs.services.api_keys import api_key_revoke
 from orgs.services.lifecycle import org_offboard, org_restore, org_suspend
-from quotas.limiter.connection import limiter_reset
-from quotas.limiter.engine import limiter_authorize, spend_add, spend_cap_set
-from quotas.limiter.sync import limiter_sync_pool, limits_publish_org_now_or_queue
+from quotas.limiter.engine import limiter_authorize
 from quotas.models import UsageHourly
+from quotas.publish import (
+    limiter_sync_pool,
+    limits_publish_orgs_now_or_queue,
+    spend_add,
+    spend_cap_set,
+)
 from quotas.services import allocation_change, allocation_end
 from tests.quotas.conftest import tenant_create
 
@@ -102,9 +106,8 @@ def tenant_month():
 
 
 def test_publish_with_redis_down_does_not_raise(tenant, settings, caplog):
-    settings.REDIS_URL = "redis://127.0.0.1:1/0"
-    limiter_reset()
-    limits_publish_org_now_or_queue(org_id=tenant.org.pk)
+    settings.REDIS_URL = "redis://127.0.0.1:1/0"  # the engine follows the setting
+    limits_publish_orgs_now_or_queue({tenant.org.pk})
     assert "limiter publish of org" in caplog.text
 
 

@@ -13,8 +13,9 @@ from billing.services.caps import month_to_date_micros
 from quotas.gateway.routing import pool_routes_reload
 from quotas.gateway.tokens import gateway_token_cache_clear, gateway_token_create
 from quotas.limiter.clock import clock, month_stamp
-from quotas.limiter.connection import limiter_client, pool_tag
-from quotas.limiter.sync import limiter_sync_pool
+from quotas.limiter.connection import limiter_client
+from quotas.limiter.schema import pool_tag
+from quotas.publish import limiter_sync_pool
 from tests.quotas.conftest import tenant_create
 from tests.quotas.test_usage_ingest import AUTHORIZE, USAGE, authorize, event
 

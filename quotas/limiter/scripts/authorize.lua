@@ -1,49 +1,55 @@
 -- Decide one request atomically: every limit passes and every limit is debited, or nothing is.
 --
--- KEYS: {p}:keys, {p}:res:<request_id>, {p}:synced
--- ARGV: key digest, request_id, cost, now_ms, day (YYYYMMDD), month (YYYYMM),
---       reservation ttl ms, dry_run ("1"/"0"), reservation record ttl ms
--- Returns {outcome} for outcomes that know no org, else
---   {outcome, org, key_id, reserved, retry_ms, tok_limit, tok_remaining, tok_reset_ms,
---    day_limit, day_remaining, conc_limit, conc_remaining, conc_reset_ms}
-local keys_key, res_key, synced_key = KEYS[1], KEYS[2], KEYS[3]
-local digest, rid = ARGV[1], ARGV[2]
-local cost, now = tonumber(ARGV[3]), tonumber(ARGV[4])
-local day, month = ARGV[5], ARGV[6]
-local ttl, dry, record_ttl = tonumber(ARGV[7]), ARGV[8] == '1', tonumber(ARGV[9])
+-- KEYS (K): AuthorizeKeys, ARGV (A): AuthorizeArgs, reply: Decision (quotas/limiter/schema.py).
+-- The org's keys are derived from the pool's tag: the org is known only after the key lookup.
+local cost, now = tonumber(A.cost), tonumber(A.now_ms)
+local ttl, record_ttl = tonumber(A.ttl_ms), tonumber(A.record_ttl_ms)
+local dry = A.dry_run == '1'
 
-local entry = redis.call('HGET', keys_key, digest)
+local entry = redis.call('HGET', K.registry, A.digest)
 if not entry then
   -- Without the marker the registry may simply be gone (Redis flushed or restarted).
-  if redis.call('EXISTS', synced_key) == 0 then return {'unsynced'} end
-  return {'invalid_api_key'}
+  if redis.call('EXISTS', K.synced) == 0 then return reply{outcome = 'unsynced'} end
+  return reply{outcome = 'invalid_api_key'}
 end
 local org, key_id, key_expires = string.match(entry, '^(%d+):(%d+):(%d+)$')
-if tonumber(key_expires) > 0 and tonumber(key_expires) <= now then return {'invalid_api_key'} end
-
-local o = redis.call('HMGET', key('org', org), 'st', 'sr', 'alloc', 'daily', 'conc', 'scap',
-                     'gr', 'gc', 'br', 'bc')
-if not o[1] then return {'unsynced'} end
-if o[1] ~= 'active' then
-  if o[2] == 'payment' then return {'payment_required', org, key_id} end
-  return {'org_not_active', org, key_id}
+if tonumber(key_expires) > 0 and tonumber(key_expires) <= now then
+  return reply{outcome = 'invalid_api_key'}
 end
-if o[3] ~= '1' then return {'no_allocation', org, key_id} end
-
-local previous = redis.call('HMGET', res_key, 'o', 'c')
-if previous[1] and previous[1] ~= org then return {'request_id_conflict', org, key_id} end
-
-local scap = num(o[6], 0)
-if scap > 0 and not previous[1] then
-  local spent = num(redis.call('GET', key('spend', org, month)), 0)
-  if spent >= scap then return {'spend_cap_reached', org, key_id} end
+local org_id, api_key_id = tonumber(org), tonumber(key_id)
+local function refuse(outcome)
+  return reply{outcome = outcome, org_id = org_id, api_key_id = api_key_id}
 end
 
-local daily, conc = num(o[4], 0), num(o[5], 0)
-local inflight_key, day_key = key('inflight', org), key('day', org, day)
+local status, suspension_reason, has_allocation, daily, conc, spend_cap,
+      guaranteed_rate, guaranteed_capacity, burst_rate, burst_capacity = unpack(redis.call(
+  'HMGET', key(KEY.org, org), F.org.status, F.org.suspension_reason, F.org.has_allocation,
+  F.org.daily_tokens, F.org.max_concurrency, F.org.spend_cap, F.org.guaranteed_rate,
+  F.org.guaranteed_capacity, F.org.burst_rate, F.org.burst_capacity))
+if not status then return reply{outcome = 'unsynced'} end
+if status ~= 'active' then
+  if suspension_reason == 'payment' then return refuse('payment_required') end
+  return refuse('org_not_active')
+end
+if has_allocation ~= '1' then return refuse('no_allocation') end
+
+local previous_org, previous_cost = unpack(redis.call('HMGET', K.reservation, F.res.org,
+                                                      F.res.cost))
+if previous_org and previous_org ~= org then return refuse('request_id_conflict') end
+
+spend_cap = num(spend_cap, 0)
+if spend_cap > 0 and not previous_org then
+  local spent = num(redis.call('GET', key(KEY.spend, org, A.month)), 0)
+  if spent >= spend_cap then return refuse('spend_cap_reached') end
+end
+
+daily, conc = num(daily, 0), num(conc, 0)
+local inflight_key, day_key = key(KEY.inflight, org), key(KEY.day, org, A.day)
 local active = redis.call('ZCOUNT', inflight_key, '(' .. now, '+inf')
 local used = num(redis.call('GET', day_key), 0)
-local s = buckets_read(org, now, {o[7], o[8], o[9], o[10]})
+local s = buckets_read(org, now, {guaranteed_rate, guaranteed_capacity, burst_rate,
+                                  burst_capacity})
+local g, b, h = s.guaranteed, s.burst, s.headroom
 
 local conc_reset = 0
 if active >= conc then  -- the next slot frees when the oldest reservation expires (or settles)
@@ -51,45 +57,56 @@ if active >= conc then  -- the next slot frees when the oldest reservation expir
                             'LIMIT', 0, 1)
   if oldest[2] then conc_reset = tonumber(oldest[2]) - now end
 end
+local day_reset = DAY_MS - now % DAY_MS  -- until 00:00 UTC
 
-local take_g = math.min(cost, math.max(s.g, 0))
+local take_g = math.min(cost, math.max(g.level, 0))
 local rest = cost - take_g
-local outcome, retry = 'allowed', 0
-if previous[1] then
-  outcome, cost, take_g, rest = 'duplicate', tonumber(previous[2]), 0, 0
+local outcome, retry = 'allowed', nil  -- retry stays nil where waiting cannot help
+if previous_org then
+  outcome, cost, take_g, rest = 'duplicate', tonumber(previous_cost), 0, 0
 elseif active >= conc then
   outcome, retry = 'concurrency_exceeded', math.max(1, math.min(conc_reset, 1000))
 elseif used + cost > daily then
-  outcome, retry = 'daily_quota_exhausted', -1
-elseif rest > 0 and rest > math.max(s.b, 0) then
+  outcome, retry = 'daily_quota_exhausted', day_reset
+elseif rest > 0 and rest > math.max(b.level, 0) then
   outcome = 'tps_exceeded'
-  if cost > s.gc + s.bc then retry = -1
-  else retry = math.ceil((cost - math.max(s.g, 0) - math.max(s.b, 0)) * 1000 / (s.gr + s.br)) end
-elseif rest > 0 and rest > math.max(s.h, 0) then
+  if cost <= g.capacity + b.capacity then
+    retry = math.ceil((cost - math.max(g.level, 0) - math.max(b.level, 0)) * 1000
+                      / (g.rate + b.rate))
+  end
+elseif rest > 0 and rest > math.max(h.level, 0) then
   outcome = 'pool_capacity_exhausted'
-  if s.hr > 0 then retry = math.ceil((rest - math.max(s.h, 0)) * 1000 / s.hr)
-  else retry = math.ceil((cost - math.max(s.g, 0)) * 1000 / math.max(s.gr, 1)) end
+  if h.rate > 0 then retry = math.ceil((rest - math.max(h.level, 0)) * 1000 / h.rate)
+  else retry = math.ceil((cost - math.max(g.level, 0)) * 1000 / math.max(g.rate, 1)) end
 end
 
 if outcome == 'allowed' then
-  s.g, s.b, s.h = s.g - take_g, s.b - rest, s.h - rest
+  g.level, b.level, h.level = g.level - take_g, b.level - rest, h.level - rest
   used, active = used + cost, active + 1
   if not dry then
     buckets_write(org, s, rest > 0)
     redis.call('INCRBY', day_key, cost)
     redis.call('PEXPIRE', day_key, 2 * DAY_MS)
     redis.call('ZREMRANGEBYSCORE', inflight_key, '-inf', now)
-    redis.call('ZADD', inflight_key, now + ttl, rid)
+    redis.call('ZADD', inflight_key, now + ttl, A.request_id)
     redis.call('PEXPIRE', inflight_key, ttl + DAY_MS)
-    redis.call('HSET', res_key, 'o', org, 'k', key_id, 'c', cost, 'g', take_g, 'b', rest,
-               'd', day, 'x', now + ttl, 's', 'open')
-    redis.call('PEXPIRE', res_key, record_ttl)
+    redis.call('HSET', K.reservation, F.res.org, org, F.res.api_key, key_id, F.res.cost, cost,
+               F.res.from_guaranteed, take_g, F.res.from_burst, rest, F.res.day, A.day,
+               F.res.expires, now + ttl, F.res.state, 'open')
+    redis.call('PEXPIRE', K.reservation, record_ttl)
   end
 end
 
-local available = math.max(s.g, 0) + math.max(s.b, 0)
 local reset = 0
-if s.gr > 0 then reset = math.max(reset, (s.gc - s.g) * 1000 / s.gr) end
-if s.br > 0 then reset = math.max(reset, (s.bc - s.b) * 1000 / s.br) end
-return {outcome, org, key_id, cost, retry, s.gc + s.bc, math.floor(available), math.ceil(reset),
-        daily, math.max(0, daily - used), conc, math.max(0, conc - active), conc_reset}
+if g.rate > 0 then reset = math.max(reset, (g.capacity - g.level) * 1000 / g.rate) end
+if b.rate > 0 then reset = math.max(reset, (b.capacity - b.level) * 1000 / b.rate) end
+return reply{
+  outcome = outcome, org_id = org_id, api_key_id = api_key_id,
+  reserved_tokens = cost, retry_after_ms = retry,
+  tokens_limit = g.capacity + b.capacity,
+  tokens_remaining = math.floor(math.max(g.level, 0) + math.max(b.level, 0)),
+  tokens_reset_ms = math.ceil(reset),
+  day_limit = daily, day_remaining = math.max(0, daily - used), day_reset_ms = day_reset,
+  requests_limit = conc, requests_remaining = math.max(0, conc - active),
+  requests_reset_ms = conc_reset,
+}

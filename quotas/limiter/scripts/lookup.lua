@@ -1,18 +1,17 @@
 -- Which of these request_ids does the pool hold a reservation for, and is it still live?
 -- (Usage ingestion attributes events with it and flags the ones without a live reservation.)
 --
--- KEYS: {p}:keys
--- ARGV: now_ms, then request_ids
--- Returns one entry per request_id: "org:key_id:live" (live 1/0), or false when unknown.
-local now = tonumber(ARGV[1])
+-- KEYS: one reservation key per item (ITEMS); ARGV (A): LookupArgs (quotas/limiter/schema.py).
+-- Returns per item a HeldReservation reply, or false when the pool holds none.
+local now = tonumber(A.now_ms)
 local out = {}
-for i = 2, #ARGV do
-  local r = redis.call('HMGET', key('res', ARGV[i]), 'o', 'k', 'x')
-  if r[1] then
-    local live = (r[3] and tonumber(r[3]) > now) and '1' or '0'
-    out[#out + 1] = r[1] .. ':' .. (r[2] or '') .. ':' .. live
-  else
-    out[#out + 1] = false
+for i, item in ipairs(ITEMS) do
+  local org, api_key, expires = unpack(redis.call('HMGET', item.key, F.res.org, F.res.api_key,
+                                                  F.res.expires))
+  out[i] = false
+  if org then
+    local live = (expires and tonumber(expires) > now) and 1 or 0
+    out[i] = reply{org_id = tonumber(org), api_key_id = tonumber(api_key), live = live}
   end
 end
 return out

@@ -1,33 +1,39 @@
--- Replace one org's state in one pool: status, limits, and its API-key digests.
+-- Replace one org's state in one pool: status and limits, its API-key digests, the pool's
+-- headroom, and the floors of its day and month counters.
 --
--- KEYS: {p}:keys
--- ARGV: org, status, suspension_reason, has_allocation ("1"/"0"), gr, gc, br, bc, daily, conc,
---       spend cap, pool headroom rate, pool headroom capacity, day (YYYYMMDD),
---       day tokens already recorded, month (YYYYMM), month-to-date spend (micro-dollars, as
---       billing rated it), then pairs (digest, "org:key_id:expires_ms")
-local org = ARGV[1]
-local okeys = key('okeys', org)
-local old = redis.call('SMEMBERS', okeys)
+-- KEYS (K): OrgPublishKeys; ARGV (A): OrgPublishArgs, whose `state` is an OrgPublishState as
+-- JSON (quotas/limiter/schema.py). Returns how many API keys the org has in the pool.
+local state = cjson.decode(A.state)
+
+-- Store every field of one hash from `values` (by readable name; none may be missing).
+local function hash_write(k, fields, values)
+  local args = {}
+  for name, field in pairs(fields) do
+    assert(values[name] ~= nil, 'no value for ' .. name)
+    args[#args + 1] = field
+    args[#args + 1] = values[name]
+  end
+  redis.call('HSET', k, unpack(args))
+end
+
+local old = redis.call('SMEMBERS', K.org_keys)
 for i = 1, #old, 1000 do
-  redis.call('HDEL', KEYS[1], unpack(old, i, math.min(i + 999, #old)))
+  redis.call('HDEL', K.registry, unpack(old, i, math.min(i + 999, #old)))
 end
-redis.call('DEL', okeys)
-for i = 18, #ARGV, 2 do
-  redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
-  redis.call('SADD', okeys, ARGV[i])
+redis.call('DEL', K.org_keys)
+for _, api_key in ipairs(state.api_keys) do
+  redis.call('HSET', K.registry, api_key.digest, api_key.entry)
+  redis.call('SADD', K.org_keys, api_key.digest)
 end
-redis.call('HSET', key('org', org), 'st', ARGV[2], 'sr', ARGV[3], 'alloc', ARGV[4],
-           'gr', ARGV[5], 'gc', ARGV[6], 'br', ARGV[7], 'bc', ARGV[8], 'daily', ARGV[9],
-           'conc', ARGV[10], 'scap', ARGV[11])
-redis.call('HSET', key('pool'), 'hr', ARGV[12], 'hc', ARGV[13])
+hash_write(K.org, F.org, state.org)
+hash_write(K.pool, F.pool, state.pool)
 -- After a flush the day's counter is rebuilt from recorded usage; a live counter (which also
 -- holds open reservations) is never lowered.
-redis.call('SET', key('day', org, ARGV[14]), ARGV[15], 'NX', 'PX', 2 * DAY_MS)
+redis.call('SET', K.day, state.day_used, 'NX', 'PX', 2 * DAY_MS)
 -- The month's spend counter is raised to what billing has rated, never lowered: it rebuilds a
 -- flushed counter and repairs increments lost while Redis was unreachable. (The live counter
 -- rounds each batch up, so it is normally at or above the rated figure.)
-local spend = key('spend', org, ARGV[16])
-if num(redis.call('GET', spend), -1) < tonumber(ARGV[17]) then
-  redis.call('SET', spend, ARGV[17], 'EX', 40 * 86400)
+if num(redis.call('GET', K.spend), -1) < state.month_spend then
+  redis.call('SET', K.spend, state.month_spend, 'EX', state.month_spend_ttl_s)
 end
-return #ARGV - 17
+return #state.api_keys

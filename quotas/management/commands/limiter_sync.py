@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand
 
-from quotas.limiter.sync import limiter_sync_all, limiter_sync_pool
+from quotas.publish import limiter_sync_all, limiter_sync_pool
 
 
 class Command(BaseCommand):

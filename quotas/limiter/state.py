@@ -1,0 +1,130 @@
+"""What the admission engine knows, written: orgs and their keys, pool headroom, spend.
+
+The caller says what is true (quotas/publish.py reads it from PostgreSQL); these functions turn
+it into the engine's stored form, one script call per org and pool, or per pool.
+"""
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+
+import redis
+
+from quotas.limiter.clock import day_stamp, month_stamp
+from quotas.limiter.connection import LimiterUnavailable, limiter_client, script_run
+from quotas.limiter.schema import (
+    KEY,
+    ORG,
+    POOL,
+    OrgPublishArgs,
+    OrgPublishKeys,
+    OrgPublishState,
+    PoolPublishArgs,
+    PoolPublishKeys,
+    pool_key,
+    stored_values,
+)
+
+# A TPS bucket holds this many seconds of its rate: an idle org may send that much at once,
+# and one request can reserve at most (guaranteed + burst) x BUCKET_SECONDS tokens.
+BUCKET_SECONDS = 10
+SPEND_COUNTER_SECONDS = 40 * 86400  # a month's counter outlives the month
+
+
+@dataclass(frozen=True)
+class ApiKeyState:
+    key_id: int
+    digest: str  # SHA-256 of the key
+    expires_ms: int  # epoch ms, 0 = never
+
+
+@dataclass(frozen=True)
+class OrgState:
+    """One org as one pool sees it. An org whose allocation ended is still published (without
+    one), so its keys stay known and its callers hear no_allocation, not "unknown key"."""
+    org_id: int
+    status: str
+    suspension_reason: str
+    has_allocation: bool  # an allocation in force; the limits below are its, else 0
+    guaranteed_tps: int
+    burst_tps: int  # on top of the guarantee
+    daily_tokens: int
+    max_concurrency: int
+    spend_cap_micros: int  # 0 = none
+    day_used_tokens: int  # recorded so far this UTC day
+    month_spend_micros: int  # rated so far this month
+    api_keys: list[ApiKeyState]
+
+
+def _pool_headroom(headroom_tps: int) -> dict:
+    return stored_values(POOL, headroom_rate=headroom_tps,
+                         headroom_capacity=headroom_tps * BUCKET_SECONDS)
+
+
+def limiter_org_publish(*, pool_id: int, org: OrgState, headroom_tps: int,
+                        now: datetime) -> None:
+    """Replace what the pool knows of `org` (and the pool's headroom). Raises
+    LimiterUnavailable."""
+    g, b = org.guaranteed_tps, org.burst_tps
+    state = OrgPublishState(
+        org=stored_values(
+            ORG, status=org.status, suspension_reason=org.suspension_reason,
+            has_allocation=int(org.has_allocation), daily_tokens=org.daily_tokens,
+            max_concurrency=org.max_concurrency, spend_cap=org.spend_cap_micros,
+            guaranteed_rate=g, guaranteed_capacity=g * BUCKET_SECONDS,
+            burst_rate=b, burst_capacity=b * BUCKET_SECONDS),
+        pool=_pool_headroom(headroom_tps),
+        api_keys=[{"digest": k.digest, "entry": f"{org.org_id}:{k.key_id}:{k.expires_ms}"}
+                  for k in org.api_keys],
+        day_used=org.day_used_tokens, month_spend=org.month_spend_micros,
+        month_spend_ttl_s=SPEND_COUNTER_SECONDS)
+    keys = OrgPublishKeys(
+        registry=pool_key(pool_id, KEY.registry), pool=pool_key(pool_id, KEY.pool),
+        org=pool_key(pool_id, KEY.org, org.org_id),
+        org_keys=pool_key(pool_id, KEY.org_keys, org.org_id),
+        day=pool_key(pool_id, KEY.day, org.org_id, day_stamp(now)),
+        spend=pool_key(pool_id, KEY.spend, org.org_id, month_stamp(now)))
+    script_run("org_publish", keys=keys, bulk=True,
+               args=OrgPublishArgs(state=json.dumps(state._asdict())))
+
+
+def limiter_pool_publish(*, pool_id: int, headroom_tps: int) -> None:
+    """Set the pool's headroom (what its orgs' bursts borrow from). Raises
+    LimiterUnavailable."""
+    script_run("pool_publish", keys=PoolPublishKeys(pool=pool_key(pool_id, KEY.pool)),
+               args=PoolPublishArgs(**_pool_headroom(headroom_tps)), bulk=True)
+
+
+def limiter_pool_synced_mark(*, pool_id: int) -> None:
+    """The pool was rebuilt in full: from now on a digest it does not know is unknown."""
+    _bulk_write(lambda pipe: pipe.set(pool_key(pool_id, KEY.synced), "1"))
+
+
+def limiter_spend_add(*, pool_ids: Iterable[int], org_id: int, month: str, micros: int) -> None:
+    """Add spend (micro-dollars) to the org's month counter in each pool's slot: authorize
+    reads the counter of the pool it runs in."""
+    def add(pipe):
+        for pool_id in pool_ids:
+            counter = pool_key(pool_id, KEY.spend, org_id, month)
+            pipe.incrby(counter, micros)
+            pipe.expire(counter, SPEND_COUNTER_SECONDS)
+    _bulk_write(add)
+
+
+def limiter_spend_cap_set(*, pool_ids: Iterable[int], org_id: int, micros: int) -> None:
+    """Set the org's monthly spend cap (0 = none) in each pool's slot."""
+    def cap(pipe):
+        for pool_id in pool_ids:
+            pipe.hset(pool_key(pool_id, KEY.org, org_id), ORG.spend_cap, micros)
+    _bulk_write(cap)
+
+
+def _bulk_write(commands) -> None:
+    """Run `commands(pipe)` in one round trip. Raises LimiterUnavailable."""
+    pipe = limiter_client(bulk=True).pipeline(transaction=False)
+    commands(pipe)
+    try:
+        pipe.execute()
+    except redis.RedisError as exc:
+        raise LimiterUnavailable(str(exc)) from exc

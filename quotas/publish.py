@@ -1,0 +1,229 @@
+"""PostgreSQL -> Redis: the only bridge between the ORM and the admission engine.
+
+The engine (quotas/limiter) knows nothing of Django. This module configures it from settings,
+reads what it must know from PostgreSQL (orgs, allocations, API keys, the day's usage, spend
+caps) and hands that to the engine's writes (quotas/limiter/state.py). It is also the engine's
+`pool_rebuild`: authorize calls it when it finds a pool unsynced (Redis flushed or restarted).
+
+When: services call `limits_publish_org_later` (through sluice.events) and
+`limits_publish_pool_later` inside their transaction. Each collects into one set per
+transaction (sluice.oncommit), published right after the commit: one publish per org and one
+headroom write per pool, however many changes the transaction made, and never a state that was
+rolled back. If Redis is down then, a Celery task retries, and `limiter_sync` (beat) rebuilds
+whole pools.
+
+Per pool an org holds (or held) an allocation in, Redis keeps: the org's status and limits, the
+SHA-256 digests of its usable API keys, the pool's headroom for bursts, and a `synced` marker
+set once the pool has been rebuilt in full.
+"""
+
+import logging
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from django.conf import settings
+from django.db.models import F, Q, Sum
+
+from orgs.models import ApiKey, Organization
+from quotas.limiter.clock import clock, epoch_ms
+from quotas.limiter.connection import EngineConfig, LimiterUnavailable, engine_configure
+from quotas.limiter.state import (
+    ApiKeyState,
+    OrgState,
+    limiter_org_publish,
+    limiter_pool_publish,
+    limiter_pool_synced_mark,
+    limiter_spend_add,
+    limiter_spend_cap_set,
+)
+from quotas.models import Allocation, CapacityPool, UsageHourly
+from quotas.selectors import allocations_in_force
+from sluice.oncommit import on_commit_collect
+
+logger = logging.getLogger(__name__)
+
+# The settings the engine is configured from: a test that overrides one reconfigures it.
+ENGINE_SETTINGS = frozenset({"REDIS_URL", "REDIS_TIMEOUT_SECONDS", "RESERVATION_TTL_SECONDS"})
+
+
+def engine_configure_from_settings() -> None:
+    engine_configure(EngineConfig(
+        redis_url=settings.REDIS_URL, timeout_s=settings.REDIS_TIMEOUT_SECONDS,
+        reservation_ttl_s=settings.RESERVATION_TTL_SECONDS, pool_rebuild=limiter_sync_pool))
+
+
+def engine_settings_changed(*, setting: str, **kwargs) -> None:
+    """Receiver of django.test.signals.setting_changed (override_settings in tests)."""
+    if setting in ENGINE_SETTINGS:
+        engine_configure_from_settings()
+
+
+def _spend_by_org(orgs: dict[int, Organization], now: datetime) -> dict[int, tuple[int, int]]:
+    """org id -> (monthly spend cap, month-to-date spend), in micro-dollars, from billing.
+    Only capped orgs are rated: without a cap, authorize never reads the counter."""
+    from billing.selectors import billing_spend_caps_micros  # billing depends on quotas
+    from billing.services.caps import month_to_date_micros
+
+    caps = billing_spend_caps_micros(org_ids=set(orgs))
+    return {org_id: (caps[org_id], month_to_date_micros(org=org, now=now)) if org_id in caps
+            else (0, 0) for org_id, org in orgs.items()}
+
+
+@dataclass(frozen=True)
+class _OrgInPool:
+    org: Organization
+    pool: CapacityPool
+    allocation: Allocation | None  # the one in force, if any
+
+
+def _headroom_by_pool(pool_ids: set[int], now: datetime) -> dict[int, int]:
+    sums = dict(allocations_in_force(now=now).filter(pool_id__in=pool_ids)
+                .values_list("pool_id").annotate(total=Sum("guaranteed_tps")))
+    pools = CapacityPool.objects.filter(pk__in=pool_ids).values_list("pk", "capacity_tps")
+    return {pk: max(0, capacity - sums.get(pk, 0)) for pk, capacity in pools}
+
+
+def _keys_by_org(org_ids: set[int], now: datetime) -> dict[int, list[ApiKeyState]]:
+    usable = ApiKey.objects.filter(org_id__in=org_ids, revoked_at__isnull=True).filter(
+        Q(expires_at__isnull=True) | Q(expires_at__gt=now))
+    result: dict[int, list[ApiKeyState]] = defaultdict(list)
+    for key in usable.only("pk", "org_id", "digest", "expires_at"):
+        expires = epoch_ms(key.expires_at) if key.expires_at else 0
+        result[key.org_id].append(ApiKeyState(key_id=key.pk, digest=key.digest,
+                                              expires_ms=expires))
+    return result
+
+
+def _day_used(org_ids: set[int], pool_ids: set[int], now: datetime) -> dict:
+    start = now.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    rows = (UsageHourly.objects.filter(org_id__in=org_ids, pool_id__in=pool_ids, hour__gte=start)
+            .values_list("org_id", "pool_id")
+            .annotate(total=Sum(F("input_tokens") + F("output_tokens"))))
+    return {(org_id, pool_id): total for org_id, pool_id, total in rows}
+
+
+def _memberships(*, org_ids=None, pool_ids=None, now: datetime) -> list[_OrgInPool]:
+    """Every (org, pool) pair with an allocation, past or present: an org whose allocation ended
+    keeps its keys known in the pool, so its callers get 403 rather than "unknown key"."""
+    allocations = Allocation.objects.select_related("org", "pool")
+    if org_ids is not None:
+        allocations = allocations.filter(org_id__in=org_ids)
+    if pool_ids is not None:
+        allocations = allocations.filter(pool_id__in=pool_ids)
+    in_force = set(allocations_in_force(now=now).values_list("pk", flat=True))
+    pairs: dict[tuple[int, int], _OrgInPool] = {}
+    for a in allocations.order_by("pk"):
+        current = pairs.get((a.org_id, a.pool_id))
+        if current is None or current.allocation is None:
+            pairs[(a.org_id, a.pool_id)] = _OrgInPool(a.org, a.pool,
+                                                      a if a.pk in in_force else None)
+    return list(pairs.values())
+
+
+def _org_state(m: _OrgInPool, *, keys: list[ApiKeyState], day_used: int,
+               spend: tuple[int, int]) -> OrgState:
+    a = m.allocation
+    return OrgState(
+        org_id=m.org.pk, status=m.org.status, suspension_reason=m.org.suspension_reason,
+        has_allocation=a is not None, guaranteed_tps=a.guaranteed_tps if a else 0,
+        burst_tps=a.burst_tps - a.guaranteed_tps if a else 0,
+        daily_tokens=a.daily_tokens if a else 0, max_concurrency=a.max_concurrency if a else 0,
+        spend_cap_micros=spend[0], day_used_tokens=day_used, month_spend_micros=spend[1],
+        api_keys=keys)
+
+
+def _publish(*, org_ids=None, pool_ids=None) -> int:
+    now = clock.now()
+    members = _memberships(org_ids=org_ids, pool_ids=pool_ids, now=now)
+    orgs = {m.org.pk for m in members}
+    pools = {m.pool.pk for m in members}
+    headroom = _headroom_by_pool(pools, now)
+    keys = _keys_by_org(orgs, now)
+    used = _day_used(orgs, pools, now)
+    spend = _spend_by_org({m.org.pk: m.org for m in members}, now)
+    for m in members:
+        state = _org_state(m, keys=keys.get(m.org.pk, []),
+                           day_used=used.get((m.org.pk, m.pool.pk), 0), spend=spend[m.org.pk])
+        limiter_org_publish(pool_id=m.pool.pk, org=state, headroom_tps=headroom[m.pool.pk],
+                            now=now)
+    return len(members)
+
+
+def limits_publish_orgs(*, org_ids) -> int:
+    """Push these orgs' state to every pool they have (had) an allocation in. Returns the
+    (org, pool) pairs written."""
+    return _publish(org_ids=org_ids)
+
+
+def limits_publish_pools(*, pool_ids) -> None:
+    """Push these pools' headroom: one script call per pool, whatever its number of orgs."""
+    for pool_id, headroom in _headroom_by_pool(set(pool_ids), clock.now()).items():
+        limiter_pool_publish(pool_id=pool_id, headroom_tps=headroom)
+
+
+def limiter_sync_pool(*, pool_id: int) -> int:
+    """Rebuild one pool from PostgreSQL, then mark it synced. Returns the orgs written."""
+    written = _publish(pool_ids=[pool_id])
+    limiter_pool_synced_mark(pool_id=pool_id)
+    return written
+
+
+def limiter_sync_all() -> dict[int, int]:
+    return {pool_id: limiter_sync_pool(pool_id=pool_id)
+            for pool_id in CapacityPool.objects.order_by("pk").values_list("pk", flat=True)}
+
+
+def _now_or_queue(publish, task, *, entity: str, ids: set[int]) -> None:
+    """Publish directly (a suspension must stop traffic within a second); if Redis is down, hand
+    each publish to a Celery task that retries with backoff."""
+    try:
+        publish(ids)
+    except LimiterUnavailable:
+        for pk in sorted(ids):
+            logger.warning("limiter publish of %s %s failed; queued a retry", entity, pk)
+            try:
+                task.apply_async(kwargs={f"{entity}_id": pk}, retry=False)
+            except Exception:
+                # The broker shares Redis: when both are down, the periodic limiter_sync (beat)
+                # is what brings this state back.
+                logger.exception("could not queue the limiter publish of %s %s", entity, pk)
+
+
+def limits_publish_orgs_now_or_queue(org_ids: set[int]) -> None:
+    from quotas.tasks import limits_publish_org  # the tasks module imports this one
+
+    _now_or_queue(lambda ids: limits_publish_orgs(org_ids=ids), limits_publish_org,
+                  entity="org", ids=org_ids)
+
+
+def limits_publish_pools_now_or_queue(pool_ids: set[int]) -> None:
+    from quotas.tasks import limits_publish_pool  # the tasks module imports this one
+
+    _now_or_queue(lambda ids: limits_publish_pools(pool_ids=ids), limits_publish_pool,
+                  entity="pool", ids=pool_ids)
+
+
+def limits_publish_org_later(*, org_id: int) -> None:
+    on_commit_collect(limits_publish_orgs_now_or_queue, org_id)
+
+
+def limits_publish_pool_later(*, pool_id: int) -> None:
+    on_commit_collect(limits_publish_pools_now_or_queue, pool_id)
+
+
+def _org_pool_ids(org_id: int) -> list[int]:
+    return list(Allocation.objects.filter(org_id=org_id).values_list("pool_id", flat=True)
+                .distinct().order_by("pool_id"))
+
+
+def spend_add(*, org_id: int, month: str, micros: int) -> None:
+    """Add spend (micro-dollars) to the org's month counter in every pool it holds an
+    allocation in. Raises LimiterUnavailable when Redis cannot be reached."""
+    limiter_spend_add(pool_ids=_org_pool_ids(org_id), org_id=org_id, month=month, micros=micros)
+
+
+def spend_cap_set(*, org_id: int, micros: int) -> None:
+    """Write a cap straight to Redis (0 = none). The org publish writes the same field from
+    billing's cap (`billing_spend_caps_micros`), so billing normally sets caps through that."""
+    limiter_spend_cap_set(pool_ids=_org_pool_ids(org_id), org_id=org_id, micros=micros)
