@@ -7,6 +7,7 @@ from orgs.models import Organization
 from orgs.services.audit import Actor, audit_record
 from quotas.publish import limits_publish_org_later
 from sluice.errors import Unprocessable
+from sluice.transactions import nested_atomic
 
 
 def billing_account_for(*, org: Organization) -> BillingAccount:

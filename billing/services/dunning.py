@@ -8,12 +8,12 @@ from django.db import transaction
 from django.utils import timezone
 
 from billing.models import BillingAccount, Invoice, InvoiceStatus
+from billing.notify import payment_failed_email_queue, suspended_for_payment_email_queue
 from billing.services.accounts import billing_account_lock
 from orgs.models import Organization, OrgStatus, SuspensionReason
 from orgs.services import org_restore, org_suspend
 from orgs.services.audit import Actor, audit_record
 from sluice.errors import IllegalTransition
-from sluice.events import billing_email_on_commit
 from sluice.transactions import nestable
 
 STRIPE_ACTOR = "stripe"
@@ -96,7 +96,7 @@ def dunning_suspend_one(*, account: BillingAccount, actor: Actor,
         return False
     org_suspend.nested(org=account.org, actor=actor, cause=SuspensionReason.PAYMENT,
                        reason=f"unpaid since {account.payment_failed_at:%Y-%m-%d}, grace ended")
-    billing_email_on_commit(org_id=account.org_id, template="suspended_for_payment", context={})
+    suspended_for_payment_email_queue(org=account.org)
     return True
 
 

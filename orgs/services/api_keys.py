@@ -9,10 +9,12 @@ from orgs.models import ApiKey, Organization, OrgStatus
 from orgs.services.audit import Actor, audit_record
 from sluice.errors import Conflict, DomainError
 from sluice.secrets import secret_issue
+from sluice.transactions import nestable
 
 API_KEY_KIND = "sk"
 
 
+@nestable
 @transaction.atomic(durable=True)
 def api_key_create(
     *, org: Organization, name: str, actor: Actor, expires_at: datetime | None = None

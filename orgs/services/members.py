@@ -71,20 +71,6 @@ def membership_remove(*, membership: Membership, actor: Actor) -> None:
     membership.delete()
 
 
-def _invitation_email(*, invitation: Invitation, token: str) -> None:
-    link = f"{settings.PUBLIC_URL}/portal/invitations/{token}/"
-    send_mail(
-        subject=f"You are invited to {invitation.org.name} on Sluice",
-        message=(
-            f"You have been invited to join {invitation.org.name} as {invitation.role}.\n\n"
-            f"Accept the invitation: {link}\n\n"
-            f"The link expires at {invitation.expires_at:%Y-%m-%d %H:%M} UTC."
-        ),
-        from_email=None,
-        recipient_list=[invitation.email],
-    )
-
-
 @transaction.atomic(durable=True)
 def invitation_create(
     *, org: Organization, email: str, role: str, actor: Actor

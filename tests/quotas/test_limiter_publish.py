@@ -83,9 +83,9 @@ def test_many_changes_to_one_org_in_one_transaction_publish_it_once(
     script_calls.clear()
 
     with commit(), transaction.atomic():
-        allocation_change(allocation=t.allocation, actor="test", max_concurrency=4)
-        allocation_change(allocation=t.allocation, actor="test", max_concurrency=3)
-        api_key_create(org=t.org, name="second", actor="test")
+        allocation_change.nested(allocation=t.allocation, actor="test", max_concurrency=4)
+        allocation_change.nested(allocation=t.allocation, actor="test", max_concurrency=3)
+        api_key_create.nested(org=t.org, name="second", actor="test")
 
     assert published_limits == [t.org.pk]
     assert script_calls == {"org_publish": 1}
