@@ -11,5 +11,8 @@ class BillingConfig(AppConfig):
             receivers,
         )
         from orgs.events import org_transitioned
+        from quotas.events import limits_publishing, usage_recorded
 
         org_transitioned.subscribe(receivers.org_transitioned_received)
+        limits_publishing.subscribe(receivers.limits_publishing_received)
+        usage_recorded.subscribe(receivers.usage_recorded_received)

@@ -1,6 +1,22 @@
 """What billing does when a lower app announces something (subscribed in BillingConfig.ready())."""
 
+import logging
+from collections import defaultdict
+from datetime import datetime
+
+from billing.rating import UsageRow
+from billing.selectors import (
+    billing_spend_caps_micros,
+    month_to_date_micros_by_org,
+    usage_batch_cost_micros,
+)
 from billing.services import stripe_customer_enqueue
+from quotas.events import UsageCell
+from quotas.limiter.clock import month_stamp
+from quotas.limiter.connection import LimiterUnavailable
+from quotas.publish import spend_add
+
+logger = logging.getLogger(__name__)
 
 
 def org_transitioned_received(*, org, action: str, actor, reason: str) -> None:
@@ -8,3 +24,36 @@ def org_transitioned_received(*, org, action: str, actor, reason: str) -> None:
         # In the admitting transaction: the outbox row commits with the admission, and the
         # Stripe customer is created after the commit.
         stripe_customer_enqueue(org_id=org.pk)
+
+
+def limits_publishing_received(*, org_ids: frozenset[int], now: datetime,
+                               spend: dict[int, tuple[int, int]]) -> None:
+    """The spend cap and the rated month-to-date of the capped orgs: a publish raises the
+    engine's month counter to it, which rebuilds a flushed counter and repairs increments lost
+    while Redis was unreachable. Uncapped orgs are skipped: authorize never reads their counter.
+    """
+    caps = billing_spend_caps_micros(org_ids=set(org_ids))
+    month_to_date = month_to_date_micros_by_org(org_ids=set(caps), now=now)
+    spend.update({org_id: (cap, month_to_date[org_id]) for org_id, cap in caps.items()})
+
+
+def usage_recorded_received(*, cells: list[UsageCell]) -> None:
+    """Price newly recorded usage with the invoice's rating and add it to each capped org's
+    month counter, so authorize refuses (`spend_cap_reached`) as usage settles, not after a
+    batch job. Setting a cap republishes the org, which raises the counter to the rated
+    month-to-date, so skipping uncapped orgs here loses nothing."""
+    capped = billing_spend_caps_micros(org_ids={c.org_id for c in cells})
+    usage: dict[tuple[int, str], list[UsageRow]] = defaultdict(list)
+    for c in cells:
+        if c.org_id in capped:
+            usage[(c.org_id, month_stamp(c.hour))].append(UsageRow(
+                c.pool_id, c.hour, c.input_tokens, c.output_tokens, c.premium_input_tokens,
+                c.premium_output_tokens))
+    for (org_id, month), rows in usage.items():
+        micros = usage_batch_cost_micros(org_id=org_id, usage=rows)
+        try:
+            spend_add(org_id=org_id, month=month, micros=micros)
+        except LimiterUnavailable:
+            # The periodic limiter sync raises the counter to the rated figure again.
+            logger.warning("usage: could not add %d micro-dollars to org %s's month",
+                           micros, org_id)

@@ -1,11 +1,12 @@
 """PostgreSQL -> Redis: the only bridge between the ORM and the admission engine.
 
 The engine (quotas/limiter) knows nothing of Django. This module configures it from settings,
-reads what it must know from PostgreSQL (orgs, allocations, API keys, the day's usage, spend
-caps) and hands that to the engine's writes (quotas/limiter/state.py). It is also the engine's
-`pool_rebuild`: authorize calls it when it finds a pool unsynced (Redis flushed or restarted).
+reads what it must know from PostgreSQL (orgs, allocations, API keys, the day's usage; spend
+caps and month-to-date spend come from billing through the `limits_publishing` event) and hands
+that to the engine's writes (quotas/limiter/state.py). It is also the engine's `pool_rebuild`:
+authorize calls it when it finds a pool unsynced (Redis flushed or restarted).
 
-When: services call `limits_publish_org_later` (through sluice.events) and
+When: services call `limits_publish_org_later` and
 `limits_publish_pool_later` inside their transaction. Each collects into one set per
 transaction (sluice.oncommit), published right after the commit: one publish per org and one
 headroom write per pool, however many changes the transaction made, and never a state that was
@@ -26,6 +27,7 @@ from django.conf import settings
 from django.db.models import F, Q, Sum
 
 from orgs.models import ApiKey, Organization
+from quotas.events import limits_publishing
 from quotas.limiter.clock import clock, epoch_ms
 from quotas.limiter.connection import EngineConfig, LimiterUnavailable, engine_configure
 from quotas.limiter.state import (
@@ -59,15 +61,12 @@ def engine_settings_changed(*, setting: str, **kwargs) -> None:
         engine_configure_from_settings()
 
 
-def _spend_by_org(orgs: dict[int, Organization], now: datetime) -> dict[int, tuple[int, int]]:
-    """org id -> (monthly spend cap, month-to-date spend), in micro-dollars, from billing.
-    Only capped orgs are rated: without a cap, authorize never reads the counter."""
-    from billing.selectors import billing_spend_caps_micros  # billing depends on quotas
-    from billing.services.caps import month_to_date_micros
-
-    caps = billing_spend_caps_micros(org_ids=set(orgs))
-    return {org_id: (caps[org_id], month_to_date_micros(org=org, now=now)) if org_id in caps
-            else (0, 0) for org_id, org in orgs.items()}
+def _spend_by_org(org_ids: set[int], now: datetime) -> dict[int, tuple[int, int]]:
+    """org id -> (monthly spend cap, month-to-date spend) in micro-dollars, for the capped orgs:
+    billing knows both and fills them in (its receiver of `limits_publishing`)."""
+    spend: dict[int, tuple[int, int]] = {}
+    limits_publishing.emit(org_ids=frozenset(org_ids), now=now, spend=spend)
+    return spend
 
 
 @dataclass(frozen=True)
@@ -141,10 +140,11 @@ def _publish(*, org_ids=None, pool_ids=None) -> int:
     headroom = _headroom_by_pool(pools, now)
     keys = _keys_by_org(orgs, now)
     used = _day_used(orgs, pools, now)
-    spend = _spend_by_org({m.org.pk: m.org for m in members}, now)
+    spend = _spend_by_org(orgs, now)
     for m in members:
         state = _org_state(m, keys=keys.get(m.org.pk, []),
-                           day_used=used.get((m.org.pk, m.pool.pk), 0), spend=spend[m.org.pk])
+                           day_used=used.get((m.org.pk, m.pool.pk), 0),
+                           spend=spend.get(m.org.pk, (0, 0)))
         limiter_org_publish(pool_id=m.pool.pk, org=state, headroom_tps=headroom[m.pool.pk],
                             now=now)
     return len(members)
@@ -225,5 +225,5 @@ def spend_add(*, org_id: int, month: str, micros: int) -> None:
 
 def spend_cap_set(*, org_id: int, micros: int) -> None:
     """Write a cap straight to Redis (0 = none). The org publish writes the same field from
-    billing's cap (`billing_spend_caps_micros`), so billing normally sets caps through that."""
+    billing's cap (`limits_publishing`), so billing normally sets caps through that."""
     limiter_spend_cap_set(pool_ids=_org_pool_ids(org_id), org_id=org_id, micros=micros)

@@ -20,6 +20,7 @@ import psycopg
 from django.db import connection, transaction
 
 from orgs.services.api_keys import LAST_USED_RESOLUTION, api_key_touch
+from quotas.events import UsageCell, usage_recorded
 from quotas.gateway.inputs import UsageInput
 from quotas.gateway.reservations import (
     ReservationRef,
@@ -27,11 +28,10 @@ from quotas.gateway.reservations import (
     reservation_id_pool,
 )
 from quotas.gateway.routing import PoolRoute, pool_route_by_id, pool_routes_all
-from quotas.limiter.clock import clock, month_stamp
+from quotas.limiter.clock import clock
 from quotas.limiter.connection import LimiterUnavailable
 from quotas.limiter.engine import limiter_reservations_lookup, limiter_settle
 from quotas.limiter.schema import Settlement
-from quotas.publish import spend_add
 
 logger = logging.getLogger(__name__)
 
@@ -235,49 +235,25 @@ def _settle(rows: list[_Row]) -> None:
                            len(settlements), pool_id)
 
 
-def _hour_cells(rows: list[_Row]) -> dict[int, dict[tuple[int, datetime], list[int]]]:
-    """org -> (pool, UTC hour) -> [input, output, premium input, premium output]: the same
-    cells as the hourly rollups, so the live counter and the invoice price the same tokens."""
-    cells: dict = defaultdict(lambda: defaultdict(lambda: [0, 0, 0, 0]))
+def _usage_cells(rows: list[_Row]) -> list[UsageCell]:
+    """The new rows summed per org, pool and UTC hour: the same cells as the hourly rollups."""
+    cells: dict = defaultdict(lambda: [0, 0, 0, 0])
     for r in rows:
         hour = r.event.started_at.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
-        cell = cells[r.ref.org_id][(r.ref.pool_id, hour)]
+        cell = cells[(r.ref.org_id, r.ref.pool_id, hour)]
         cell[0] += r.event.input_tokens
         cell[1] += r.event.output_tokens
         if r.premium_eligible:
             cell[2] += r.event.input_tokens
             cell[3] += r.event.output_tokens
-    return cells
-
-
-def _spend_record(rows: list[_Row]) -> None:
-    """Price newly recorded usage with billing's rating and add it to each capped org's month
-    counter, so authorize refuses (`spend_cap_reached`) as usage settles, not after a batch
-    job. Uncapped orgs are skipped: authorize never reads their counter, and setting a cap
-    republishes the org, which raises the counter to the rated month-to-date."""
-    from billing.rating import UsageRow  # billing depends on quotas, not the other way
-    from billing.selectors import billing_spend_caps_micros, usage_batch_cost_micros
-
-    capped = billing_spend_caps_micros(org_ids={r.ref.org_id for r in rows})
-    if not capped:
-        return
-    for org_id, cells in _hour_cells([r for r in rows if r.ref.org_id in capped]).items():
-        by_month: dict[str, list[UsageRow]] = defaultdict(list)
-        for (pool_id, hour), (i, o, pi, po) in cells.items():
-            by_month[month_stamp(hour)].append(UsageRow(pool_id, hour, i, o, pi, po))
-        for month, usage in by_month.items():
-            micros = usage_batch_cost_micros(org_id=org_id, usage=usage)
-            try:
-                spend_add(org_id=org_id, month=month, micros=micros)
-            except LimiterUnavailable:
-                # The periodic limiter sync raises the counter to the rated figure again.
-                logger.warning("usage: could not add %d micro-dollars to org %s's month",
-                               micros, org_id)
+    return [UsageCell(org_id, pool_id, hour, *sums)
+            for (org_id, pool_id, hour), sums in cells.items()]
 
 
 def _after_commit(rows: list[_Row]) -> None:
     _settle(rows)
-    _spend_record(rows)
+    # Billing prices the new usage into the orgs' month spend counters (spend caps).
+    usage_recorded.emit(cells=_usage_cells(rows))
 
 
 # key id -> when this process last touched it: saves a query per call for busy keys.

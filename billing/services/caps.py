@@ -14,8 +14,7 @@ from django.utils import timezone
 from billing.models import BillingAccount, SpendAlert
 from billing.notify import spend_alert_email_queue
 from billing.periods import month_of
-from billing.rating import PICO_PER_MICRO
-from billing.selectors import month_rated_lines
+from billing.selectors import month_to_date_micros_by_org
 from orgs.models import Organization, OrgStatus
 from sluice.errors import PermissionDenied
 
@@ -40,8 +39,7 @@ class SpendStatus:
 
 
 def month_to_date_micros(*, org: Organization, now: datetime) -> int:
-    lines = month_rated_lines(org=org, month=month_of(now), until=now)
-    return max(0, -(-sum(ln.amount_pico for ln in lines) // PICO_PER_MICRO))
+    return month_to_date_micros_by_org(org_ids={org.pk}, now=now)[org.pk]
 
 
 def spend_status(*, org: Organization, now: datetime | None = None) -> SpendStatus:

@@ -38,3 +38,11 @@ def test_higher_apps_subscribe_to_what_orgs_announces():
         quotas_receivers.application_submitted_received]
     assert orgs_events.application_approving.receivers == [
         quotas_receivers.application_approving_received]
+
+
+def test_billing_subscribes_to_what_quotas_announces():
+    from quotas import events as quotas_events
+
+    assert quotas_events.usage_recorded.receivers == [billing_receivers.usage_recorded_received]
+    assert quotas_events.limits_publishing.receivers == [
+        billing_receivers.limits_publishing_received]
