@@ -496,7 +496,8 @@ def cmd_run(stack: ExitStack) -> int:
 
     py = sys.executable
     for argv in ([py, "manage.py", "migrate", "--noinput"], [py, "manage.py", "seed_demo"]):
-        if rc := run_step(argv):
+        rc = run_step(argv)
+        if rc:
             say(f"{argv[2]} failed (exit {rc}); stopping")
             return rc
 
