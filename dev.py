@@ -516,13 +516,17 @@ def cmd_run(stack: ExitStack) -> int:
         "beat": [py, "-m", "celery", "-A", "config", "beat", "--loglevel", "INFO",
                  "--schedule", STATE / "celery" / "celerybeat-schedule"],
     }  # fmt: skip
+    # What the kernel sends each one if dev.py dies first. The worker gets SIGKILL: its warm
+    # shutdown can hang when Redis and PostgreSQL stop at the same moment (seen: a pool process
+    # blocked writing to the master, which waits for it); celery's pool processes die with it.
+    death_signal = {"web": signal.SIGTERM, "worker": signal.SIGKILL, "beat": signal.SIGTERM}
     # honcho: each process in its own session, output prefixed; when one exits, or on Ctrl-C /
     # SIGTERM, SIGTERM to every process group and SIGKILL to what is left 5 s later.
     forks_die_with_dev_py()
     manager = Manager(Printer(sys.stdout, colour=not os.environ.get("NO_COLOR")))
     web_env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir)}
     for name, argv in processes.items():
-        command = "exec " + shlex.join(with_pdeathsig(argv, signal.SIGTERM))
+        command = "exec " + shlex.join(with_pdeathsig(argv, death_signal[name]))
         manager.add_process(name, command, env=web_env if name == "web" else None)
     threading.Thread(
         target=banner_when_up, args=(manager, base_url, local_stripe), daemon=True
