@@ -52,10 +52,10 @@ def bucket_page(*, width: str, start_time: int, end_time: int, limit: int | None
     limit = default_limit if limit is None else limit
     if not 1 <= limit <= max_limit:
         raise BucketError("limit", f"limit must be 1-{max_limit} for bucket_width={width}.")
+    if end_time <= start_time:
+        raise BucketError("end_time", "end_time must be after start_time.")
     first = start_time // seconds * seconds
     end = -(-end_time // seconds) * seconds
-    if end <= first:
-        raise BucketError("end_time", "end_time must be after start_time.")
     if page is not None:
         cursor = page.removeprefix(CURSOR_PREFIX)
         if not (page.startswith(CURSOR_PREFIX) and cursor.isdigit()) \
