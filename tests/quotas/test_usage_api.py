@@ -143,7 +143,9 @@ def test_pages_follow_next_page_and_bad_input_is_a_400(t, limiter_clock):
     url = f"/api/v1/orgs/{t.org.pk}/usage/completions"
     for params, field in [({"start_time": now, "bucket_width": "1h", "limit": 169}, "limit"),
                           ({"start_time": now, "end_time": now - 10}, "end_time"),
-                          ({"start_time": now - 60, "page": "page_12"}, "page"),
+                          ({"start_time": now - 60, "end_time": now, "page": "page_12"},
+                           "page"),
+                          ({"start_time": now - 60, "end_time": now, "page": "page_x"}, "page"),
                           ({"start_time": now, "bucket_width": "5m"}, "bucket_width"),
                           ({"start_time": now, "group_by": "user_id"}, "group_by"),
                           ({}, "start_time")]:
