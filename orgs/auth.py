@@ -11,6 +11,7 @@
 from dataclasses import dataclass
 
 from django.utils import timezone
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions, throttling
 
 from orgs.models import AdminKey, OperatorToken
@@ -120,3 +121,14 @@ class AdminKeyRateThrottle(throttling.SimpleRateThrottle):
 ADMIN_KEY_AUTHENTICATION = [AdminKeyAuthentication, OperatorTokenAuthentication,
                             authentication.SessionAuthentication]
 ADMIN_KEY_THROTTLES = [AdminKeyRateThrottle]
+
+
+class AdminKeyScheme(OpenApiAuthenticationExtension):
+    """How OpenAPI names the admin key (registered by being defined)."""
+
+    target_class = AdminKeyAuthentication
+    name = "adminKey"
+
+    def get_security_definition(self, auto_schema):
+        return {"type": "http", "scheme": "bearer", "bearerFormat": "sk_admin_<lookup>_<secret>",
+                "description": "An organization's admin key: its usage, costs and API keys."}

@@ -37,9 +37,11 @@ def _minute(at: datetime) -> int:
     return int(at.timestamp()) // 60 * 60
 
 
-def refusal_count(*, decision: Decision, pool_id: int) -> None:
-    """Called by the gateway hook after every decision; counts refusals of a known org."""
-    if decision.allowed or decision.org_id is None:
+def refusal_count(*, decision: Decision, pool_id: int, limiter: str) -> None:
+    """Called by the gateway hook after every decision; counts refusals of a known org.
+    Decisions taken without Redis (`limiter` "fail_open") are not counted: Redis is down, and
+    trying would add its timeout to every refusal."""
+    if decision.allowed or decision.org_id is None or limiter != "redis":
         return
     minute = _minute(clock.now())
     key = HASH_KEY.format(minute=minute)

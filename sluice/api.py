@@ -104,3 +104,18 @@ class BucketQueryInput(serializers.Serializer):
         except BucketError as exc:
             raise serializers.ValidationError({exc.field: [exc.message]}) from exc
         return data
+
+
+def bucket_page_output(name: str, result: serializers.Serializer) -> serializers.Serializer:
+    """For OpenAPI: OpenAI's page of time buckets (sluice/time_buckets.py) around `result`."""
+    from drf_spectacular.utils import inline_serializer
+
+    bucket = inline_serializer(f"{name}Bucket", {
+        "object": serializers.ChoiceField(choices=["bucket"]),
+        "start_time": serializers.IntegerField(), "end_time": serializers.IntegerField(),
+        "results": result})
+    return inline_serializer(f"{name}Page", {
+        "object": serializers.ChoiceField(choices=["page"]),
+        "data": serializers.ListSerializer(child=bucket),
+        "has_more": serializers.BooleanField(),
+        "next_page": serializers.CharField(allow_null=True)})

@@ -12,7 +12,7 @@ from rest_framework.views import APIView
 from billing.costs import DayCost, org_daily_costs
 from billing.selectors import org_for_billing_reader
 from orgs.auth import ADMIN_KEY_AUTHENTICATION, ADMIN_KEY_THROTTLES, AdminKeyPrincipal
-from sluice.api import BucketQueryInput, validated_input
+from sluice.api import BucketQueryInput, bucket_page_output, validated_input
 from sluice.errors import NotFound
 from sluice.time_buckets import bucket_envelope
 
@@ -36,18 +36,7 @@ class CostsResultOutput(serializers.Serializer):
     quantity_unit = serializers.CharField(allow_null=True)
 
 
-class CostsBucketOutput(serializers.Serializer):
-    object = serializers.ChoiceField(choices=["bucket"])
-    start_time = serializers.IntegerField()
-    end_time = serializers.IntegerField()
-    results = CostsResultOutput(many=True)
-
-
-class CostsPageOutput(serializers.Serializer):
-    object = serializers.ChoiceField(choices=["page"])
-    data = CostsBucketOutput(many=True)
-    has_more = serializers.BooleanField()
-    next_page = serializers.CharField(allow_null=True)
+CostsPageOutput = bucket_page_output("Costs", CostsResultOutput(many=True))
 
 
 def _results(costs: list[DayCost], *, by_line_item: bool) -> list[dict]:

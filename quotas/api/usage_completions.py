@@ -9,7 +9,7 @@ from rest_framework.views import APIView
 from orgs.auth import ADMIN_KEY_AUTHENTICATION, ADMIN_KEY_THROTTLES
 from orgs.selectors import org_get_for_principal
 from quotas.usage_report import GROUP_FIELDS, UsageQuery, usage_completions
-from sluice.api import BucketQueryInput, validated_input
+from sluice.api import BucketQueryInput, bucket_page_output, validated_input
 from sluice.time_buckets import WIDTH_SECONDS, bucket_envelope
 
 _PERCENTILES = inline_serializer("UsagePercentiles", {
@@ -44,18 +44,8 @@ class UsageCompletionsResultOutput(serializers.Serializer):
     })
 
 
-class UsageCompletionsBucketOutput(serializers.Serializer):
-    object = serializers.ChoiceField(choices=["bucket"])
-    start_time = serializers.IntegerField()
-    end_time = serializers.IntegerField()
-    results = UsageCompletionsResultOutput(many=True)
-
-
-class UsageCompletionsPageOutput(serializers.Serializer):
-    object = serializers.ChoiceField(choices=["page"])
-    data = UsageCompletionsBucketOutput(many=True)
-    has_more = serializers.BooleanField()
-    next_page = serializers.CharField(allow_null=True)
+UsageCompletionsPageOutput = bucket_page_output("UsageCompletions",
+                                                UsageCompletionsResultOutput(many=True))
 
 
 class UsageCompletionsApi(APIView):

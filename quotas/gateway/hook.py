@@ -93,7 +93,7 @@ def authorize_handle(body: object, gateway: GatewayIdentity) -> Answer:
         decision = fail_open_authorize(pool_id=route.pool_id, api_key=ask.api_key,
                                        cost=ask.input_tokens + ask.max_output_tokens)
     DECISIONS.labels(decision.outcome, limiter).inc()
-    refusal_count(decision=decision, pool_id=route.pool_id)
+    refusal_count(decision=decision, pool_id=route.pool_id, limiter=limiter)
     return _decision_answer(decision, pool_id=route.pool_id, request_id=ask.request_id,
                             dry_run=ask.dry_run, limiter=limiter)
 
