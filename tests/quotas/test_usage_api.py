@@ -179,3 +179,14 @@ def test_members_read_usage_too(t, limiter_clock):
     now = int(limiter_clock.now().timestamp())
     assert client.get(f"/api/v1/orgs/{t.org.pk}/usage/completions",
                       {"start_time": now - 60, "end_time": now}).status_code == 200
+
+
+def test_refusals_without_redis_or_org_are_not_counted(limiter, limiter_clock):
+    from quotas.limiter.schema import Decision
+    from quotas.refusals import refusal_count
+
+    refusal_count(decision=Decision(outcome="invalid_api_key"), pool_id=1, limiter="redis")
+    refusal_count(decision=Decision(outcome="tps_exceeded", org_id=5), pool_id=1,
+                  limiter="fail_open")
+    refusal_count(decision=Decision(outcome="allowed", org_id=5), pool_id=1, limiter="redis")
+    assert limiter.keys("sluice:refusals:*") == []

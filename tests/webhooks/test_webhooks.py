@@ -12,7 +12,7 @@ from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 from billing.models import BillingAccount
 from billing.services import invoice_close_month, spend_alerts_evaluate
-from billing.services.dunning import invoice_paid
+from billing.services.dunning import invoice_paid, invoice_payment_failed
 from orgs.models import AuditEvent, OrgStatus, Role
 from orgs.services import org_restore, org_suspend
 from quotas.events import UsageCell
@@ -242,8 +242,10 @@ def test_invoice_wave_and_waitlist_events(receiver, operator, pool, premium_pric
     usage_add(org=org, pool=pool, hour=datetime(2026, 10, 3, 9, tzinfo=UTC), i=1_000_000)
     invoice, _ = invoice_close_month(org=org, month=date(2026, 10, 1), actor=operator,
                                      now=datetime(2026, 11, 2, tzinfo=UTC))
+    invoice_payment_failed(invoice=invoice)
+    invoice_payment_failed(invoice=invoice)  # a retried charge failing again: told once
     invoice_paid(invoice=invoice)
-    assert receiver.types() == ["invoice.issued", "invoice.paid"]
+    assert receiver.types() == ["invoice.issued", "invoice.payment_failed", "invoice.paid"]
     assert receiver.received[0]["data"]["invoice"]["total"] == {"value": 7.0, "currency": "usd"}
 
     queue_pool = PoolFactory(region="eu-west", capacity_tps=1_000)
