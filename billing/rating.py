@@ -131,6 +131,12 @@ def _sort_key(price: Price):
             price.org_specific)
 
 
+def discount_pico(*, subtotal_pico: int, discount_bps: int) -> int:
+    """The discount line's exact amount (negative) for a subtotal: floored toward the org, so
+    the discount never exceeds its percentage."""
+    return -(subtotal_pico * discount_bps // 10_000)
+
+
 def rate_usage(*, usage: Iterable[UsageRow], prices: Sequence[Price],
                discount_bps: int = 0) -> list[RatedLine]:
     """Invoice lines for `usage`: per pool and price version, input, output, the premium on
@@ -140,8 +146,8 @@ def rate_usage(*, usage: Iterable[UsageRow], prices: Sequence[Price],
     for price in sorted(buckets, key=_sort_key):
         lines.extend(_lines_for(price, buckets[price]))
     if discount_bps:
-        subtotal = sum(ln.amount_pico for ln in lines)
-        discount = -(subtotal * discount_bps // 10_000)
+        discount = discount_pico(subtotal_pico=sum(ln.amount_pico for ln in lines),
+                                 discount_bps=discount_bps)
         if discount:
             lines.append(RatedLine(kind="discount", pool_id=None, price_version_id=None,
                                    quantity_tokens=0, unit_micros_per_mtok=0,

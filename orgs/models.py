@@ -144,6 +144,35 @@ class ApiKey(models.Model):
         return self.revoked_at is None and (self.expires_at is None or self.expires_at > now)
 
 
+class AdminKey(models.Model):
+    """An organization's admin key (`sk_admin_...`): it authenticates the org-facing REST API
+    (usage, costs, API key management) for scripts and dashboards, and nothing else. It is a
+    model of its own, not a kind of ApiKey, so that it can never reach the admission engine:
+    the bridge publishes ApiKey digests only, and authorize answers `invalid_api_key` to it."""
+
+    org = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="admin_keys")
+    name = models.CharField(max_length=100)
+    lookup = models.CharField(max_length=12, unique=True)
+    digest = models.CharField(max_length=64)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["org", "-created_at"], name="adminkey_org_created")]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.display_prefix}…)"
+
+    @property
+    def display_prefix(self) -> str:
+        return f"sk_admin_{self.lookup}"
+
+
 class AuditEvent(models.Model):
     """Append-only: a database trigger (migration 0002) refuses UPDATE and DELETE."""
 

@@ -6,7 +6,9 @@ and "doesn't exist" must be indistinguishable from outside.
 
 from django.db.models import QuerySet
 
-from orgs.models import ApiKey, Invitation, Membership, Organization
+from orgs.auth import AdminKeyPrincipal
+from orgs.models import AdminKey, ApiKey, Invitation, Membership, Organization
+from orgs.services.audit import Actor
 from sluice.errors import NotFound, PermissionDenied
 
 
@@ -43,13 +45,33 @@ def org_get_for_user(*, user, org_id: int) -> Organization:
     return org
 
 
+def org_get_for_principal(*, user, org_id: int) -> Organization:
+    """The org of an org-facing endpoint that admin keys may call. An admin key acts for its own
+    org only: any other org id is a 404, like one that does not exist."""
+    if isinstance(user, AdminKeyPrincipal):
+        if org_id != user.org_id:
+            raise NotFound("No such organization.")
+        return user.key.org
+    return org_get_for_user(user=user, org_id=org_id)
+
+
+def principal_actor(user) -> Actor:
+    """Who the audit log names: the user, or the admin key."""
+    return user.actor if isinstance(user, AdminKeyPrincipal) else user
+
+
 def membership_role(*, user, org: Organization) -> str | None:
     return (Membership.objects.filter(user=user, org=org).values_list("role", flat=True)
             .first())
 
 
 def org_require_role(*, user, org: Organization, roles: frozenset[str], perm: str) -> None:
-    """Members need one of `roles`; operators need the model permission `perm`."""
+    """Members need one of `roles`; operators need the model permission `perm`. An admin key
+    may do whatever the endpoints that accept admin keys offer, in its own org."""
+    if isinstance(user, AdminKeyPrincipal):
+        if org.pk != user.org_id:
+            raise NotFound("No such organization.")
+        return
     if user_is_operator(user):
         operator_require(user=user, perm=perm)
         return
@@ -77,6 +99,17 @@ def org_api_key_get(*, org: Organization, key_id: int) -> ApiKey:
     key = org_api_keys(org=org).filter(pk=key_id).first()
     if key is None:
         raise NotFound("No such API key.")
+    return key
+
+
+def org_admin_keys(*, org: Organization) -> QuerySet[AdminKey]:
+    return AdminKey.objects.filter(org=org).select_related("created_by")
+
+
+def org_admin_key_get(*, org: Organization, key_id: int) -> AdminKey:
+    key = org_admin_keys(org=org).filter(pk=key_id).first()
+    if key is None:
+        raise NotFound("No such admin key.")
     return key
 
 

@@ -31,6 +31,8 @@ PORTAL_NAV = [
     NavItem("usage", "Usage"),
     NavItem("quota_requests", "Ask for more"),
     NavItem("billing", "Billing", roles=BILLING_READERS),
+    NavItem("admin_keys", "Admin keys", roles=MEMBER_MANAGERS),
+    NavItem("webhooks", "Webhooks", roles=MEMBER_MANAGERS),
 ]
 
 

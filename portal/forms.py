@@ -5,6 +5,7 @@ from orgs.models import Application, Role
 from orgs.services.applications import APPLICANT_FIELDS
 from quotas.models import CapacityPool
 from sluice.auth_forms import ThrottledAuthenticationForm
+from webhooks.models import EventType
 
 
 class AccountForm(forms.Form):
@@ -53,6 +54,20 @@ class RoleForm(forms.Form):
 class ApiKeyCreateForm(forms.Form):
     name = forms.CharField(label="Key name", max_length=100,
                            help_text="Where the key is used, e.g. “production voice agent”.")
+
+
+class AdminKeyCreateForm(forms.Form):
+    name = forms.CharField(label="Key name", max_length=100,
+                           help_text="What uses it, e.g. “Grafana usage dashboard”.")
+
+
+class WebhookEndpointForm(forms.Form):
+    url = forms.URLField(label="Endpoint URL", max_length=500, assume_scheme="https",
+                         help_text="Where Sluice POSTs signed events (https://).")
+    description = forms.CharField(label="Description", max_length=200, required=False)
+    event_types = forms.MultipleChoiceField(
+        label="Events", choices=EventType.choices, widget=forms.CheckboxSelectMultiple,
+        initial=EventType.values)
 
 
 class ApplicationForm(forms.ModelForm):

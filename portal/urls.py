@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from portal.views import accounts, application, billing, org, quota_requests, usage
+from portal.views import accounts, application, billing, org, programs, quota_requests, usage
 
 app_name = "portal"
 
@@ -34,6 +34,16 @@ urlpatterns = [
     path("o/<slug:slug>/keys/", org.keys, name="keys"),
     path("o/<slug:slug>/keys/new/", org.key_create, name="key_create"),
     path("o/<slug:slug>/keys/<int:key_id>/revoke/", org.key_revoke, name="key_revoke"),
+    path("o/<slug:slug>/admin-keys/", programs.admin_keys, name="admin_keys"),
+    path("o/<slug:slug>/admin-keys/<int:key_id>/revoke/", programs.admin_key_revoke_view,
+         name="admin_key_revoke"),
+    path("o/<slug:slug>/webhooks/", programs.webhooks, name="webhooks"),
+    path("o/<slug:slug>/webhooks/<int:endpoint_id>/", programs.webhook_endpoint,
+         name="webhook_endpoint"),
+    path("o/<slug:slug>/webhooks/<int:endpoint_id>/disable/",
+         programs.webhook_endpoint_disable_view, name="webhook_endpoint_disable"),
+    path("o/<slug:slug>/webhooks/deliveries/<int:delivery_id>/resend/",
+         programs.webhook_delivery_resend_view, name="webhook_delivery_resend"),
     path("o/<slug:slug>/quotas/", org.quotas, name="quotas"),
     path("o/<slug:slug>/usage/", usage.usage, name="usage"),
     path("o/<slug:slug>/usage/live/", usage.usage_live, name="usage_live"),

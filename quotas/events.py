@@ -32,3 +32,7 @@ limits_publishing = Event(
         "spend cap, month-to-date spend) in micro-dollars, for the orgs that have a cap; the "
         "others are published without one. It is one script call per org and pool, so the cap "
         "never reaches Redis apart from the rest of the org's state.")
+
+wave_opened = Event(
+    "quotas.wave_opened", payload=("wave", "org_ids"),
+    doc="A rollout wave opened and admitted these orgs (emitted in the opening transaction).")

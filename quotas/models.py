@@ -202,6 +202,29 @@ class UsageHourly(models.Model):
         return f"{self.org_id}/{self.pool_id}/{self.api_key_id} @ {self.hour:%Y-%m-%d %H}:00"
 
 
+class RefusalMinute(models.Model):
+    """Refusals of one org in one pool (and API key) by code, per UTC minute: drained from the
+    hook's Redis counters by quotas/refusals.py (the count is the minute's full total)."""
+
+    org = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="+")
+    pool = models.ForeignKey(CapacityPool, on_delete=models.CASCADE, related_name="+")
+    api_key = models.ForeignKey("orgs.ApiKey", on_delete=models.CASCADE, null=True,
+                                blank=True, related_name="+")
+    minute = models.DateTimeField()
+    code = models.CharField(max_length=40)
+    count = models.PositiveIntegerField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["org", "pool", "api_key", "minute", "code"],
+                                    nulls_distinct=False, name="refusal_minute_unique"),
+        ]
+        indexes = [models.Index(fields=["org", "minute"], name="refusal_org_minute")]
+
+    def __str__(self) -> str:
+        return f"{self.count} × {self.code} for {self.org_id} @ {self.minute:%Y-%m-%d %H:%M}"
+
+
 # --- Rollout waves and the waitlist (issue 4) -------------------------------------------------
 
 

@@ -4,6 +4,7 @@ from celery import shared_task
 
 from quotas.limiter.connection import LimiterUnavailable
 from quotas.publish import limiter_sync_all, limits_publish_orgs, limits_publish_pools
+from quotas.refusals import refusals_drain as refusals_drain_service
 from quotas.services import allocations_expire as allocations_expire_service
 from quotas.waves import pool_auto_admit as pool_auto_admit_service
 from quotas.waves import waves_close_due, waves_open_due
@@ -44,3 +45,9 @@ def waves_advance() -> dict:
 @shared_task
 def pool_auto_admit(*, pool_id: int) -> int:
     return len(pool_auto_admit_service(pool_id=pool_id))
+
+
+@shared_task
+def refusals_drain() -> int:
+    """Beat, every minute: the hook's refusal counters into PostgreSQL (idempotent)."""
+    return refusals_drain_service()

@@ -16,6 +16,7 @@ from orgs.models import Organization, OrgStatus
 from orgs.services.applications import application_admitted
 from orgs.services.audit import Actor, audit_record
 from orgs.services.lifecycle import org_admit
+from quotas.events import wave_opened
 from quotas.models import CapacityPool, PoolAdmission, RolloutWave, WaveState
 from quotas.selectors import pool_guaranteed_tps
 from quotas.services import allocation_grant, pool_capacity_set, pool_lock
@@ -179,6 +180,7 @@ def wave_open(*, wave: RolloutWave, actor: Actor) -> RolloutWave:
                            reason=f"admitted in rollout wave {wave.name}")
     wave.admitted_count = len(chosen)
     wave.save(update_fields=["admitted_count"])
+    wave_opened.emit(wave=wave, org_ids=[e.org_id for e in chosen])
     audit_record(actor=actor, action="wave.open", target=wave,
                  after={**_wave_snapshot(wave), "admitted": [e.org_id for e in chosen]})
     return wave

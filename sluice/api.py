@@ -6,14 +6,17 @@ DRF's own exceptions (validation, authentication, throttling, 404) and our Domai
 through `exception_handler`, so clients parse exactly one shape.
 """
 
+import time
+
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.http import Http404
-from rest_framework import exceptions, status
+from rest_framework import exceptions, serializers, status
 from rest_framework.response import Response
 from rest_framework.views import set_rollback
 
 from sluice.error_format import error_body
 from sluice.errors import DomainError
+from sluice.time_buckets import BucketError, bucket_page
 
 _DRF_CODES = {
     exceptions.ValidationError: "invalid_input",
@@ -75,3 +78,44 @@ def validated_input(serializer_class, data, *, partial: bool = False) -> dict:
     serializer = serializer_class(data=data, partial=partial)
     serializer.is_valid(raise_exception=True)
     return serializer.validated_data
+
+
+class BucketQueryInput(serializers.Serializer):
+    """The time window of OpenAI's organization Usage and Costs APIs (sluice/time_buckets.py)."""
+
+    start_time = serializers.IntegerField(min_value=0, help_text="Unix seconds, inclusive.")
+    end_time = serializers.IntegerField(
+        min_value=0, required=False,
+        help_text="Unix seconds, exclusive. Default: now.")
+    limit = serializers.IntegerField(required=False, help_text="Buckets per page.")
+    page = serializers.CharField(required=False, max_length=40,
+                                 help_text="`next_page` of the previous response.")
+
+    # (default, maximum) buckets per page when not the width's usual ones.
+    page_limits: tuple[int, int] | None = None
+
+    def validate(self, data):
+        data.setdefault("end_time", int(time.time()))
+        try:
+            data["window"] = bucket_page(
+                width=data.get("bucket_width", "1d"), start_time=data["start_time"],
+                end_time=data["end_time"], limit=data.get("limit"), page=data.get("page"),
+                limits=self.page_limits)
+        except BucketError as exc:
+            raise serializers.ValidationError({exc.field: [exc.message]}) from exc
+        return data
+
+
+def bucket_page_output(name: str, result: serializers.Serializer) -> serializers.Serializer:
+    """For OpenAPI: OpenAI's page of time buckets (sluice/time_buckets.py) around `result`."""
+    from drf_spectacular.utils import inline_serializer
+
+    bucket = inline_serializer(f"{name}Bucket", {
+        "object": serializers.ChoiceField(choices=["bucket"]),
+        "start_time": serializers.IntegerField(), "end_time": serializers.IntegerField(),
+        "results": result})
+    return inline_serializer(f"{name}Page", {
+        "object": serializers.ChoiceField(choices=["page"]),
+        "data": serializers.ListSerializer(child=bucket),
+        "has_more": serializers.BooleanField(),
+        "next_page": serializers.CharField(allow_null=True)})

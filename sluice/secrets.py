@@ -34,10 +34,15 @@ def secret_issue(*, kind: str) -> IssuedSecret:
 
 
 def secret_parse_lookup(plaintext: str, *, kind: str) -> str | None:
-    parts = plaintext.split("_", 2)
-    if len(parts) != 3 or parts[0] != kind or len(parts[1]) != LOOKUP_LENGTH:
+    """The lookup of a `<kind>_<lookup>_<secret>`, or None. A kind may itself contain "_"
+    (`sk_admin`): an inference key `sk_...` never parses as an admin key, nor the reverse,
+    because the lookup has a fixed length of hex digits."""
+    if not plaintext.startswith(f"{kind}_"):
         return None
-    return parts[1]
+    lookup, sep, _ = plaintext[len(kind) + 1:].partition("_")
+    if not sep or len(lookup) != LOOKUP_LENGTH:
+        return None
+    return lookup
 
 
 def secret_matches(plaintext: str, digest: str) -> bool:

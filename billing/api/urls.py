@@ -1,5 +1,6 @@
 from django.urls import path
 
+from billing.api import views_costs
 from billing.api import views_operator as op
 from billing.api import views_org as org
 
@@ -18,6 +19,7 @@ urlpatterns = [
          org.InvoiceUsageCsvView.as_view(), name="billing-invoice-usage"),
     path("orgs/<int:org_id>/billing/usage.csv", org.UsageCsvView.as_view(),
          name="billing-usage-csv"),
+    path("orgs/<int:org_id>/costs", views_costs.CostsApi.as_view(), name="api-org-costs"),
     path("orgs/<int:org_id>/billing/spend-cap", org.SpendCapView.as_view(),
          name="billing-spend-cap"),
     path("orgs/<int:org_id>/billing/payment-method-session",

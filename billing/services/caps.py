@@ -11,6 +11,7 @@ from datetime import date, datetime
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from billing.events import spend_threshold_crossed
 from billing.models import BillingAccount, SpendAlert
 from billing.notify import spend_alert_email_queue
 from billing.periods import month_of
@@ -87,6 +88,9 @@ def spend_alerts_evaluate(*, org: Organization, now: datetime | None = None) -> 
         spend_alert_email_queue(org_id=org.pk, month=status.month.strftime("%Y%m"),
                                 threshold=threshold, cost_micros=status.cost_micros,
                                 cap_micros=status.cap_micros)
+        spend_threshold_crossed.emit(org_id=org.pk, month=status.month, threshold=threshold,
+                                     cost_micros=status.cost_micros,
+                                     cap_micros=status.cap_micros)
         sent.append(threshold)
     return sent
 

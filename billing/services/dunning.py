@@ -7,6 +7,8 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from billing.events import invoice_paid as invoice_paid_event
+from billing.events import invoice_payment_failed as invoice_payment_failed_event
 from billing.models import BillingAccount, Invoice, InvoiceStatus
 from billing.notify import payment_failed_email_queue, suspended_for_payment_email_queue
 from billing.services.accounts import billing_account_lock
@@ -41,6 +43,7 @@ def invoice_payment_failed(*, invoice: Invoice, actor: Actor = STRIPE_ACTOR,
     if invoice.payment_failed_at is None:
         invoice.payment_failed_at = now
         invoice.save(update_fields=["payment_failed_at"])
+        invoice_payment_failed_event.emit(invoice=invoice)
     if account.grace_until is None:
         account.payment_failed_at = now
         account.grace_until = now + timedelta(days=settings.DUNNING_GRACE_DAYS)
@@ -70,6 +73,7 @@ def invoice_paid(*, invoice: Invoice, actor: Actor = STRIPE_ACTOR,
                                 details={"status": invoice.status})
     invoice.status, invoice.paid_at = InvoiceStatus.PAID, now or timezone.now()
     invoice.save(update_fields=["status", "paid_at"])
+    invoice_paid_event.emit(invoice=invoice)
     audit_record(actor=actor, action="invoice.paid", target=invoice, org=invoice.org,
                  before={"status": InvoiceStatus.OPEN}, after={"status": InvoiceStatus.PAID})
     account = billing_account_lock(org=invoice.org)

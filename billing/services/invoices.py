@@ -8,6 +8,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Max, Q
 from django.utils import timezone
 
+from billing.events import invoice_issued
 from billing.models import Invoice, InvoiceLine, InvoiceStatus, LineKind, OutboxKind
 from billing.periods import month_after, month_before, month_bounds, month_of
 from billing.rating import RatedLine, total_cents
@@ -56,6 +57,7 @@ def _invoice_insert(*, org: Organization, month: date, replaces: Invoice | None)
     _lines_create(invoice, lines)
     if total > 0:
         outbox_enqueue(kind=OutboxKind.INVOICE_PUSH, org=org, invoice=invoice)
+    invoice_issued.emit(invoice=invoice)
     return invoice
 
 

@@ -41,6 +41,8 @@ KNOWN_ENV = {
     "SLUICE_SECURE_COOKIES",
     "SLUICE_LOG_LEVEL",
     "SLUICE_REAPPLY_COOLING_OFF_DAYS",
+    "SLUICE_ADMIN_KEY_RATE_PER_MINUTE",
+    "SLUICE_WEBHOOKS_ALLOW_PRIVATE",
 }
 env_reject_unknown("SLUICE_", KNOWN_ENV)
 
@@ -70,6 +72,7 @@ INSTALLED_APPS = [
     "orgs",
     "quotas",
     "billing",
+    "webhooks",
     "django_otp",
     "django_otp.plugins.otp_totp",
     "portal",
@@ -173,6 +176,10 @@ REST_FRAMEWORK = {
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
     "PAGE_SIZE": 50,
     "UNAUTHENTICATED_USER": None,
+    # Per admin key (orgs.auth.AdminKeyRateThrottle), counted in the Redis cache.
+    "DEFAULT_THROTTLE_RATES": {
+        "admin_key": f"{env_int('SLUICE_ADMIN_KEY_RATE_PER_MINUTE', 300, minimum=1)}/min",
+    },
 }
 
 SPECTACULAR_SETTINGS = {
@@ -212,6 +219,9 @@ CELERY_BEAT_SCHEDULE["allocations-expire"] = {
 }
 # Emails whose delivery task was lost (broker down at commit) or that wait for a retry.
 CELERY_BEAT_SCHEDULE["emails-drain"] = {"task": "sluice.tasks.emails_drain", "schedule": 60.0}
+# The gateway hook's refusal counters (Redis) into PostgreSQL, for the Usage API.
+CELERY_BEAT_SCHEDULE["refusals-drain"] = {"task": "quotas.tasks.refusals_drain",
+                                          "schedule": 60.0}
 CELERY_BEAT_SCHEDULE["waves-advance"] = {
     "task": "quotas.tasks.waves_advance", "schedule": 60.0,
 }
@@ -223,12 +233,18 @@ CELERY_BEAT_SCHEDULE |= {
     "billing-dunning-enforce": {"task": "billing.tasks.dunning_enforce_task",
                                 "schedule": crontab(minute=5)},
     "billing-spend-alerts": {"task": "billing.tasks.spend_alerts_task", "schedule": 300.0},
+    # Webhooks whose delivery task was lost, or that wait for a retry; waitlist positions.
+    "webhooks-drain": {"task": "webhooks.tasks.webhooks_drain_task", "schedule": 60.0},
+    "webhooks-waitlist-positions": {"task": "webhooks.tasks.waitlist_positions_task",
+                                    "schedule": 300.0},
 }
 
 INVITATION_TTL_HOURS = env_int("SLUICE_INVITATION_TTL_HOURS", 72, minimum=1)
 RESERVATION_TTL_SECONDS = env_int("SLUICE_RESERVATION_TTL_SECONDS", 600, minimum=1)
 # Days a rejected organization waits before it may apply again (0: at once).
 REAPPLY_COOLING_OFF_DAYS = env_int("SLUICE_REAPPLY_COOLING_OFF_DAYS", 30, minimum=0)
+# Development only: webhook endpoints on http:// and on private or loopback addresses.
+WEBHOOKS_ALLOW_PRIVATE = env_bool("SLUICE_WEBHOOKS_ALLOW_PRIVATE", False)
 DUNNING_GRACE_DAYS = env_int("SLUICE_DUNNING_GRACE_DAYS", 7, minimum=0)
 STRIPE_API_KEY = env_str("STRIPE_API_KEY", "")
 STRIPE_API_BASE = env_str("SLUICE_STRIPE_API_BASE", "https://api.stripe.com")

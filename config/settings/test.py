@@ -22,3 +22,5 @@ CELERY_TASK_ALWAYS_EAGER = True
 CELERY_TASK_EAGER_PROPAGATES = True
 # Serve static files from the finders; no collectstatic in tests.
 WHITENOISE_AUTOREFRESH = True
+# Webhook receivers in tests listen on loopback (live_server, local HTTP servers).
+WEBHOOKS_ALLOW_PRIVATE = True

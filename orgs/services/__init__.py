@@ -1,5 +1,6 @@
 """Every state change of the orgs domain. Views, admin actions, tasks and commands call these."""
 
+from orgs.services.admin_keys import admin_key_create, admin_key_revoke
 from orgs.services.api_keys import api_key_create, api_key_revoke, api_key_touch
 from orgs.services.audit import audit_record
 from orgs.services.lifecycle import (
@@ -26,6 +27,8 @@ from orgs.services.members import (
 from orgs.services.operator_tokens import operator_token_create, operator_token_revoke
 
 __all__ = [
+    "admin_key_create",
+    "admin_key_revoke",
     "api_key_create",
     "api_key_revoke",
     "api_key_touch",

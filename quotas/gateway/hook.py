@@ -19,6 +19,7 @@ from quotas.gateway.tokens import GatewayIdentity, gateway_authenticate
 from quotas.limiter.connection import LimiterUnavailable
 from quotas.limiter.engine import limiter_authorize
 from quotas.limiter.schema import Decision
+from quotas.refusals import refusal_count
 from quotas.usage import usage_record
 from sluice.error_format import error_body
 
@@ -92,6 +93,7 @@ def authorize_handle(body: object, gateway: GatewayIdentity) -> Answer:
         decision = fail_open_authorize(pool_id=route.pool_id, api_key=ask.api_key,
                                        cost=ask.input_tokens + ask.max_output_tokens)
     DECISIONS.labels(decision.outcome, limiter).inc()
+    refusal_count(decision=decision, pool_id=route.pool_id, limiter=limiter)
     return _decision_answer(decision, pool_id=route.pool_id, request_id=ask.request_id,
                             dry_run=ask.dry_run, limiter=limiter)
 

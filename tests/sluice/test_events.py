@@ -4,6 +4,7 @@ from billing import receivers as billing_receivers
 from orgs import events as orgs_events
 from quotas import receivers as quotas_receivers
 from sluice.events import Event
+from webhooks import receivers as webhooks_receivers
 
 
 def test_receivers_run_in_order_and_their_errors_reach_the_emitter():
@@ -32,7 +33,8 @@ def test_the_payload_is_the_declared_one():
 
 def test_higher_apps_subscribe_to_what_orgs_announces():
     assert orgs_events.org_transitioned.receivers == [
-        quotas_receivers.org_transitioned_received, billing_receivers.org_transitioned_received]
+        quotas_receivers.org_transitioned_received, billing_receivers.org_transitioned_received,
+        webhooks_receivers.org_transitioned_received]
     assert orgs_events.api_keys_changed.receivers == [quotas_receivers.api_keys_changed_received]
     assert orgs_events.application_submitted.receivers == [
         quotas_receivers.application_submitted_received]
@@ -43,6 +45,20 @@ def test_higher_apps_subscribe_to_what_orgs_announces():
 def test_billing_subscribes_to_what_quotas_announces():
     from quotas import events as quotas_events
 
-    assert quotas_events.usage_recorded.receivers == [billing_receivers.usage_recorded_received]
+    assert quotas_events.usage_recorded.receivers == [
+        billing_receivers.usage_recorded_received, webhooks_receivers.usage_recorded_received]
     assert quotas_events.limits_publishing.receivers == [
         billing_receivers.limits_publishing_received]
+    assert quotas_events.wave_opened.receivers == [webhooks_receivers.wave_opened_received]
+
+
+def test_webhooks_subscribe_to_what_billing_announces():
+    from billing import events as billing_events
+
+    assert billing_events.invoice_issued.receivers == [
+        webhooks_receivers.invoice_issued_received]
+    assert billing_events.invoice_paid.receivers == [webhooks_receivers.invoice_paid_received]
+    assert billing_events.invoice_payment_failed.receivers == [
+        webhooks_receivers.invoice_payment_failed_received]
+    assert billing_events.spend_threshold_crossed.receivers == [
+        webhooks_receivers.spend_threshold_crossed_received]
