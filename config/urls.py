@@ -2,7 +2,9 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from billing.api.views_costs import OrganizationCostsApi
 from billing.api.webhook import stripe_webhook
+from quotas.api.usage_completions import OrganizationUsageCompletionsApi
 from quotas.gateway.metrics import metrics_view
 from sluice.health import healthz, readyz
 
@@ -19,6 +21,10 @@ urlpatterns = [
     path("api/v1/", include("quotas.api.applications")),
     path("api/v1/", include("quotas.api.waves")),
     path("api/v1/", include("billing.api.urls")),
+    # OpenAI's organization paths, for tools that take a base URL and an admin key.
+    path("v1/organization/usage/completions",
+         OrganizationUsageCompletionsApi.as_view(), name="organization-usage-completions"),
+    path("v1/organization/costs", OrganizationCostsApi.as_view(), name="organization-costs"),
     path("api/billing/stripe/webhook", stripe_webhook, name="stripe-webhook"),
     path("portal/", include("portal.urls")),
 ]

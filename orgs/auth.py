@@ -132,3 +132,14 @@ class AdminKeyScheme(OpenApiAuthenticationExtension):
     def get_security_definition(self, auto_schema):
         return {"type": "http", "scheme": "bearer", "bearerFormat": "sk_admin_<lookup>_<secret>",
                 "description": "An organization's admin key: its usage, costs and API keys."}
+
+
+class AdminKeyOrgRoute:
+    """OpenAI's organization paths (`/v1/organization/...`) for an org-scoped GET view: the org
+    is the admin key's own, so OpenAI-shaped tools need only a base URL and the key."""
+
+    def get(self, request):
+        if not isinstance(request.user, AdminKeyPrincipal):
+            raise exceptions.NotAuthenticated(
+                "Use the organization's admin key (Authorization: Bearer sk_admin_...).")
+        return super().get(request, org_id=request.user.org_id)

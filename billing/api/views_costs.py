@@ -11,7 +11,12 @@ from rest_framework.views import APIView
 
 from billing.costs import DayCost, org_daily_costs
 from billing.selectors import org_for_billing_reader
-from orgs.auth import ADMIN_KEY_AUTHENTICATION, ADMIN_KEY_THROTTLES, AdminKeyPrincipal
+from orgs.auth import (
+    ADMIN_KEY_AUTHENTICATION,
+    ADMIN_KEY_THROTTLES,
+    AdminKeyOrgRoute,
+    AdminKeyPrincipal,
+)
 from sluice.api import BucketQueryInput, bucket_page_output, validated_input
 from sluice.errors import NotFound
 from sluice.time_buckets import bucket_envelope
@@ -91,3 +96,13 @@ class CostsApi(APIView):
         return Response(bucket_envelope(window, {
             start: _results(costs, by_line_item=by_line_item) for start, costs in by_day.items()
         }))
+
+
+class OrganizationCostsApi(AdminKeyOrgRoute, CostsApi):
+    @extend_schema(
+        parameters=[CostsApi.CostsInput], responses=CostsPageOutput,
+        operation_id="organization_costs",
+        description="The same as `/api/v1/orgs/{org_id}/costs` at OpenAI's path: the "
+        "organization is the admin key's (`Bearer sk_admin_...`; admin keys only).")
+    def get(self, request):
+        return super().get(request)

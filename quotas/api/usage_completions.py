@@ -6,7 +6,7 @@ from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from orgs.auth import ADMIN_KEY_AUTHENTICATION, ADMIN_KEY_THROTTLES
+from orgs.auth import ADMIN_KEY_AUTHENTICATION, ADMIN_KEY_THROTTLES, AdminKeyOrgRoute
 from orgs.selectors import org_get_for_principal
 from quotas.usage_report import GROUP_FIELDS, UsageQuery, usage_completions
 from sluice.api import BucketQueryInput, bucket_page_output, validated_input
@@ -78,3 +78,13 @@ class UsageCompletionsApi(APIView):
                            api_key_ids=tuple(data.get("api_key_ids", [])),
                            models=tuple(data.get("models", [])))
         return Response(bucket_envelope(data["window"], usage_completions(query=query)))
+
+
+class OrganizationUsageCompletionsApi(AdminKeyOrgRoute, UsageCompletionsApi):
+    @extend_schema(
+        parameters=[UsageCompletionsApi.UsageCompletionsInput],
+        responses=UsageCompletionsPageOutput, operation_id="organization_usage_completions",
+        description="The same as `/api/v1/orgs/{org_id}/usage/completions` at OpenAI's path: "
+        "the organization is the admin key's (`Bearer sk_admin_...`; admin keys only).")
+    def get(self, request):
+        return super().get(request)

@@ -177,3 +177,26 @@ def test_usage_and_costs_over_http_with_an_admin_key(live_server, pool, premium_
     # $5 + $30 list, $2 + $10 premium, minus the premium on 0.5M input and 0.2M output
     assert spent["data"][0]["results"][0]["amount"] == {"value": 44.0, "currency": "usd"}
     assert [r["output_tokens"] for b in used["data"] for r in b["results"]] == [1_000_000]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_openai_organization_paths_take_the_org_from_the_admin_key(live_server, pool,
+                                                                   premium_price):
+    org, other = OrganizationFactory(), OrganizationFactory()
+    usage_add(org=org, pool=pool, hour=datetime(2026, 10, 3, 9, tzinfo=UTC), i=1_000_000,
+              o=1_000_000, pi=500_000, po=800_000)
+    usage_add(org=other, pool=pool, hour=datetime(2026, 10, 3, 9, tzinfo=UTC), i=7, o=7)
+    _, secret = admin_key_create(org=org, name="tools", actor="test")
+    window = {"start_time": _ts(date(2026, 10, 3)), "end_time": _ts(date(2026, 10, 4))}
+    with httpx.Client(base_url=f"{live_server.url}/v1/organization", timeout=10) as http:
+        auth = {"Authorization": f"Bearer {secret}"}
+        spent = http.get("/costs", params=window, headers=auth).json()
+        used = http.get("/usage/completions", headers=auth,
+                        params={**window, "bucket_width": "1d"}).json()
+        anonymous = http.get("/costs", params=window)
+    openai_validate(spent)
+    openai_validate(used)
+    assert spent["data"][0]["results"][0]["amount"] == {"value": 44.0, "currency": "usd"}
+    assert [r["output_tokens"] for b in used["data"] for r in b["results"]] == [1_000_000]
+    assert anonymous.status_code == 401
+    assert anonymous.json()["error"]["code"] == "not_authenticated"
