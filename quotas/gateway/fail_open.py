@@ -50,7 +50,8 @@ class _Fleet:
     """This process's heartbeat, and the fleet size it learned from everyone's."""
 
     def __init__(self) -> None:
-        self.process_id = f"{os.uname().nodename}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.pid = 0
+        self.process_id = ""
         self.size: int | None = None  # None: never counted (Redis down since we started)
         self.next_beat = float("-inf")
         self.lock = threading.Lock()
@@ -59,6 +60,9 @@ class _Fleet:
         if time.monotonic() < self.next_beat or not self.lock.acquire(blocking=False):
             return
         try:
+            if self.pid != os.getpid():  # first beat, or a worker forked from the master
+                self.pid = os.getpid()
+                self.process_id = f"{os.uname().nodename}:{self.pid}:{uuid.uuid4().hex[:8]}"
             self.next_beat = time.monotonic() + HEARTBEAT_SECONDS
             self.size = fleet_heartbeat(process_id=self.process_id,
                                         now_ms=epoch_ms(clock.now()),
