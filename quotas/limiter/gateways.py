@@ -31,11 +31,10 @@ def gateway_tokens_write(tokens: dict[str, str]) -> None:
     """Replace the set at once: written under a new name, then renamed over the old one (both
     names share the hash tag, so one Cluster slot). Raises LimiterUnavailable."""
     staging = f"{SHARED_KEY.gateway_tokens}:{uuid.uuid4().hex}"
-    pipe = limiter_client(bulk=True).pipeline(transaction=False)
-    pipe.hset(staging, mapping={SYNCED_FIELD: "1", **tokens})
-    pipe.rename(staging, SHARED_KEY.gateway_tokens)
+    client = limiter_client(bulk=True)
     try:
-        pipe.execute()
+        client.hset(staging, mapping={SYNCED_FIELD: "1", **tokens})
+        client.rename(staging, SHARED_KEY.gateway_tokens)
     except redis.RedisError as exc:
         raise LimiterUnavailable(str(exc)) from exc
 

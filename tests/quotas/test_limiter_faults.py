@@ -40,6 +40,13 @@ def server(tmp_path, settings, limiter_clock):
 
 
 @pytest.fixture
+def another_server(tmp_path):
+    started = PrivateRedis(tmp_path / "another").start()
+    yield started
+    started.stop()
+
+
+@pytest.fixture
 def gateway(server):
     _, plaintext = gateway_token_create(name="edge", actor="test")
     return Client(HTTP_AUTHORIZATION=f"Bearer {plaintext}")
@@ -69,16 +76,15 @@ def assert_policy_answered(answer, policy, status):
 # Item 5: every Redis failure goes by the policy, error replies included.
 
 @pytest.mark.parametrize("policy, status", POLICIES)
-def test_a_read_only_replica_answers_by_the_pools_policy(gateway, server, tmp_path, settings,
+def test_a_read_only_replica_answers_by_the_pools_policy(gateway, server, another_server,
                                                         policy, status):
     t = tenant_in(policy)
     assert ask(gateway, t, "before").status_code == 200
     # A failover: a replica with all the data is promoted, and the engine's Redis, demoted,
     # now replicates it (same data, read-only).
-    promoted = PrivateRedis(tmp_path / "promoted").start()
-    promoted.replica_of(server)
-    promoted.client().replicaof("NO", "ONE")
-    server.replica_of(promoted)
+    another_server.replica_of(server)
+    another_server.client().replicaof("NO", "ONE")
+    server.replica_of(another_server)
     assert server.client().exists(pool_key(t.pool.pk, KEY.synced))
     answer = ask(gateway, t, "after")
     assert_policy_answered(answer, policy, status)
