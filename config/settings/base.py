@@ -24,6 +24,7 @@ KNOWN_ENV = {
     "SLUICE_CSRF_TRUSTED_ORIGINS",
     "SLUICE_PORT",
     "SLUICE_WEB_CONCURRENCY",
+    "SLUICE_HOOK_THREADS",
     "SLUICE_EMAIL_BACKEND",
     "SLUICE_DEFAULT_FROM_EMAIL",
     "SLUICE_EMAIL_HOST",
@@ -117,6 +118,9 @@ if DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
     raise ImproperlyConfigured("DATABASE_URL must point at PostgreSQL.")
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# Threads per web process that run gateway hook calls (quotas/gateway/asgi.py).
+HOOK_THREADS = env_int("SLUICE_HOOK_THREADS", 8, minimum=1)
 
 REDIS_URL = env_str("REDIS_URL")
 # The admission engine's Redis when set apart from REDIS_URL (empty: REDIS_URL). It may be a
