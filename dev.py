@@ -402,7 +402,7 @@ class Supervisor:
                 say(f"{child.name} did not stop in time; killing it")
                 self._signal_group(child, signal.SIGKILL)
                 child.popen.wait()
-        # Nothing of its process group may outlive it (gunicorn/celery pool processes).
+        # Nothing of its process group may outlive it (web workers, celery pool processes).
         if self._signal_group(child, 0):
             time.sleep(0.5)
             if self._signal_group(child, signal.SIGKILL):
@@ -846,17 +846,15 @@ def cmd_run(sup: Supervisor) -> int:
          "--schedule", str(beat_schedule)],
         timeout=10,
     )  # fmt: skip
-    # The production gunicorn configuration (config/gunicorn.py). Its Prometheus multiprocess
-    # directory must exist and be empty at every start, and belongs to the web process only.
+    # The production web server (config/serve.py: granian, the hook's ASGI entry). Its
+    # Prometheus multiprocess directory must exist and be empty at every start, and belongs
+    # to the web process only.
     metrics_dir = STATE / "prometheus"
     shutil.rmtree(metrics_dir, ignore_errors=True)
     metrics_dir.mkdir(parents=True)
     web = sup.start(
         "web",
-        [py, "-m", "gunicorn", "config.wsgi:application",
-         "-c", str(ROOT / "config" / "gunicorn.py"), "--bind", f"127.0.0.1:{port}",
-         "--graceful-timeout", "10", "--access-logfile", "-",
-         "--no-control-socket"],  # else ~/.gunicorn/gunicorn.ctl, shared by every checkout
+        [py, "-m", "config.serve", "--bind", f"127.0.0.1:{port}", "--access-log"],
         timeout=15,
         env={**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir)},
     )  # fmt: skip
