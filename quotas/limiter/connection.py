@@ -178,8 +178,8 @@ def _script_run_hot(name: str, *, keys: Sequence[str], args: Sequence):
         _failures += 1
         if _failures >= BREAKER_FAILURES:
             _broken_until = time.monotonic() + BREAKER_SECONDS
-        if isinstance(exc, redis.ResponseError):
-            logger.warning("limiter: Redis answered %s with an error: %s", name, exc)
+        # At most BREAKER_FAILURES lines per BREAKER_SECONDS and process, however long it lasts.
+        logger.warning("limiter: %s failed (%s): %s", name, type(exc).__name__, exc)
         raise LimiterUnavailable(str(exc)) from exc
     _failures, _broken_until = 0, 0.0
     return reply
