@@ -846,9 +846,9 @@ def cmd_run(sup: Supervisor) -> int:
          "--schedule", str(beat_schedule)],
         timeout=10,
     )  # fmt: skip
-    # The production web server (config/serve.py: granian, the hook's ASGI entry). Its
-    # Prometheus multiprocess directory must exist and be empty at every start, and belongs
-    # to the web process only.
+    # The production web server (config/serve.py: granian; bodies are read before a thread
+    # runs a request). Its Prometheus multiprocess directory must exist and be empty at every
+    # start, and belongs to the web process only.
     metrics_dir = STATE / "prometheus"
     shutil.rmtree(metrics_dir, ignore_errors=True)
     metrics_dir.mkdir(parents=True)

@@ -1,16 +1,11 @@
-"""The production ASGI application plus one empty JSON endpoint at the same layer as the hook's
-ASGI entry (/bench/empty): the ceiling of this server and load generator for a request that
-does no work. Benchmarks only."""
+"""The production ASGI application with bench/wsgi_ceiling.py's empty JSON endpoint
+(/bench/empty) at the WSGI layer where authorize is served: the ceiling of this server and
+load generator for a request that does no work. Benchmarks only."""
 
-from config.asgi import application as sluice
+from django.conf import settings
 
-EMPTY = b"{}"
-_HEADERS = [(b"content-type", b"application/json"), (b"content-length", b"2")]
+from bench.wsgi_ceiling import application as wsgi_application
+from sluice.asgi_bridge import wsgi_app_as_asgi
 
-
-async def application(scope, receive, send):
-    if scope["type"] == "http" and scope["path"] == "/bench/empty":
-        await send({"type": "http.response.start", "status": 200, "headers": _HEADERS})
-        await send({"type": "http.response.body", "body": EMPTY})
-        return None
-    return await sluice(scope, receive, send)
+application = wsgi_app_as_asgi(wsgi_application, threads=settings.WEB_THREADS,
+                               max_body=4 * settings.DATA_UPLOAD_MAX_MEMORY_SIZE)

@@ -2,9 +2,9 @@
 
     DATABASE_URL=... REDIS_URL=redis://127.0.0.1:6379/4 python bench/authorize_http.py
 
-The production server (config/serve.py: granian, the hook's ASGI entry; DEBUG off), or
-`--server gunicorn` for the WSGI layout it replaced. Limits are set high so every decision runs the
-whole script and is an admission; every request_id is new.
+The production server (config/serve.py: granian, bodies read before a thread runs a request;
+DEBUG off), or `--server gunicorn` for the WSGI layout it replaced. Limits are set high so
+every decision runs the whole script and is an admission; every request_id is new.
 
 With wrk (the default when it is on PATH): two empty JSON endpoints as ceilings, /bench/empty
 at the bare WSGI layer where authorize is served and /healthz through Django's whole stack,
@@ -32,7 +32,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10)
     parser.add_argument("--workers", type=int, default=3)
     parser.add_argument("--threads", type=int, default=8,
-                        help="hook threads per process (granian) or gthreads (gunicorn)")
+                        help="threads per process (either server)")
     parser.add_argument("--server", choices=SERVERS, default=SERVERS[0],
                         help="the production server, or the gunicorn layout it replaced")
     parser.add_argument("--loadgen", choices=["wrk", "python"],

@@ -71,13 +71,13 @@ SERVERS = ("granian", "gunicorn")
 
 @contextlib.contextmanager
 def web_server(*, workers: int, threads: int = 8, kind: str = "granian", env: dict | None = None):
-    """The production server (config/serve.py: granian, the hook's ASGI entry, DEBUG off),
-    or for comparison the WSGI layout it replaced (gunicorn's gthread worker, `threads` per
-    process), each with its benchmark endpoint /bench/empty."""
+    """The production server (config/serve.py: granian, bodies read before a thread runs a
+    request; DEBUG off), or for comparison the WSGI layout it replaced (gunicorn's gthread
+    worker, `threads` per process), each with its benchmark endpoint /bench/empty."""
     port = free_port()
     metrics_dir = tempfile.mkdtemp(prefix="sluice-metrics-")
     env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": metrics_dir,
-           "SLUICE_WEB_CONCURRENCY": str(workers), "SLUICE_HOOK_THREADS": str(threads),
+           "SLUICE_WEB_CONCURRENCY": str(workers), "SLUICE_WEB_THREADS": str(threads),
            **(env or {})}
     if kind == "granian":
         command = [sys.executable, "-m", "config.serve", "--bind", f"127.0.0.1:{port}",

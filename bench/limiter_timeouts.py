@@ -7,7 +7,7 @@ made busy without disturbing anyone: every 0.5 s another client runs a command t
 busy for --stall-ms (a Lua busy loop: the cost of a KEYS, a FLUSHDB of a big database or a
 heavy script from another tenant of a shared Redis). Redis stays healthy: it answers everything,
 some replies just wait behind that command. Meanwhile the production server (granian, --workers
-x 8 hook threads) is saturated over HTTP by the Python load generator (2 processes x 32
+x 8 threads) is saturated over HTTP by the Python load generator (2 processes x 32
 connections, closed loop) for --seconds; `--burn N` adds N CPU-spinning processes.
 
 The same run is made with the reply timeout at 50 ms, which is what the single 50 ms socket
@@ -102,7 +102,7 @@ def run(args, redis_url: str) -> None:
                          r.percentile(99), r.statuses.get(200, 0), r.statuses.get(503, 0),
                          sum(n for s, n in r.statuses.items() if s not in (200, 503))])
     table(f"authorize saturated ({args.processes}x{args.connections} connections, "
-          f"{args.seconds:.0f} s, {args.workers} workers x 8 hook threads, {args.burn} "
+          f"{args.seconds:.0f} s, {args.workers} workers x 8 threads, {args.burn} "
           f"spinning processes), Redis busy {args.stall_ms} ms every 0.5 s, by reply timeout",
           ["reply timeout", "answers", "req/s", "p50 ms", "p99 ms", "200", "503", "other"],
           rows)

@@ -7,8 +7,9 @@ announcing a 1,000-byte body, then one byte of it every second, for the whole ru
 closed-loop client (4 connections, each a thread with http.client and a 5 s timeout, so that a
 stalled server shows as timeouts instead of hanging the benchmark) asks authorize as fast as
 answers come. The table compares authorize without and with the slow clients, for the
-production server (granian serving the hook's ASGI entry, config/serve.py) and for the layout
-it replaced (gunicorn's gthread worker, 2 processes x 4 threads, the old config/gunicorn.py).
+production server (config/serve.py: granian, bodies read before a thread runs a request) and
+for the layout it replaced (gunicorn's gthread worker, 2 processes x 4 threads, the old
+config/gunicorn.py).
 """
 
 import argparse

@@ -33,7 +33,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=500)
     parser.add_argument("--workers", type=int, default=3)
     parser.add_argument("--threads", type=int, default=8,
-                        help="hook threads per process (granian) or gthreads (gunicorn)")
+                        help="threads per process (either server)")
     parser.add_argument("--server", choices=SERVERS, default=SERVERS[0],
                         help="the production server, or the gunicorn layout it replaced")
     parser.add_argument("--loadgen", choices=["wrk", "python"],

@@ -1,13 +1,13 @@
-"""The production application: Django behind the gateway hook's ASGI entry
-(quotas/gateway/asgi.py), served by granian (config/serve.py)."""
+"""The production application: Django's WSGI application (with authorize's fast path,
+config/wsgi.py) behind an ASGI bridge that reads each request's whole body on the event loop
+before a thread runs it (sluice/asgi_bridge.py), served by granian (config/serve.py)."""
 
-import os
+from django.conf import settings
 
-from django.core.asgi import get_asgi_application
+from config.wsgi import application as wsgi_application
+from sluice.asgi_bridge import wsgi_app_as_asgi
 
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.base")
-django_application = get_asgi_application()
-
-from quotas.gateway.asgi import gateway_asgi  # noqa: E402 - needs Django set up
-
-application = gateway_asgi(django_application)
+# Django's own limits (DATA_UPLOAD_MAX_MEMORY_SIZE) answer bodies up to this size; past it,
+# the bridge refuses without buffering more.
+application = wsgi_app_as_asgi(wsgi_application, threads=settings.WEB_THREADS,
+                               max_body=4 * settings.DATA_UPLOAD_MAX_MEMORY_SIZE)

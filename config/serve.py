@@ -1,19 +1,21 @@
-"""The production web server: granian serving config.asgi (Django behind the gateway hook's
-ASGI entry), in production, in `dev.py run` and in the benchmarks:
+"""The production web server: granian serving config.asgi (Django's WSGI application behind a
+bridge that reads whole bodies first), in production, in `dev.py run` and in the benchmarks:
 
     python -m config.serve --bind 0.0.0.0:8000
 
 Why granian and ASGI, not gunicorn's threads: a gateway's slow or stalled request body must
 not hold a thread that should be deciding authorize calls. Granian (Rust, tokio) reads
-requests; the hook's ASGI entry (quotas/gateway/asgi.py) collects the body on the event loop
-and only then runs the hook in a thread, so 40 clients trickling their bodies cost 40
-coroutines and nothing else (bench/slow_clients.py). It is one pip package, no proxy to run.
+requests; the bridge (sluice/asgi_bridge.py) collects each body on the event loop and only then
+runs the request in a thread, so 40 clients trickling their bodies cost 40 coroutines and
+nothing else (bench/slow_clients.py). It is one pip package: no buffering proxy to run. Django's
+own ASGI handler was measured too: it also reads bodies first, but runs every sync view of a
+process in one thread, and answered /healthz about 4x slower than this bridge.
 
 Set in the environment it starts with:
 
 - SLUICE_WEB_CONCURRENCY: worker processes (default 2; about one per core) and
-  SLUICE_HOOK_THREADS: threads per worker that run hook calls (default 8). Django's other views
-  run in the thread asgiref gives them.
+  SLUICE_WEB_THREADS: threads per worker that run requests once their bodies are in
+  (default 8): enough to overlap Redis and PostgreSQL waits.
 - PROMETHEUS_MULTIPROC_DIR: a directory, writable by the workers, that exists and is EMPTY
   when the server starts (create it fresh, or wipe it, at every start; one per server, never
   shared). Each worker writes its metric samples there and /metrics sums them

@@ -24,7 +24,7 @@ KNOWN_ENV = {
     "SLUICE_CSRF_TRUSTED_ORIGINS",
     "SLUICE_PORT",
     "SLUICE_WEB_CONCURRENCY",
-    "SLUICE_HOOK_THREADS",
+    "SLUICE_WEB_THREADS",
     "SLUICE_EMAIL_BACKEND",
     "SLUICE_DEFAULT_FROM_EMAIL",
     "SLUICE_EMAIL_HOST",
@@ -119,8 +119,8 @@ if DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-# Threads per web process that run gateway hook calls (quotas/gateway/asgi.py).
-HOOK_THREADS = env_int("SLUICE_HOOK_THREADS", 8, minimum=1)
+# Threads per web process that run requests once their bodies are in (sluice/asgi_bridge.py).
+WEB_THREADS = env_int("SLUICE_WEB_THREADS", 8, minimum=1)
 
 REDIS_URL = env_str("REDIS_URL")
 # The admission engine's Redis when set apart from REDIS_URL (empty: REDIS_URL). It may be a

@@ -30,13 +30,12 @@ def _reply(start_response, status: int, body: dict):
     return [data]
 
 
-def hook_refusal(*, host: str, content_length: str) -> tuple[int, dict] | None:
-    """What Django's middleware would refuse before the hook runs: a Host not in
-    ALLOWED_HOSTS, a body over DATA_UPLOAD_MAX_MEMORY_SIZE. Shared with the ASGI entry."""
+def _refusal(environ) -> tuple[int, dict] | None:
+    host = environ.get("HTTP_HOST") or environ.get("SERVER_NAME", "")
     domain, _ = split_domain_port(host)
     if not domain or not validate_host(domain, settings.ALLOWED_HOSTS):
         return 400, error_body(code="bad_host", message=f"Host {host!r} not allowed.")
-    length = content_length or "0"
+    length = environ.get("CONTENT_LENGTH") or "0"
     if not length.isdigit() or int(length) > settings.DATA_UPLOAD_MAX_MEMORY_SIZE:
         return 400, error_body(code="malformed_request",
                                message="Missing or too large Content-Length.")
@@ -47,9 +46,7 @@ def gateway_fast_path(django_app):
     def application(environ, start_response):
         if environ.get("PATH_INFO") != AUTHORIZE_PATH or environ.get("REQUEST_METHOD") != "POST":
             return django_app(environ, start_response)
-        refusal = hook_refusal(
-            host=environ.get("HTTP_HOST") or environ.get("SERVER_NAME", ""),
-            content_length=environ.get("CONTENT_LENGTH", ""))
+        refusal = _refusal(environ)
         if refusal is not None:
             return _reply(start_response, *refusal)
         body = environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0))

@@ -35,8 +35,11 @@ logger = logging.getLogger(__name__)
 SCRIPTS_DIR = Path(__file__).parent / "scripts"
 # After BREAKER_FAILURES failures in a row, skip Redis for BREAKER_SECONDS and apply the
 # failure policy directly: a dead Redis then costs one timeout per period, not one per request.
+# A reply later than reply_timeout_s counts only once Redis has answered nothing for
+# HANG_SECONDS: one slow moment fails the requests it held, not the next half second's.
 BREAKER_FAILURES = 3
 BREAKER_SECONDS = 0.5
+HANG_SECONDS = 1.0
 CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
 
 
@@ -58,11 +61,16 @@ _config: EngineConfig | None = None
 _clients: dict[bool, redis.Redis | RedisCluster] = {}
 _broken_until = 0.0
 _failures = 0
+_last_reply = 0.0  # monotonic time of the hot client's last answer
 
 
 class LimiterUnavailable(Exception):
     """Redis could not answer (down, too slow, read-only, out of memory) or the breaker is
     open."""
+
+
+class _SlowReply(Exception):
+    """Connected and sent, but no reply within reply_timeout_s."""
 
 
 def engine_configure(config: EngineConfig) -> None:
@@ -151,15 +159,18 @@ def _evalsha(script, keys: Sequence[str], args: Sequence):
     try:
         conn.send_command("EVALSHA", script.sha, len(keys), *keys, *args)
         return conn.read_response()
-    except (redis.ConnectionError, redis.TimeoutError):
-        conn.disconnect()  # a reply may still be on its way: never hand this socket out again
+    except redis.TimeoutError as exc:
+        conn.disconnect()  # the reply may still come: never hand this socket out again
+        raise _SlowReply(str(exc)) from exc
+    except redis.ConnectionError:
+        conn.disconnect()
         raise
     finally:
         pool.release(conn)
 
 
 def _script_run_hot(name: str, *, keys: Sequence[str], args: Sequence):
-    global _broken_until, _failures
+    global _broken_until, _failures, _last_reply
     if _broken_until and time.monotonic() < _broken_until:
         raise LimiterUnavailable("circuit open after repeated Redis failures")
     script = _script(name)
@@ -171,15 +182,16 @@ def _script_run_hot(name: str, *, keys: Sequence[str], args: Sequence):
             # Redis restarted (load the script once more), or the cluster is moving the slot:
             # the client's own machinery loads scripts and follows redirections.
             reply = script(keys=keys, args=args)
-    except redis.RedisError as exc:
+    except (redis.RedisError, _SlowReply) as exc:
         # Connection refused or reset, no reply within reply_timeout_s, or an error reply
         # (READONLY after a failover, OOM): all of them are "Redis cannot decide", and the
         # caller's failure policy answers, never a 500.
-        _failures += 1
+        if not isinstance(exc, _SlowReply) or time.monotonic() - _last_reply > HANG_SECONDS:
+            _failures += 1
         if _failures >= BREAKER_FAILURES:
             _broken_until = time.monotonic() + BREAKER_SECONDS
         # At most BREAKER_FAILURES lines per BREAKER_SECONDS and process, however long it lasts.
         logger.warning("limiter: %s failed (%s): %s", name, type(exc).__name__, exc)
         raise LimiterUnavailable(str(exc)) from exc
-    _failures, _broken_until = 0, 0.0
+    _failures, _broken_until, _last_reply = 0, 0.0, time.monotonic()
     return reply

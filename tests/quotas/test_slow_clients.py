@@ -29,7 +29,7 @@ SLOW = 40
 
 @pytest.fixture
 def server(limiter):
-    """The production server, one worker with 4 hook threads, on the test's databases."""
+    """The production server, one worker with 4 threads, on the test's databases."""
     db = connection.settings_dict
     port = free_port()
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("SLUICE_")},
@@ -37,7 +37,7 @@ def server(limiter):
            "SLUICE_SECRET_KEY": "test-only-" + "x" * 50, "SLUICE_LOG_LEVEL": "WARNING",
            "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
            "REDIS_URL": settings.REDIS_URL, "SLUICE_WEB_CONCURRENCY": "1",
-           "SLUICE_HOOK_THREADS": "4", "PROMETHEUS_MULTIPROC_DIR": tempfile.mkdtemp()}
+           "SLUICE_WEB_THREADS": "4", "PROMETHEUS_MULTIPROC_DIR": tempfile.mkdtemp()}
     process = subprocess.Popen(  # noqa: S603 - our own server
         [sys.executable, "-m", "config.serve", "--bind", f"127.0.0.1:{port}"], cwd=ROOT,
         env=env, stdout=subprocess.DEVNULL)
