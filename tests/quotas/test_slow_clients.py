@@ -29,12 +29,13 @@ SLOW = 40
 
 @pytest.fixture
 def server(limiter):
-    """The production server, one worker with 4 threads, on the test's databases."""
+    """The production server, one worker with 4 threads, on the test's databases (in debug
+    mode, as `dev.py run` starts it: production settings want a deployment's environment)."""
     db = connection.settings_dict
     port = free_port()
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("SLUICE_")},
-           "DJANGO_SETTINGS_MODULE": "config.settings.base", "SLUICE_DEBUG": "0",
-           "SLUICE_SECRET_KEY": "test-only-" + "x" * 50, "SLUICE_LOG_LEVEL": "WARNING",
+           "DJANGO_SETTINGS_MODULE": "config.settings.base", "SLUICE_DEBUG": "1",
+           "SLUICE_LOG_LEVEL": "WARNING",
            "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
            "REDIS_URL": settings.REDIS_URL, "SLUICE_WEB_CONCURRENCY": "1",
            "SLUICE_WEB_THREADS": "4", "PROMETHEUS_MULTIPROC_DIR": tempfile.mkdtemp()}
