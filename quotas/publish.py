@@ -4,7 +4,9 @@ The engine (quotas/limiter) knows nothing of Django. This module configures it f
 reads what it must know from PostgreSQL (orgs, allocations, API keys, the day's usage; spend
 caps and month-to-date spend come from billing through the `limits_publishing` event) and hands
 that to the engine's writes (quotas/limiter/state.py). It is also the engine's `pool_rebuild`:
-authorize calls it when it finds a pool unsynced (Redis flushed or restarted).
+authorize calls it when it finds a pool unsynced (Redis flushed or restarted), and one rebuild
+per pool runs at a time (quotas/limiter/rebuild.py). And it publishes the usable gateway
+tokens, which the hook reads from Redis rather than PostgreSQL (quotas/gateway/tokens.py).
 
 When: services call `limits_publish_org_later` and
 `limits_publish_pool_later` inside their transaction. Each collects into one set per
