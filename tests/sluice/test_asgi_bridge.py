@@ -3,6 +3,7 @@ slow client or a chunked request sends it) and the application sees it whole, wi
 length; a big or streaming response is sent as the application yields it."""
 
 import asyncio
+from concurrent.futures import ThreadPoolExecutor
 
 from sluice.asgi_bridge import FIRST_BYTES, wsgi_app_as_asgi
 
@@ -32,7 +33,10 @@ def _call(app, messages, *, path="/x"):
     scope = {"type": "http", "method": "POST", "path": path, "query_string": b"",
              "headers": [(b"transfer-encoding", b"chunked")], "server": ("127.0.0.1", 80),
              "client": ("127.0.0.1", 5000), "scheme": "http", "http_version": "1.1"}
-    asyncio.run(wsgi_app_as_asgi(app, threads=2, max_body=100)(scope, receive, send))
+    application = wsgi_app_as_asgi(app, threads=2, max_body=100)
+    # In a thread of its own: another test may have left an event loop running in this one.
+    with ThreadPoolExecutor(1) as thread:
+        thread.submit(asyncio.run, application(scope, receive, send)).result()
     return sent
 
 
