@@ -501,16 +501,15 @@ def cmd_run(stack: ExitStack) -> int:
             say(f"{argv[2]} failed (exit {rc}); stopping")
             return rc
 
-    # The production gunicorn configuration (config/gunicorn.py). Its Prometheus multiprocess
-    # directory must exist and be empty at every start, and belongs to the web process only.
+    # The production web server (config/serve.py: granian; bodies are read before a thread
+    # runs a request). Its Prometheus multiprocess directory must exist and be empty at every
+    # start, and belongs to the web process only.
     metrics_dir = STATE / "prometheus"
     shutil.rmtree(metrics_dir, ignore_errors=True)
     metrics_dir.mkdir(parents=True)
     (STATE / "celery").mkdir(exist_ok=True)
     processes = {
-        "web": [py, "-m", "gunicorn", "config.wsgi:application", "-c", ROOT / "config/gunicorn.py",
-                "--bind", f"127.0.0.1:{port}", "--access-logfile", "-",
-                "--no-control-socket"],  # else ~/.gunicorn/gunicorn.ctl, shared by every checkout
+        "web": [py, "-m", "config.serve", "--bind", f"127.0.0.1:{port}", "--access-log"],
         "worker": [py, "-m", "celery", "-A", "config", "worker", "--loglevel", "INFO",
                    "--concurrency", "2", "--without-gossip", "--without-mingle"],
         "beat": [py, "-m", "celery", "-A", "config", "beat", "--loglevel", "INFO",

@@ -38,7 +38,7 @@ def _hammer(pool_id, api_key, index, start, seconds, queue):
             d = limiter_authorize(pool_id=pool_id, api_key=api_key,
                                   request_id=f"a{index}-{requests}",
                                   input_tokens=COST // 2, max_output_tokens=COST // 2)
-        except LimiterUnavailable:  # a reply slower than the 50 ms timeout on a busy machine
+        except LimiterUnavailable:  # a reply slower than the reply timeout (250 ms)
             unavailable += 1
             continue
         admitted += d.reserved_tokens if d.outcome == "allowed" else 0

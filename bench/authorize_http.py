@@ -2,8 +2,9 @@
 
     DATABASE_URL=... REDIS_URL=redis://127.0.0.1:6379/4 python bench/authorize_http.py
 
-One gunicorn (config/gunicorn.py, DEBUG off). Limits are set high so every decision runs the
-whole script and is an admission; every request_id is new.
+The production server (config/serve.py: granian, bodies read before a thread runs a request;
+DEBUG off), or `--server gunicorn` for the WSGI layout it replaced. Limits are set high so
+every decision runs the whole script and is an admission; every request_id is new.
 
 With wrk (the default when it is on PATH): two empty JSON endpoints as ceilings, /bench/empty
 at the bare WSGI layer where authorize is served and /healthz through Django's whole stack,
@@ -19,7 +20,7 @@ import argparse
 import json
 import uuid
 
-from common import django_setup, gunicorn, table, tenant_seed
+from common import SERVERS, django_setup, table, tenant_seed, web_server
 
 from bench import loadgen, wrk
 
@@ -30,7 +31,10 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=10)
     parser.add_argument("--workers", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=4)
+    parser.add_argument("--threads", type=int, default=8,
+                        help="threads per process (either server)")
+    parser.add_argument("--server", choices=SERVERS, default=SERVERS[0],
+                        help="the production server, or the gunicorn layout it replaced")
     parser.add_argument("--loadgen", choices=["wrk", "python"],
                         default="wrk" if wrk.available() else "python")
     parser.add_argument("--sweep", default="1,2,3,4,6,8,12",
@@ -48,7 +52,8 @@ def main() -> None:
     head, tail = json.dumps({"request_id": "@", "api_key": api_key, "model": pool.model,
                              "input_tokens": 200, "max_output_tokens": 300}).split("@")
     headers = {"Authorization": f"Bearer {gateway}"}
-    with gunicorn(workers=args.workers, threads=args.threads) as port:
+    with web_server(workers=args.workers, threads=args.threads,
+                    kind=args.server) as port:
         if args.loadgen == "wrk":
             with_wrk(args, port, pool, headers, head, tail)
         else:
@@ -88,7 +93,7 @@ def with_wrk(args, port, pool, headers, head, tail) -> None:
             mark = (" <- peak" if r is peak else "") + (" <- ~half of peak" if r is half else "")
             rows.append([name + mark, r.connections, r.rps, f"{r.p50_ms:.2f}",
                          f"{r.p99_ms:.2f}", r.errors])
-    table(f"authorize over HTTP, wrk -t1 (closed loop): gunicorn {args.workers} worker(s) x "
+    table(f"authorize over HTTP, wrk -t1 (closed loop): {args.server} {args.workers} worker(s) x "
           f"{args.threads} thread(s), {args.seconds:.0f} s per row",
           ["endpoint", "conns", "req/s", "p50 ms", "p99 ms", "errors"], rows)
     print(f"\npeak authorize: {peak.rps:,.0f} decisions/s at {peak.connections} connections "
@@ -127,7 +132,7 @@ def with_python(args, port, pool, headers, head: bytes, tail: bytes) -> None:
                     (f"POST authorize, open loop at {peak.rps / 2:,.0f}/s", half)):
         ok = r.statuses.get(200, 0) / max(r.requests, 1) * 100
         rows.append([name, r.rps, r.percentile(50), r.percentile(99), f"{ok:.1f}%"])
-    table(f"authorize over HTTP, Python load generator: gunicorn {args.workers} worker(s) x "
+    table(f"authorize over HTTP, Python load generator: {args.server} {args.workers} worker(s) x "
           f"{args.threads} thread(s), {args.processes}x{args.connections} connections, "
           f"{args.seconds:.0f} s each",
           ["endpoint", "req/s", "p50 ms", "p99 ms", "200s"], rows)

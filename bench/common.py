@@ -1,5 +1,5 @@
-"""Shared by the benchmarks: Django set-up with the production settings, a seeded tenant, a
-gunicorn server with the production configuration, and table printing."""
+"""Shared by the benchmarks: Django set-up with the production settings, a seeded tenant, the
+production web server (or the gunicorn layout it replaced, for comparison), and table printing."""
 
 import contextlib
 import os
@@ -66,17 +66,28 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+SERVERS = ("granian", "gunicorn")
+
+
 @contextlib.contextmanager
-def gunicorn(*, workers: int, threads: int = 1):
-    """The production server: gunicorn with config/gunicorn.py, DEBUG off."""
+def web_server(*, workers: int, threads: int = 8, kind: str = "granian", env: dict | None = None):
+    """The production server (config/serve.py: granian, bodies read before a thread runs a
+    request; DEBUG off), or for comparison the WSGI layout it replaced (gunicorn's gthread
+    worker, `threads` per process), each with its benchmark endpoint /bench/empty."""
     port = free_port()
     metrics_dir = tempfile.mkdtemp(prefix="sluice-metrics-")
     env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": metrics_dir,
-           "SLUICE_WEB_CONCURRENCY": str(workers), "GUNICORN_THREADS": str(threads)}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "bench.wsgi_ceiling:application", "-c",
-         str(ROOT / "config" / "gunicorn.py"), "--bind", f"127.0.0.1:{port}"],
-        cwd=ROOT, env=env)
+           "SLUICE_WEB_CONCURRENCY": str(workers), "SLUICE_WEB_THREADS": str(threads),
+           **(env or {})}
+    if kind == "granian":
+        command = [sys.executable, "-m", "config.serve", "--bind", f"127.0.0.1:{port}",
+                   "--app", "bench.asgi_ceiling:application"]
+    else:
+        command = [sys.executable, "-m", "gunicorn", "bench.wsgi_ceiling:application",
+                   "--bind", f"127.0.0.1:{port}", "--workers", str(workers), "--threads",
+                   str(threads), "--worker-class", "gthread", "--keep-alive", "30",
+                   "--backlog", "2048", "--preload"]
+    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
     try:
         _wait_ready(port)
         yield port
@@ -93,7 +104,7 @@ def _wait_ready(port: int) -> None:
             if httpx.get(f"http://127.0.0.1:{port}/healthz").status_code == 200:
                 return
         time.sleep(0.05)
-    raise RuntimeError("gunicorn did not start")
+    raise RuntimeError("the web server did not start")
 
 
 def table(title: str, header: list[str], rows: list[list]) -> None:

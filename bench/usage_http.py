@@ -20,7 +20,7 @@ import tempfile
 import uuid
 from datetime import UTC, datetime, timedelta
 
-from common import django_setup, gunicorn, table, tenant_seed
+from common import SERVERS, django_setup, table, tenant_seed, web_server
 
 from bench import loadgen, wrk
 
@@ -32,7 +32,10 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10)
     parser.add_argument("--batch", type=int, default=500)
     parser.add_argument("--workers", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=4)
+    parser.add_argument("--threads", type=int, default=8,
+                        help="threads per process (either server)")
+    parser.add_argument("--server", choices=SERVERS, default=SERVERS[0],
+                        help="the production server, or the gunicorn layout it replaced")
     parser.add_argument("--loadgen", choices=["wrk", "python"],
                         default="wrk" if wrk.available() else "python")
     parser.add_argument("--batch-connections", type=int, default=4, help="wrk")
@@ -89,7 +92,8 @@ def main() -> None:
                     for n in range(count):
                         f.write(body(size, f"u{pool.pk}-{tag}-{run_tag}-{n}") + "\n")
                 files.append((name, count))
-            with gunicorn(workers=args.workers, threads=args.threads) as port:
+            with web_server(workers=args.workers, threads=args.threads,
+                    kind=args.server) as port:
                 url = f"http://127.0.0.1:{port}{PATH}"
                 for (size, tag, connections, _), (name, count) in zip(plan, files, strict=True):
                     r = wrk.run(url, connections=connections,
@@ -102,10 +106,11 @@ def main() -> None:
                     rows.append([f"{size} event(s) per call, {connections} connections",
                                  r.rps, r.rps * size, stored(tag) / r.seconds,
                                  f"{r.p50_ms:.2f}", f"{r.p99_ms:.2f}", note])
-        title = f"usage ingestion over HTTP, wrk -t1 (closed loop): gunicorn " \
+        title = f"usage ingestion over HTTP, wrk -t1 (closed loop): {args.server} " \
                 f"{args.workers}x{args.threads}, {args.seconds:.0f} s each"
     else:
-        with gunicorn(workers=args.workers, threads=args.threads) as port:
+        with web_server(workers=args.workers, threads=args.threads,
+                    kind=args.server) as port:
             for size, tag, connections in ((args.batch, "b", 3), (1, "s", 8)):
                 def make(index: int, n: int, size=size, tag=tag) -> bytes:
                     return body(size, f"u{pool.pk}-{tag}-{index}-{n}").encode()
@@ -117,7 +122,7 @@ def main() -> None:
                              r.rps, r.rps * size, stored(tag) / args.seconds,
                              r.percentile(50), r.percentile(99),
                              ", ".join(f"{k}: {v}" for k, v in r.statuses.items())])
-        title = f"usage ingestion over HTTP, Python load generator: gunicorn " \
+        title = f"usage ingestion over HTTP, Python load generator: {args.server} " \
                 f"{args.workers}x{args.threads}, {args.seconds:.0f} s each"
     table(title, ["calls", "calls/s", "events/s answered", "events/s stored", "p50 ms",
                   "p99 ms", "statuses" if args.loadgen == "python" else "notes"], rows)

@@ -4,7 +4,9 @@ The engine (quotas/limiter) knows nothing of Django. This module configures it f
 reads what it must know from PostgreSQL (orgs, allocations, API keys, the day's usage; spend
 caps and month-to-date spend come from billing through the `limits_publishing` event) and hands
 that to the engine's writes (quotas/limiter/state.py). It is also the engine's `pool_rebuild`:
-authorize calls it when it finds a pool unsynced (Redis flushed or restarted).
+authorize calls it when it finds a pool unsynced (Redis flushed or restarted), and one rebuild
+per pool runs at a time (quotas/limiter/rebuild.py). And it publishes the usable gateway
+tokens, which the hook reads from Redis rather than PostgreSQL (quotas/gateway/tokens.py).
 
 When: services call `limits_publish_org_later` and
 `limits_publish_pool_later` inside their transaction. Each collects into one set per
@@ -24,12 +26,15 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from django.conf import settings
+from django.db import DatabaseError, transaction
 from django.db.models import F, Q, Sum
 
 from orgs.models import ApiKey, Organization
 from quotas.events import limits_publishing
 from quotas.limiter.clock import clock, epoch_ms
 from quotas.limiter.connection import EngineConfig, LimiterUnavailable, engine_configure
+from quotas.limiter.gateways import gateway_tokens_used_read, gateway_tokens_write
+from quotas.limiter.rebuild import limiter_pool_rebuild_once
 from quotas.limiter.state import (
     ApiKeyState,
     OrgState,
@@ -39,20 +44,29 @@ from quotas.limiter.state import (
     limiter_spend_add,
     limiter_spend_cap_set,
 )
-from quotas.models import Allocation, CapacityPool, UsageHourly
+from quotas.models import Allocation, CapacityPool, GatewayToken, UsageHourly
 from quotas.selectors import allocations_in_force
 from sluice.oncommit import on_commit_collect
 
 logger = logging.getLogger(__name__)
 
+# A rebuild reads a whole pool: its lock outlives any sane one, and ends by itself if its holder
+# dies. The callers it makes wait give up within an authorize's budget, and the pool's failure
+# policy answers them.
+REBUILD_LOCK_SECONDS = 60
+REBUILD_WAIT_SECONDS = 1.0
+
 # The settings the engine is configured from: a test that overrides one reconfigures it.
-ENGINE_SETTINGS = frozenset({"REDIS_URL", "REDIS_TIMEOUT_SECONDS", "RESERVATION_TTL_SECONDS"})
+ENGINE_SETTINGS = frozenset({"REDIS_URL", "LIMITER_REDIS_URL", "REDIS_TIMEOUT_SECONDS",
+                             "REDIS_REPLY_TIMEOUT_SECONDS", "RESERVATION_TTL_SECONDS"})
 
 
 def engine_configure_from_settings() -> None:
     engine_configure(EngineConfig(
-        redis_url=settings.REDIS_URL, timeout_s=settings.REDIS_TIMEOUT_SECONDS,
-        reservation_ttl_s=settings.RESERVATION_TTL_SECONDS, pool_rebuild=limiter_sync_pool))
+        redis_url=settings.LIMITER_REDIS_URL or settings.REDIS_URL,
+        timeout_s=settings.REDIS_TIMEOUT_SECONDS,
+        reply_timeout_s=settings.REDIS_REPLY_TIMEOUT_SECONDS,
+        reservation_ttl_s=settings.RESERVATION_TTL_SECONDS, pool_rebuild=limiter_pool_rebuild))
 
 
 def engine_settings_changed(*, setting: str, **kwargs) -> None:
@@ -169,9 +183,69 @@ def limiter_sync_pool(*, pool_id: int) -> int:
     return written
 
 
+def limiter_pool_rebuild(*, pool_id: int) -> None:
+    """The engine's `pool_rebuild`, called by an authorize that found the pool unsynced: one
+    rebuild per pool at a time, the concurrent callers wait for it (quotas/limiter/rebuild.py).
+    Raises LimiterUnavailable when it cannot be done, PostgreSQL unreachable included."""
+    def rebuild() -> None:
+        try:
+            limiter_sync_pool(pool_id=pool_id)
+        except DatabaseError as exc:
+            raise LimiterUnavailable(f"pool {pool_id} cannot be rebuilt: {exc}") from exc
+
+    limiter_pool_rebuild_once(pool_id=pool_id, rebuild=rebuild, lock_ttl_s=REBUILD_LOCK_SECONDS,
+                              wait_s=REBUILD_WAIT_SECONDS)
+
+
 def limiter_sync_all() -> dict[int, int]:
+    """Rebuild every pool, and the gateway tokens. Returns the orgs written per pool."""
+    gateway_tokens_sync()
     return {pool_id: limiter_sync_pool(pool_id=pool_id)
             for pool_id in CapacityPool.objects.order_by("pk").values_list("pk", flat=True)}
+
+
+def gateway_tokens_usable() -> dict[str, str]:
+    """Every gateway token not revoked, as the hook reads them: digest -> "<id>:<name>"."""
+    return {digest: f"{pk}:{name}" for pk, digest, name in
+            GatewayToken.objects.filter(revoked_at__isnull=True).values_list("pk", "digest",
+                                                                             "name")}
+
+
+def gateway_tokens_publish() -> dict[str, str]:
+    """Write every usable gateway token to Redis; returns them. Raises LimiterUnavailable."""
+    tokens = gateway_tokens_usable()
+    gateway_tokens_write(tokens)
+    return tokens
+
+
+def gateway_tokens_sync() -> None:
+    """Beat (in limiter_sync): publish the tokens, and copy into PostgreSQL when the web
+    processes last saw each used (they record it in Redis, never in PostgreSQL)."""
+    gateway_tokens_publish()
+    for token_id, epoch_s in gateway_tokens_used_read().items():
+        at = datetime.fromtimestamp(epoch_s, UTC)
+        GatewayToken.objects.filter(pk=token_id).exclude(last_used_at__gte=at).update(
+            last_used_at=at)
+
+
+def _gateway_tokens_publish_now_or_queue() -> None:
+    from quotas.tasks import gateway_tokens_publish_task  # the tasks module imports this one
+
+    try:
+        gateway_tokens_publish()
+    except LimiterUnavailable:
+        logger.warning("gateway tokens publish failed; queued a retry")
+        try:
+            gateway_tokens_publish_task.apply_async(retry=False)
+        except Exception:
+            # The broker shares Redis: limiter_sync (beat) publishes them when it is back.
+            logger.exception("could not queue the gateway tokens publish")
+
+
+def gateway_tokens_publish_later() -> None:
+    """After the commit, publish the tokens: a revocation reaches every web process within
+    its refresh (quotas/gateway/tokens.py)."""
+    transaction.on_commit(_gateway_tokens_publish_now_or_queue)
 
 
 def _now_or_queue(publish, task, *, entity: str, ids: set[int]) -> None:

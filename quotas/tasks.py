@@ -3,7 +3,12 @@
 from celery import shared_task
 
 from quotas.limiter.connection import LimiterUnavailable
-from quotas.publish import limiter_sync_all, limits_publish_orgs, limits_publish_pools
+from quotas.publish import (
+    gateway_tokens_publish,
+    limiter_sync_all,
+    limits_publish_orgs,
+    limits_publish_pools,
+)
 from quotas.refusals import refusals_drain as refusals_drain_service
 from quotas.services import allocations_expire as allocations_expire_service
 from quotas.waves import pool_auto_admit as pool_auto_admit_service
@@ -22,10 +27,17 @@ def limits_publish_pool(*, pool_id: int) -> None:
     limits_publish_pools(pool_ids=[pool_id])
 
 
+@shared_task(autoretry_for=(LimiterUnavailable,), retry_backoff=True, retry_backoff_max=60,
+             max_retries=20)
+def gateway_tokens_publish_task() -> int:
+    return len(gateway_tokens_publish())
+
+
 @shared_task
 def limiter_sync() -> dict[int, int]:
-    """Beat: rebuild every pool, so a publish lost while Redis and the broker were both down is
-    repaired within one period. Counters and buckets are left alone."""
+    """Beat: rebuild every pool and the gateway tokens, so a publish lost while Redis and the
+    broker were both down is repaired within one period. Counters and buckets are left
+    alone."""
     return limiter_sync_all()
 
 

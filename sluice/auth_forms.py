@@ -8,7 +8,7 @@ from sluice.login_throttle import login_failure_record, login_failures_clear, lo
 
 def client_ip(request) -> str:
     # REMOTE_ADDR only: X-Forwarded-For is client-controlled unless a trusted proxy rewrites it,
-    # and the deployment (gunicorn behind a proxy) sets REMOTE_ADDR from the proxy protocol.
+    # and the deployment (granian behind a proxy) sets REMOTE_ADDR from the proxy protocol.
     return request.META.get("REMOTE_ADDR", "") if request is not None else ""
 
 

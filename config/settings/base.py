@@ -24,6 +24,7 @@ KNOWN_ENV = {
     "SLUICE_CSRF_TRUSTED_ORIGINS",
     "SLUICE_PORT",
     "SLUICE_WEB_CONCURRENCY",
+    "SLUICE_WEB_THREADS",
     "SLUICE_EMAIL_BACKEND",
     "SLUICE_DEFAULT_FROM_EMAIL",
     "SLUICE_EMAIL_HOST",
@@ -34,6 +35,9 @@ KNOWN_ENV = {
     "SLUICE_INVITATION_TTL_HOURS",
     "SLUICE_RESERVATION_TTL_SECONDS",
     "SLUICE_REDIS_TIMEOUT_MS",
+    "SLUICE_REDIS_REPLY_TIMEOUT_MS",
+    "SLUICE_LIMITER_REDIS_URL",
+    "SLUICE_FAIL_OPEN_PROCESSES",
     "SLUICE_PUBLIC_URL",
     "SLUICE_STRIPE_API_BASE",
     "SLUICE_STRIPE_WEBHOOK_SECRET",
@@ -118,9 +122,21 @@ if DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+# Threads per web process that run requests once their bodies are in (sluice/asgi_bridge.py).
+WEB_THREADS = env_int("SLUICE_WEB_THREADS", 8, minimum=1)
+
 REDIS_URL = env_str("REDIS_URL")
-# Short timeouts: authorize must never hang on a dead Redis (see quotas/limiter).
+# The admission engine's Redis when set apart from REDIS_URL (empty: REDIS_URL). It may be a
+# Redis Cluster (redis+cluster://host:port), which the cache and the Celery broker cannot use.
+LIMITER_REDIS_URL = env_str("SLUICE_LIMITER_REDIS_URL", "")
+# Short timeouts: authorize must never hang on a dead Redis (see quotas/limiter). Connecting
+# may take the first; a reply, the second (a busy machine's slow reply is not an outage).
 REDIS_TIMEOUT_SECONDS = env_int("SLUICE_REDIS_TIMEOUT_MS", 50, minimum=1) / 1000
+REDIS_REPLY_TIMEOUT_SECONDS = env_int("SLUICE_REDIS_REPLY_TIMEOUT_MS", 250, minimum=1) / 1000
+# Failing open, the web processes share each org's guaranteed rate by the count of them they
+# saw in Redis; one that never saw it (started during the outage) assumes this many.
+FAIL_OPEN_PROCESSES = env_int("SLUICE_FAIL_OPEN_PROCESSES",
+                              env_int("SLUICE_WEB_CONCURRENCY", 2, minimum=1), minimum=1)
 
 CACHES = {
     "default": {

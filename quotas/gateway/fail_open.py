@@ -1,17 +1,29 @@
 """Admission while Redis is unreachable, for pools whose policy is fail_open.
 
-Each process admits an org's requests under a local token bucket at the org's guaranteed rate;
-concurrency and the daily quota are not enforced (they live in Redis). Keys and limits come from
-PostgreSQL, remembered for CACHE_SECONDS. Usage is still recorded in PostgreSQL, and the
-reservation_id lets the usage report attribute it.
+The whole fleet admits an org at most at its guaranteed rate. While Redis is up, every process
+that serves authorize records a heartbeat there every HEARTBEAT_SECONDS and learns how many
+processes did so within LIVE_SECONDS (quotas/limiter/fleet.py). Without Redis, each process
+admits an org under a local token bucket holding its share: the guaranteed rate divided by the
+count it learned last (a process that never learned it, because it started during the outage,
+assumes settings.FAIL_OPEN_PROCESSES). README, "Redis, and what happens when it fails", lists
+what this does not cover. Concurrency and the daily quota are not enforced (they live in Redis).
+Keys and limits come from PostgreSQL, remembered for CACHE_SECONDS. Usage is still recorded in
+PostgreSQL, and the reservation_id lets the usage report attribute it.
 """
 
+import os
 import threading
 import time
+import uuid
 from dataclasses import dataclass
 
+from django.conf import settings
+from django.db import DatabaseError
+
 from orgs.models import ApiKey, OrgStatus, SuspensionReason
-from quotas.limiter.clock import clock, ms_until_next_utc_day
+from quotas.limiter.clock import clock, epoch_ms, ms_until_next_utc_day
+from quotas.limiter.connection import LimiterUnavailable
+from quotas.limiter.fleet import fleet_heartbeat
 from quotas.limiter.schema import ALLOWED, Decision
 from quotas.limiter.state import BUCKET_SECONDS
 from quotas.selectors import allocations_in_force
@@ -20,6 +32,8 @@ from sluice.secrets import secret_digest, secret_parse_lookup
 CACHE_SECONDS = 30.0
 # Unknown keys are remembered too (so guessing does not hammer PostgreSQL); bound the memory.
 CACHE_MAX_ENTRIES = 50_000
+HEARTBEAT_SECONDS = 5.0
+LIVE_SECONDS = 30.0
 
 
 @dataclass(frozen=True)
@@ -32,9 +46,45 @@ class _Caller:
     max_concurrency: int
 
 
+class _Fleet:
+    """This process's heartbeat, and the fleet size it learned from everyone's."""
+
+    def __init__(self) -> None:
+        self.pid = 0
+        self.process_id = ""
+        self.size: int | None = None  # None: never counted (Redis down since we started)
+        self.next_beat = float("-inf")
+        self.lock = threading.Lock()
+
+    def beat(self) -> None:
+        if time.monotonic() < self.next_beat or not self.lock.acquire(blocking=False):
+            return
+        try:
+            if self.pid != os.getpid():  # first beat, or a worker forked from the master
+                self.pid = os.getpid()
+                self.process_id = f"{os.uname().nodename}:{self.pid}:{uuid.uuid4().hex[:8]}"
+            self.next_beat = time.monotonic() + HEARTBEAT_SECONDS
+            self.size = fleet_heartbeat(process_id=self.process_id,
+                                        now_ms=epoch_ms(clock.now()),
+                                        live_ms=int(LIVE_SECONDS * 1000))
+        except LimiterUnavailable:
+            pass  # the last count stays; the next beat tries again
+        finally:
+            self.lock.release()
+
+    def share(self) -> int:
+        return max(1, self.size or settings.FAIL_OPEN_PROCESSES)
+
+
 _callers: dict[tuple[str, int], tuple[_Caller | None, float]] = {}
 _buckets: dict[tuple[int, int], tuple[float, float]] = {}
 _lock = threading.Lock()
+_fleet = _Fleet()
+
+
+def fail_open_heartbeat() -> None:
+    """Called after each decision Redis took: at most one heartbeat per HEARTBEAT_SECONDS."""
+    _fleet.beat()
 
 
 def _caller_load(api_key: str, pool_id: int) -> _Caller | None:
@@ -60,44 +110,48 @@ def _caller(api_key: str, pool_id: int) -> _Caller | None:
     hit = _callers.get(cache_key)
     if hit is not None and hit[1] > time.monotonic():
         return hit[0]
-    caller = _caller_load(api_key, pool_id)
+    try:
+        caller = _caller_load(api_key, pool_id)
+    except DatabaseError as exc:  # Redis and PostgreSQL both down: nothing to decide with
+        raise LimiterUnavailable(f"fail-open cannot read the caller: {exc}") from exc
     if len(_callers) >= CACHE_MAX_ENTRIES:
         _callers.clear()
     _callers[cache_key] = (caller, time.monotonic() + CACHE_SECONDS)
     return caller
 
 
-def _take(caller: _Caller, pool_id: int, cost: int) -> tuple[bool, float, int]:
+def _take(rate: float, capacity: float, pool_id: int, org_id: int,
+          cost: int) -> tuple[bool, float, int]:
     """Debit the local bucket; returns (admitted, level after, retry ms)."""
-    rate = caller.guaranteed_tps
-    capacity = rate * BUCKET_SECONDS
-    now = time.monotonic()
+    now = clock.now().timestamp()
     with _lock:
-        level, at = _buckets.get((pool_id, caller.org_id), (capacity, now))
-        level = min(capacity, level + (now - at) * rate)
+        level, at = _buckets.get((pool_id, org_id), (capacity, now))
+        level = min(capacity, level + max(0.0, now - at) * rate)
         admitted = level >= cost
         if admitted:
             level -= cost
-        _buckets[(pool_id, caller.org_id)] = (level, now)
+        _buckets[(pool_id, org_id)] = (level, now)
     retry = 0 if admitted else int((cost - level) * 1000 / max(rate, 1)) + 1
     return admitted, level, retry
 
 
 def fail_open_authorize(*, pool_id: int, api_key: str, cost: int) -> Decision:
+    """Raises LimiterUnavailable when PostgreSQL cannot be read either."""
     caller = _caller(api_key, pool_id)
     if caller is None:
         return Decision(outcome="invalid_api_key")
     if caller.refusal:
         return Decision(outcome=caller.refusal, org_id=caller.org_id,
                         api_key_id=caller.api_key_id)
-    admitted, level, retry = _take(caller, pool_id, cost)
-    capacity = caller.guaranteed_tps * BUCKET_SECONDS
+    rate = caller.guaranteed_tps / _fleet.share()
+    capacity = rate * BUCKET_SECONDS
+    admitted, level, retry = _take(rate, capacity, pool_id, caller.org_id, cost)
     return Decision(
         outcome=ALLOWED if admitted else "tps_exceeded", org_id=caller.org_id,
         api_key_id=caller.api_key_id, reserved_tokens=cost if admitted else 0,
-        retry_after_ms=None if admitted else retry, tokens_limit=capacity,
+        retry_after_ms=None if admitted else retry, tokens_limit=int(capacity),
         tokens_remaining=int(level),
-        tokens_reset_ms=int((capacity - level) * 1000 / max(caller.guaranteed_tps, 1)),
+        tokens_reset_ms=int((capacity - level) * 1000 / max(rate, 1)),
         day_limit=caller.daily_tokens, day_remaining=caller.daily_tokens,
         day_reset_ms=ms_until_next_utc_day(clock.now()),
         requests_limit=caller.max_concurrency, requests_remaining=caller.max_concurrency,
@@ -105,6 +159,8 @@ def fail_open_authorize(*, pool_id: int, api_key: str, cost: int) -> Decision:
 
 
 def fail_open_reset() -> None:
+    global _fleet
     with _lock:
         _callers.clear()
         _buckets.clear()
+        _fleet = _Fleet()

@@ -6,10 +6,11 @@ URL) and, for authorize, a WSGI fast path in front of Django (wsgi.py) that skip
 request/response objects and middleware — about a third of the CPU of a decision.
 """
 
+import contextlib
 import time
 
 from quotas.gateway import messages
-from quotas.gateway.fail_open import fail_open_authorize
+from quotas.gateway.fail_open import fail_open_authorize, fail_open_heartbeat
 from quotas.gateway.headers import ratelimit_headers
 from quotas.gateway.inputs import BadInput, authorize_input, json_body, usage_input
 from quotas.gateway.metrics import DECISIONS, LIMITER_ERRORS, USAGE_EVENTS
@@ -82,16 +83,23 @@ def authorize_handle(body: object, gateway: GatewayIdentity) -> Answer:
             input_tokens=ask.input_tokens, max_output_tokens=ask.max_output_tokens,
             dry_run=ask.dry_run)
     except LimiterUnavailable:
-        # The pool's policy decides: fail_closed refuses (nobody exceeds a limit, nobody gets
-        # served), fail_open admits under a per-process local limit (service over exactness).
+        # Redis could not decide (down, too slow, read-only, out of memory, or the pool could
+        # not be rebuilt): the pool's policy answers. fail_closed refuses (nobody exceeds a
+        # limit, nobody gets served); fail_open admits under this process's share of the
+        # org's guaranteed rate (service over exactness), unless PostgreSQL is down too.
         policy = "fail_open" if route.fail_open else "fail_closed"
         LIMITER_ERRORS.labels(policy).inc()
-        if not route.fail_open:
+        decision = None
+        if route.fail_open:
+            limiter = "fail_open"
+            with contextlib.suppress(LimiterUnavailable):
+                decision = fail_open_authorize(pool_id=route.pool_id, api_key=ask.api_key,
+                                               cost=ask.input_tokens + ask.max_output_tokens)
+        if decision is None:
             DECISIONS.labels("limiter_unavailable", policy).inc()
             return _error("limiter_unavailable", messages.LIMITER_UNAVAILABLE, 503)
-        limiter = "fail_open"
-        decision = fail_open_authorize(pool_id=route.pool_id, api_key=ask.api_key,
-                                       cost=ask.input_tokens + ask.max_output_tokens)
+    else:
+        fail_open_heartbeat()
     DECISIONS.labels(decision.outcome, limiter).inc()
     refusal_count(decision=decision, pool_id=route.pool_id, limiter=limiter)
     return _decision_answer(decision, pool_id=route.pool_id, request_id=ask.request_id,

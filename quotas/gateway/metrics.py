@@ -1,7 +1,7 @@
 """Prometheus metrics of the hook API, served at /metrics.
 
-Under gunicorn each worker is a process: set PROMETHEUS_MULTIPROC_DIR (an empty directory) and
-the page aggregates every worker's samples.
+Each web worker (config/serve.py) is a process: set PROMETHEUS_MULTIPROC_DIR (an empty
+directory) and the page aggregates every worker's samples.
 """
 
 import os

@@ -2,14 +2,21 @@
 
 Pools change rarely (operators create them), so each process keeps the table and reloads it
 every REFRESH_SECONDS, or on a miss at most once per MISS_RELOAD_SECONDS (so a caller sending
-unknown model names cannot turn every request into a query).
+unknown model names cannot turn every request into a query). While PostgreSQL cannot be
+reached, the table last read stays in force (authorize must keep answering), and a reload is
+tried again at most once per MISS_RELOAD_SECONDS.
 """
 
+import logging
 import threading
 import time
 from dataclasses import dataclass
 
+from django.db import DatabaseError
+
 from quotas.models import CapacityPool, LimiterFailurePolicy
+
+logger = logging.getLogger(__name__)
 
 REFRESH_SECONDS = 30.0
 MISS_RELOAD_SECONDS = 1.0
@@ -50,7 +57,16 @@ class _Routes:
         if time.monotonic() - self.loaded_at > max_age:
             with self.lock:
                 if time.monotonic() - self.loaded_at > max_age:
-                    self.load()
+                    self._reload()
+
+    def _reload(self) -> None:
+        try:
+            self.load()
+        except DatabaseError:
+            if not self.by_id:
+                raise  # nothing to go on
+            logger.warning("pool routes: PostgreSQL unreachable, keeping the table read before")
+            self.loaded_at = time.monotonic() - REFRESH_SECONDS + MISS_RELOAD_SECONDS
 
     def match(self, model: str, region: str | None) -> list[PoolRoute]:
         return [r for r in self.by_id.values()

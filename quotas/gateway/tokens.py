@@ -1,26 +1,48 @@
 """Gateway tokens: the credential a gateway presents on the hook API (`Bearer gw_...`).
 
 Created by an operator (admin action or `manage.py gateway_token_create`), shown once, stored as
-a SHA-256 digest, revocable. Verification runs on every authorize call, so a verified token is
-remembered by the process for CACHE_SECONDS: a revocation takes effect within that time.
+a SHA-256 digest, revocable.
+
+Verification runs on every hook call and must not need PostgreSQL: authorize keeps answering
+through a PostgreSQL outage. Every create and revoke publishes the usable tokens to Redis after
+its commit (quotas/publish.py; limiter_sync republishes them), and each process re-reads that
+set every REFRESH_SECONDS, so a revocation takes effect within about that. When Redis cannot
+answer, the set is read from PostgreSQL instead; when neither can, the last one read stays in
+force. A token the set does not hold is looked up in PostgreSQL once (a publish may have been
+lost), and remembered as unknown for MISS_SECONDS so guessing cannot hammer the database.
+When a token was last used is recorded in Redis and copied into PostgreSQL by limiter_sync.
 """
 
+import contextlib
 import threading
 import time
 from dataclasses import dataclass
 
-from django.db import transaction
+from django.db import DatabaseError, transaction
 from django.utils import timezone
 
 from orgs.services.audit import Actor, audit_record
+from quotas.limiter.connection import LimiterUnavailable
+from quotas.limiter.gateways import (
+    gateway_tokens_read,
+    gateway_tokens_used_record,
+    gateway_tokens_write,
+)
 from quotas.models import GatewayToken
+from quotas.publish import (
+    gateway_tokens_publish,
+    gateway_tokens_publish_later,
+    gateway_tokens_usable,
+)
 from sluice.errors import Conflict, DomainError
 from sluice.secrets import secret_digest, secret_issue, secret_matches, secret_parse_lookup
 from sluice.transactions import nestable
 
 GATEWAY_TOKEN_KIND = "gw"  # noqa: S105 - a prefix, not a secret
-CACHE_SECONDS = 10.0
-# last_used_at is written at most this often per token and process.
+REFRESH_SECONDS = 0.5
+MISS_SECONDS = 5.0
+MISS_MAX_ENTRIES = 10_000
+# When a token was last used is recorded at most this often per token and process.
 TOUCH_EVERY_SECONDS = 60
 
 
@@ -37,6 +59,7 @@ def gateway_token_create(*, name: str, actor: Actor) -> tuple[GatewayToken, str]
     )
     audit_record(actor=actor, action="gateway_token.create", target=token,
                  after={"name": name, "prefix": f"gw_{issued.lookup}"})
+    gateway_tokens_publish_later()
     return token, issued.plaintext
 
 
@@ -49,6 +72,7 @@ def gateway_token_revoke(*, token: GatewayToken, actor: Actor, reason: str = "")
     token.save(update_fields=["revoked_at"])
     audit_record(actor=actor, action="gateway_token.revoke", target=token, reason=reason,
                  after={"revoked_at": token.revoked_at.isoformat()})
+    gateway_tokens_publish_later()
     return token
 
 
@@ -58,19 +82,98 @@ class GatewayIdentity:
     name: str
 
 
-_cache: dict[str, tuple[GatewayIdentity, float]] = {}
-_cache_lock = threading.Lock()
+def _identity(entry: str) -> GatewayIdentity:
+    token_id, _, name = entry.partition(":")
+    return GatewayIdentity(token_id=int(token_id), name=name)
 
 
-def _verify(plaintext: str) -> GatewayIdentity | None:
+def _tokens_load() -> dict[str, str] | None:
+    """The usable tokens: from Redis; from PostgreSQL when Redis lost them (written back) or
+    cannot answer. None when neither can."""
+    try:
+        tokens = gateway_tokens_read()
+        redis_up = True
+    except LimiterUnavailable:
+        tokens, redis_up = None, False
+    if tokens is not None:
+        return tokens
+    try:
+        tokens = gateway_tokens_usable()
+    except DatabaseError:
+        return None
+    if redis_up:
+        # Else this process has them, and limiter_sync writes them back later.
+        with contextlib.suppress(LimiterUnavailable):
+            gateway_tokens_write(tokens)
+    return tokens
+
+
+class _Known:
+    """The tokens this process accepts, refreshed by whichever request finds them stale (the
+    others go on with the current set meanwhile)."""
+
+    def __init__(self) -> None:
+        self.by_digest: dict[str, GatewayIdentity] | None = None
+        self.fresh_until = float("-inf")
+        self.misses: dict[str, float] = {}  # digest -> unknown until (monotonic)
+        self.used: dict[int, int] = {}  # token id -> last use (epoch s), not yet recorded
+        self.recorded: dict[int, int] = {}  # token id -> last use recorded in Redis
+        self.lock = threading.Lock()
+
+    def stale(self) -> bool:
+        return self.by_digest is None or time.monotonic() >= self.fresh_until
+
+    def current(self) -> dict[str, GatewayIdentity]:
+        # The first load blocks every caller; a refresh only the one that takes it.
+        if self.stale() and self.lock.acquire(blocking=self.by_digest is None):
+            try:
+                if self.stale():
+                    self._refresh()
+            finally:
+                self.lock.release()
+        return self.by_digest or {}
+
+    def _refresh(self) -> None:
+        tokens = _tokens_load()
+        if tokens is not None:
+            self.by_digest = {d: _identity(e) for d, e in tokens.items()}
+        self.fresh_until = time.monotonic() + REFRESH_SECONDS
+        due = {k: at for k, at in self.used.items()
+               if at - self.recorded.get(k, 0) >= TOUCH_EVERY_SECONDS}
+        if due:
+            with contextlib.suppress(LimiterUnavailable):  # else at a later refresh
+                gateway_tokens_used_record(due)
+                self.recorded.update(due)
+
+    def miss(self, plaintext: str, digest: str) -> GatewayIdentity | None:
+        if self.misses.get(digest, float("-inf")) > time.monotonic():
+            return None
+        identity = _lookup(plaintext)
+        if identity is None:
+            if len(self.misses) >= MISS_MAX_ENTRIES:
+                self.misses.clear()
+            self.misses[digest] = time.monotonic() + MISS_SECONDS
+            return None
+        # A usable token Redis did not list: its publish was lost. Publish again.
+        with contextlib.suppress(LimiterUnavailable, DatabaseError):
+            gateway_tokens_publish()
+        if self.by_digest is not None:
+            self.by_digest[digest] = identity
+        return identity
+
+
+def _lookup(plaintext: str) -> GatewayIdentity | None:
     lookup = secret_parse_lookup(plaintext, kind=GATEWAY_TOKEN_KIND)
-    row = GatewayToken.objects.filter(lookup=lookup).first() if lookup else None
+    try:
+        row = GatewayToken.objects.filter(lookup=lookup).first() if lookup else None
+    except DatabaseError:
+        return None
     if row is None or row.revoked_at is not None or not secret_matches(plaintext, row.digest):
         return None
-    now = timezone.now()
-    if row.last_used_at is None or (now - row.last_used_at).total_seconds() > TOUCH_EVERY_SECONDS:
-        GatewayToken.objects.filter(pk=row.pk).update(last_used_at=now)
     return GatewayIdentity(token_id=row.pk, name=row.name)
+
+
+_known = _Known()
 
 
 def gateway_authenticate(authorization: str) -> GatewayIdentity | None:
@@ -79,18 +182,13 @@ def gateway_authenticate(authorization: str) -> GatewayIdentity | None:
         return None
     plaintext = authorization[7:].strip()
     digest = secret_digest(plaintext)
-    hit = _cache.get(digest)
-    if hit is not None and hit[1] > time.monotonic():
-        return hit[0]
-    identity = _verify(plaintext)
-    with _cache_lock:
-        if identity is None:
-            _cache.pop(digest, None)
-        else:
-            _cache[digest] = (identity, time.monotonic() + CACHE_SECONDS)
+    identity = _known.current().get(digest) or _known.miss(plaintext, digest)
+    if identity is not None:
+        _known.used[identity.token_id] = int(time.time())
     return identity
 
 
 def gateway_token_cache_clear() -> None:
-    with _cache_lock:
-        _cache.clear()
+    """Forget the tokens read (tests): the next call reads them again."""
+    global _known
+    _known = _Known()

@@ -3,13 +3,21 @@
 The engine reads no settings: whoever embeds it calls `engine_configure` first (Sluice does in
 QuotasConfig.ready(), from its settings, through quotas/publish.py).
 
-Two clients. The hot one (authorize) has short timeouts (`timeout_s`, 50 ms by default): a dead
-Redis must cost a request at most that long before the pool's failure policy applies, and
-repeated failures open a short circuit breaker so the following requests do not each wait
-again. The bulk one (settling batches, publishing, lookups for usage ingestion) may wait
-longer: those calls are off the request's critical path and carry hundreds of events.
+Two clients. The hot one (authorize) tells "Redis is down" from "one slow reply": connecting
+may take `timeout_s` (50 ms), a reply `reply_timeout_s` (250 ms). A Redis that refuses or does
+not accept the connection costs at most the first; a reply that is slow on a busy machine is
+waited for up to the second instead of turning the request away. Every failure (refused, reset,
+no reply in time, or an error reply such as READONLY after a failover or OOM) raises
+LimiterUnavailable, and the pool's failure policy answers; repeated failures open a short
+circuit breaker so the following requests do not each wait again. The bulk one (settling
+batches, publishing, lookups for usage ingestion) may wait longer: those calls are off the
+request's critical path and carry hundreds of events.
+
+`redis_url` may name a Redis Cluster (`redis+cluster://host:port`, any node): every key a
+script touches carries its pool's hash tag, so each call runs on the one node serving that slot.
 """
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -18,21 +26,28 @@ from functools import cache
 from pathlib import Path
 
 import redis
+from redis.cluster import RedisCluster
 
 from quotas.limiter.schema import SCRIPTS, lua_expand, lua_prelude
 
+logger = logging.getLogger(__name__)
+
 SCRIPTS_DIR = Path(__file__).parent / "scripts"
 # After BREAKER_FAILURES failures in a row, skip Redis for BREAKER_SECONDS and apply the
-# failure policy directly: a dead Redis then costs one timeout per period, not one per request,
-# while a single slow reply on a busy machine does not turn a whole burst away.
+# failure policy directly: a dead Redis then costs one timeout per period, not one per request.
+# A reply later than reply_timeout_s counts only once Redis has answered nothing for
+# HANG_SECONDS: one slow moment fails the requests it held, not the next half second's.
 BREAKER_FAILURES = 3
 BREAKER_SECONDS = 0.5
+HANG_SECONDS = 1.0
+CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
 
 
 @dataclass(frozen=True)
 class EngineConfig:
-    redis_url: str
-    timeout_s: float = 0.05  # the hot client's (authorize)
+    redis_url: str  # redis://, rediss://, or redis+cluster:// / rediss+cluster:// (any node)
+    timeout_s: float = 0.05  # hot client: connecting; a Redis not accepting by then is down
+    reply_timeout_s: float = 0.25  # hot client: a reply slower than this counts as down
     bulk_timeout_s: float = 2.0
     reservation_ttl_s: int = 600  # how long a reservation holds its concurrency slot
     # Called as pool_rebuild(pool_id=...) when authorize finds a pool unsynced (Redis flushed
@@ -43,13 +58,19 @@ class EngineConfig:
 
 _lock = threading.Lock()
 _config: EngineConfig | None = None
-_clients: dict[bool, redis.Redis] = {}
+_clients: dict[bool, redis.Redis | RedisCluster] = {}
 _broken_until = 0.0
 _failures = 0
+_last_reply = 0.0  # monotonic time of the hot client's last answer
 
 
 class LimiterUnavailable(Exception):
-    """Redis could not be reached (or the breaker is open)."""
+    """Redis could not answer (down, too slow, read-only, out of memory) or the breaker is
+    open."""
+
+
+class _SlowReply(Exception):
+    """Connected and sent, but no reply within reply_timeout_s."""
 
 
 def engine_configure(config: EngineConfig) -> None:
@@ -65,17 +86,26 @@ def engine_config() -> EngineConfig:
     return _config
 
 
-def limiter_client(*, bulk: bool = False) -> redis.Redis:
+def redis_client_create(url: str, **options) -> redis.Redis | RedisCluster:
+    """A client for `url`; a `redis+cluster://` URL gives redis-py's cluster client."""
+    scheme, _, rest = url.partition("://")
+    if scheme in CLUSTER_SCHEMES:
+        return RedisCluster.from_url(f"{CLUSTER_SCHEMES[scheme]}://{rest}", **options)
+    return redis.Redis.from_url(url, **options)
+
+
+def limiter_client(*, bulk: bool = False) -> redis.Redis | RedisCluster:
     client = _clients.get(bulk)
     if client is not None:
         return client
     config = engine_config()
     with _lock:
         if bulk not in _clients:
-            timeout = config.bulk_timeout_s if bulk else config.timeout_s
-            _clients[bulk] = redis.Redis.from_url(
-                config.redis_url, socket_timeout=timeout, socket_connect_timeout=timeout,
-                health_check_interval=0, max_connections=64, decode_responses=True)
+            _clients[bulk] = redis_client_create(
+                config.redis_url, decode_responses=True, health_check_interval=0,
+                max_connections=64,
+                socket_connect_timeout=config.bulk_timeout_s if bulk else config.timeout_s,
+                socket_timeout=config.bulk_timeout_s if bulk else config.reply_timeout_s)
         return _clients[bulk]
 
 
@@ -109,20 +139,30 @@ def script_run(name: str, *, keys: Sequence[str], args: Sequence, bulk: bool = F
     if bulk:
         try:
             return _script(name, bulk=True)(keys=keys, args=args)
-        except redis.RedisError as exc:
+        except redis.RedisError as exc:  # READONLY and OOM replies included
             raise LimiterUnavailable(str(exc)) from exc
     return _script_run_hot(name, keys=keys, args=args)
+
+
+def _connection_pool(client: redis.Redis | RedisCluster, key: str) -> redis.ConnectionPool:
+    if isinstance(client, RedisCluster):
+        # The node serving KEYS[1]'s slot: every key of the call shares its pool hash tag.
+        return client.get_redis_connection(client.get_node_from_key(key)).connection_pool
+    return client.connection_pool
 
 
 def _evalsha(script, keys: Sequence[str], args: Sequence):
     """EVALSHA on a pooled connection, without the client's per-command machinery (retries,
     observability hooks): this runs once per inference request."""
-    pool = script.registered_client.connection_pool
+    pool = _connection_pool(script.registered_client, keys[0])
     conn = pool.get_connection()
     try:
         conn.send_command("EVALSHA", script.sha, len(keys), *keys, *args)
         return conn.read_response()
-    except (redis.ConnectionError, redis.TimeoutError):
+    except redis.TimeoutError as exc:
+        conn.disconnect()  # the reply may still come: never hand this socket out again
+        raise _SlowReply(str(exc)) from exc
+    except redis.ConnectionError:
         conn.disconnect()
         raise
     finally:
@@ -130,19 +170,28 @@ def _evalsha(script, keys: Sequence[str], args: Sequence):
 
 
 def _script_run_hot(name: str, *, keys: Sequence[str], args: Sequence):
-    global _broken_until, _failures
+    global _broken_until, _failures, _last_reply
     if _broken_until and time.monotonic() < _broken_until:
         raise LimiterUnavailable("circuit open after repeated Redis failures")
     script = _script(name)
     try:
         try:
             reply = _evalsha(script, keys, args)
-        except redis.exceptions.NoScriptError:  # Redis restarted: load the script once more
+        except (redis.exceptions.NoScriptError, redis.exceptions.AskError,
+                redis.exceptions.TryAgainError, redis.exceptions.ClusterDownError):
+            # Redis restarted (load the script once more), or the cluster is moving the slot:
+            # the client's own machinery loads scripts and follows redirections.
             reply = script(keys=keys, args=args)
-    except (redis.ConnectionError, redis.TimeoutError) as exc:
-        _failures += 1
+    except (redis.RedisError, _SlowReply) as exc:
+        # Connection refused or reset, no reply within reply_timeout_s, or an error reply
+        # (READONLY after a failover, OOM): all of them are "Redis cannot decide", and the
+        # caller's failure policy answers, never a 500.
+        if not isinstance(exc, _SlowReply) or time.monotonic() - _last_reply > HANG_SECONDS:
+            _failures += 1
         if _failures >= BREAKER_FAILURES:
             _broken_until = time.monotonic() + BREAKER_SECONDS
+        # At most BREAKER_FAILURES lines per BREAKER_SECONDS and process, however long it lasts.
+        logger.warning("limiter: %s failed (%s): %s", name, type(exc).__name__, exc)
         raise LimiterUnavailable(str(exc)) from exc
-    _failures, _broken_until = 0, 0.0
+    _failures, _broken_until, _last_reply = 0, 0.0, time.monotonic()
     return reply

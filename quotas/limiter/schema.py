@@ -94,9 +94,21 @@ class KeyNames(NamedTuple):
     inflight: str = "inflight"  # :<org>, sorted set: request_id by expiry
     day: str = "day"  # :<org>:<YYYYMMDD>, tokens reserved or used that UTC day
     spend: str = "spend"  # :<org>:<YYYYMM>, micro-dollars spent that month
+    rebuild: str = "rebuild"  # the rebuild lock: the holder's random token, with a TTL
 
 
 KEY = KeyNames()
+
+
+class SharedKeyNames(NamedTuple):
+    """Keys of no pool, under their own hash tag (one Cluster slot)."""
+    gateway_tokens: str = "{sluice}:gw"  # hash: token digest -> "<id>:<name>", + SYNCED_FIELD
+    gateway_tokens_used: str = "{sluice}:gw:used"  # hash: token id -> last use, epoch s
+    processes: str = "{sluice}:procs"  # sorted set: process id by last heartbeat, epoch ms
+
+
+SHARED_KEY = SharedKeyNames()
+SYNCED_FIELD = "synced"  # a field no digest (64 hex digits) can be
 
 
 def pool_tag(pool_id: int) -> str:

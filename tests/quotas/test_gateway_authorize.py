@@ -120,14 +120,15 @@ def test_missing_or_wrong_gateway_token_is_401(tenant, auth):
     assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_gateway_token"
 
 
-def test_revoked_gateway_token_is_refused(gateway, tenant):
-    gateway_token_revoke(token=gateway.token, actor="test")
-    gateway_token_cache_clear()  # a process notices within CACHE_SECONDS; here, at once
+def test_revoked_gateway_token_is_refused(gateway, tenant, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):  # publishes after the commit
+        gateway_token_revoke(token=gateway.token, actor="test")
+    gateway_token_cache_clear()  # a process notices within REFRESH_SECONDS; here, at once
     assert post(gateway, ask(tenant)).status_code == 401
     assert AuditEvent.objects.filter(action="gateway_token.revoke").count() == 1
 
 
-def test_gateway_token_commands(tenant, capsys):
+def test_gateway_token_commands(tenant, capsys, django_capture_on_commit_callbacks):
     call_command("gateway_token_create", "edge-2")
     plaintext = capsys.readouterr().out.strip()
     assert plaintext.startswith("gw_")
@@ -135,7 +136,8 @@ def test_gateway_token_commands(tenant, capsys):
     client = Client(HTTP_AUTHORIZATION=f"Bearer {plaintext}")
     pool_routes_reload()
     assert post(client, ask(tenant)).status_code == 200
-    call_command("gateway_token_revoke", plaintext[:15])
+    with django_capture_on_commit_callbacks(execute=True):  # publishes after the commit
+        call_command("gateway_token_revoke", plaintext[:15])
     gateway_token_cache_clear()
     assert post(client, ask(tenant, request_id="r2")).status_code == 401
 

