@@ -14,3 +14,10 @@ document.addEventListener("click", async (event) => {
     if (status) status.textContent = "Selected: press Ctrl+C to copy.";
   }
 });
+
+// Destructive actions ask first: <button data-confirm="Open Wave 2 now?"> (or the attribute on
+// the <form>). htmx forms use hx-confirm, which htmx asks itself.
+document.addEventListener("submit", (event) => {
+  const message = event.submitter?.dataset.confirm || event.target.dataset.confirm;
+  if (message && !window.confirm(message)) event.preventDefault();
+});

@@ -8,9 +8,9 @@ import pytest
 from orgs.services import api_key_create
 from quotas.models import UsageEvent, UsageHourly, UsageStatus
 from quotas.selectors import (
+    delivered_speed,
     usage_by_key,
     usage_hourly_series,
-    usage_speed,
     usage_tokens_by_pool,
     usage_tps_series,
 )
@@ -74,5 +74,5 @@ def test_by_key_speed_and_pool_totals(org_pool):
     assert usage_tokens_by_pool(org=org, since=NOON) == {pool.pk: 3102}
     _event(org, pool, at=NOON, ttft_ms=200, output_tps=300.0)
     _event(org, pool, at=NOON, ttft_ms=400, output_tps=100.0)
-    speed = usage_speed(org=org, since=NOON)
-    assert (speed.requests, speed.avg_ttft_ms, speed.avg_output_tps) == (2, 300, 200.0)
+    [speed] = delivered_speed(org=org, since=NOON)
+    assert (speed.requests, speed.ttft_p50_ms, speed.output_tps_p50) == (2, 300, 200.0)

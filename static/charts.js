@@ -1,0 +1,119 @@
+// The one chart component of the portal and the console: draws every
+// <div data-chart-spec="ID"> from the JSON in <script id="ID"> (written by {% chart %},
+// sluice/templatetags/charts.py) with uPlot (static/vendor/uplot-*/). Time runs along a UTC
+// axis; hovering shows each series' value at that moment; limits (an allocation's guarantee,
+// a pool's floor) are dashed lines labelled with their name and value. The scale is chosen on
+// the server (sluice/charts.py), so the page's text and the drawing agree.
+(() => {
+  "use strict";
+
+  const PALETTE = { brand: "#0b5cad", bad: "#a4161a", ok: "#1d6b32", warn: "#7a4b00",
+                    violet: "#5b3a9c" };
+  const INK = "#1b1f24", MUTED = "#4d5560", GRID = "#e3e7ec";
+  const FONT = "12px system-ui, -apple-system, 'Segoe UI', Roboto, Arial, sans-serif";
+  const INTEGER_STEPS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1e3, 2e3, 5e3, 1e4, 2e4, 5e4, 1e5,
+                         2e5, 5e5, 1e6, 2e6, 5e6, 1e7, 2e7, 5e7, 1e8, 2e8, 5e8, 1e9, 1e10];
+
+  // The same writing of numbers as the template filters (sluice/templatetags/numbers.py).
+  const fixed = (decimals) => new Intl.NumberFormat("en-US", {
+    minimumFractionDigits: decimals, maximumFractionDigits: decimals });
+  const tick = new Intl.NumberFormat("en-US", { maximumFractionDigits: 2 });
+  const compact = new Intl.NumberFormat("en-US", { notation: "compact",
+                                                   maximumFractionDigits: 1 });
+  const utc = (seconds) => new Date(seconds * 1000).toISOString().slice(0, 16)
+    .replace("T", " ") + " UTC";
+
+  function axisSize(u, values, axisIdx, cycleNum) {
+    // Wide enough for the longest tick label, measured in the axis font.
+    const axis = u.axes[axisIdx];
+    if (cycleNum > 1) return axis._size;
+    let size = axis.ticks.size + axis.gap + 4;
+    const longest = (values || []).reduce((a, b) => (b.length > a.length ? b : a), "");
+    if (longest) {
+      u.ctx.font = FONT;
+      size += u.ctx.measureText(longest).width;
+    }
+    return Math.ceil(size);
+  }
+
+  function limitsDraw(u, spec, format) {
+    const ctx = u.ctx, ratio = uPlot.pxRatio;
+    const left = u.bbox.left, right = u.bbox.left + u.bbox.width;
+    ctx.save();
+    ctx.font = FONT.replace("12px", `${12 * ratio}px`);
+    ctx.textAlign = "right";
+    ctx.textBaseline = "bottom";
+    for (const limit of spec.limits) {
+      const y = Math.round(u.valToPos(limit.value, "y", true));
+      ctx.strokeStyle = INK;
+      ctx.lineWidth = 1.5 * ratio;
+      ctx.setLineDash([6 * ratio, 4 * ratio]);
+      ctx.beginPath();
+      ctx.moveTo(left, y);
+      ctx.lineTo(right, y);
+      ctx.stroke();
+      const label = `${limit.name} ${format(limit.value)} ${spec.unit}`;
+      const width = ctx.measureText(label).width;
+      ctx.fillStyle = "rgba(255, 255, 255, 0.9)";
+      ctx.fillRect(right - width - 6 * ratio, y - 16 * ratio, width + 6 * ratio, 14 * ratio);
+      ctx.fillStyle = INK;
+      ctx.fillText(label, right - 3 * ratio, y - 3 * ratio);
+    }
+    ctx.restore();
+  }
+
+  function options(spec, width) {
+    const format = (v) => fixed(spec.decimals).format(v);
+    const axis = { stroke: MUTED, font: FONT, labelFont: FONT, grid: { stroke: GRID, width: 1 },
+                   ticks: { stroke: GRID, width: 1 } };
+    return {
+      width, height: 220,
+      tzDate: (seconds) => uPlot.tzDate(new Date(seconds * 1000), "Etc/UTC"),
+      scales: { x: { time: true }, y: { range: [0, spec.yMax] } },
+      legend: { live: true },
+      cursor: { drag: { x: true, y: false } },
+      series: [
+        { label: "Time (UTC)", value: (u, v) => (v == null ? "–" : utc(v)) },
+        ...spec.series.map((s) => {
+          const colour = PALETTE[s.color] || PALETTE.brand;
+          return {
+            label: s.name, stroke: colour, width: s.bars ? 1 : 2,
+            fill: s.bars ? `${colour}cc` : `${colour}1a`,
+            paths: s.bars ? uPlot.paths.bars({ size: [0.8, 48], align: 1 }) : undefined,
+            points: { show: false },
+            value: (u, v) => (v == null ? "–" : `${format(v)} ${spec.unit}`),
+          };
+        }),
+      ],
+      axes: [
+        { ...axis, label: "UTC", labelSize: 18 },
+        { ...axis, label: spec.unit, labelSize: 18, size: axisSize,
+          incrs: spec.decimals ? undefined : INTEGER_STEPS,
+          values: (u, splits) => splits.map((v) => (v >= 1e6 ? compact : tick).format(v)) },
+      ],
+      hooks: { draw: [(u) => limitsDraw(u, spec, format)] },
+    };
+  }
+
+  function chartDraw(plot) {
+    const source = document.getElementById(plot.dataset.chartSpec);
+    if (!source || plot.dataset.drawn) return;
+    plot.dataset.drawn = "true";
+    const spec = JSON.parse(source.textContent);
+    const data = [spec.x, ...spec.series.map((s) => s.values)];
+    const chart = new uPlot(options(spec, plot.clientWidth || 600), data, plot);
+    new ResizeObserver(() => {
+      if (plot.clientWidth && plot.clientWidth !== chart.width) {
+        chart.setSize({ width: plot.clientWidth, height: chart.height });
+      }
+    }).observe(plot);
+  }
+
+  function chartsDraw(root) {
+    root.querySelectorAll("[data-chart-spec]").forEach(chartDraw);
+  }
+
+  document.addEventListener("DOMContentLoaded", () => chartsDraw(document));
+  // htmx swaps in fresh fragments (the portal's live usage every 10 s): draw their charts.
+  document.addEventListener("htmx:load", (event) => chartsDraw(event.target));
+})();
