@@ -73,6 +73,11 @@ class TimeChart:
     def format(self, value: float | None) -> str:
         return rate(value) if self.decimals else count(value)
 
+    @staticmethod
+    def format_limit(value: float) -> str:
+        """Limits are whole tokens/s or ms: no decimals unless they have some."""
+        return count(value) if float(value).is_integer() else rate(value)
+
     @property
     def summary(self) -> str:
         """The chart in words: its aria-label, and the facts printed under it."""

@@ -20,6 +20,8 @@
   const tick = new Intl.NumberFormat("en-US", { maximumFractionDigits: 2 });
   const compact = new Intl.NumberFormat("en-US", { notation: "compact",
                                                    maximumFractionDigits: 1 });
+  const MONTHS = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov",
+                  "Dec"];
   const utc = (seconds) => new Date(seconds * 1000).toISOString().slice(0, 16)
     .replace("T", " ") + " UTC";
 
@@ -36,15 +38,21 @@
     return Math.ceil(size);
   }
 
-  function limitsDraw(u, spec, format) {
-    const ctx = u.ctx, ratio = uPlot.pxRatio;
+  // A limit is a whole number of tokens/s or ms: written without decimals.
+  const limitText = (value) => fixed(Number.isInteger(value) ? 0 : 1).format(value);
+
+  function limitsDraw(u, spec) {
+    const ctx = u.ctx, ratio = uPlot.pxRatio, lineHeight = 15 * ratio;
     const left = u.bbox.left, right = u.bbox.left + u.bbox.width;
     ctx.save();
     ctx.font = FONT.replace("12px", `${12 * ratio}px`);
     ctx.textAlign = "right";
     ctx.textBaseline = "bottom";
-    for (const limit of spec.limits) {
-      const y = Math.round(u.valToPos(limit.value, "y", true));
+    // Top to bottom; a label that would overlap the one above goes under its own line.
+    const lines = spec.limits.map((limit) => ({ limit,
+      y: Math.round(u.valToPos(limit.value, "y", true)) })).sort((a, b) => a.y - b.y);
+    let lowestLabel = -Infinity;
+    for (const { limit, y } of lines) {
       ctx.strokeStyle = INK;
       ctx.lineWidth = 1.5 * ratio;
       ctx.setLineDash([6 * ratio, 4 * ratio]);
@@ -52,14 +60,31 @@
       ctx.moveTo(left, y);
       ctx.lineTo(right, y);
       ctx.stroke();
-      const label = `${limit.name} ${format(limit.value)} ${spec.unit}`;
+      const label = `${limit.name} ${limitText(limit.value)} ${spec.unit}`;
       const width = ctx.measureText(label).width;
+      const above = y - 3 * ratio - lowestLabel >= lineHeight;
+      const base = above ? y - 3 * ratio : y + lineHeight;
+      lowestLabel = base;
       ctx.fillStyle = "rgba(255, 255, 255, 0.9)";
-      ctx.fillRect(right - width - 6 * ratio, y - 16 * ratio, width + 6 * ratio, 14 * ratio);
+      ctx.fillRect(right - width - 6 * ratio, base - 13 * ratio, width + 6 * ratio, 14 * ratio);
       ctx.fillStyle = INK;
-      ctx.fillText(label, right - 3 * ratio, y - 3 * ratio);
+      ctx.fillText(label, right - 3 * ratio, base);
     }
     ctx.restore();
+  }
+
+  // Time ticks in UTC, 24-hour clock; the date under the first tick and wherever it changes.
+  function timeTicks(u, splits, axisIdx, space, increment) {
+    let lastDay = "";
+    return splits.map((seconds) => {
+      const iso = new Date(seconds * 1000).toISOString();
+      const day = `${MONTHS[Number(iso.slice(5, 7)) - 1]} ${Number(iso.slice(8, 10))}`;
+      if (increment >= 86400) return day;
+      const time = iso.slice(11, 16);
+      const label = day !== lastDay ? `${time}\n${day}` : time;
+      lastDay = day;
+      return label;
+    });
   }
 
   function options(spec, width) {
@@ -86,12 +111,12 @@
         }),
       ],
       axes: [
-        { ...axis, label: "UTC", labelSize: 18 },
+        { ...axis, label: "UTC", labelSize: 18, space: 64, values: timeTicks },
         { ...axis, label: spec.unit, labelSize: 18, size: axisSize,
           incrs: spec.decimals ? undefined : INTEGER_STEPS,
           values: (u, splits) => splits.map((v) => (v >= 1e6 ? compact : tick).format(v)) },
       ],
-      hooks: { draw: [(u) => limitsDraw(u, spec, format)] },
+      hooks: { draw: [(u) => limitsDraw(u, spec)] },
     };
   }
 

@@ -10,7 +10,7 @@ register = template.Library()
 @register.inclusion_tag("charts/chart.html")
 def chart(spec):
     def described(limits):
-        return [{"name": lim.name, "value": lim.value, "text": spec.format(lim.value)}
+        return [{"name": lim.name, "value": lim.value, "text": spec.format_limit(lim.value)}
                 for lim in limits]
 
     return {"spec": spec, "data": spec.as_json(), "data_id": f"chart-{spec.key}-data",
