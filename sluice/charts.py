@@ -30,8 +30,11 @@ class Series:
     color: str = "brand"  # a colour name of static/charts.js's palette
     bars: bool = False
     # What the summary says about it: "total" for counts per bucket (requests), "average"
-    # for rates (tokens/s), "median" for latencies.
+    # for rates (tokens/s), "latest" for running totals (tokens used so far today).
     summary: str = "average"
+    # The window's true average, when the buckets at its edges are partial (so the mean of
+    # the buckets is not quite it): the figure other places on the page print.
+    mean: float | None = None
 
 
 @dataclass(frozen=True)
@@ -89,8 +92,10 @@ class TimeChart:
             elif s.summary == "total":
                 parts.append(f"{s.name}: {count(sum(values))} in total, at most "
                              f"{count(max(values))} in one bucket")
+            elif s.summary == "latest":
+                parts.append(f"{s.name}: {self.format(values[-1])} {self.unit} so far")
             else:
-                mean = sum(values) / len(values)
+                mean = s.mean if s.mean is not None else sum(values) / len(values)
                 parts.append(f"{s.name}: {self.format(mean)} {self.unit} on average, "
                              f"highest {self.format(max(values))}")
         return "; ".join(parts) + "."

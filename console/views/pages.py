@@ -99,11 +99,13 @@ def dashboard(request, *, site):
     queued = waitlist_lengths()
     board = pools_speed_board(now=now)
     pool_objects = CapacityPool.objects.in_bulk()
-    seconds = SPEED_WINDOW.total_seconds()
     pools = []
     for summary in pool_capacity_summaries():
         entry = board.get(summary.pool_id, {"speed": None, "orgs": []})
-        used = entry["speed"].tokens / seconds if entry["speed"] else 0.0
+        # The pool's use over the hour is written three times (the figure, the chart's
+        # average, the speed table's total): all from the chart's series, so they agree even
+        # while usage arrives between the page's queries.
+        used = live[summary.pool_id]["hour_avg"]
         pools.append({"summary": summary, "pool": pool_objects[summary.pool_id],
                       "live": live[summary.pool_id], "used_tps": used,
                       "used_share": used / summary.guaranteed_tps if summary.guaranteed_tps

@@ -54,12 +54,15 @@ def _live_context(org) -> dict:
     day = usage_hourly_series(org=org, since=now - timedelta(days=1), until=now)
     today = usage_hourly_series(org=org, since=midnight, until=now)
     limits = _tps_limits(allocations)
+    hour_tokens = sum(p.tokens for p in hour)
     return {
         "org": org, "now": now, "allocations": allocations,
         "hour_tps": TimeChart(
             key="hour-tps", title="Tokens per second, last hour (per minute)", unit="tokens/s",
             times=[p.at for p in hour], step_seconds=MINUTE, decimals=1, limits=limits,
-            series=[Series("Tokens/s", [round(p.tps(MINUTE), 1) for p in hour])]),
+            # The minutes at both ends are partial: the hour's average is tokens / 3,600 s.
+            series=[Series("Tokens/s", [round(p.tps(MINUTE), 1) for p in hour],
+                           mean=hour_tokens / HOUR)]),
         "hour_requests": TimeChart(
             key="hour-requests", title="Requests and errors, last hour (per minute)",
             unit="requests", times=[p.at for p in hour], step_seconds=MINUTE,
@@ -71,8 +74,7 @@ def _live_context(org) -> dict:
             unit="tokens/s", times=[p.at for p in day], step_seconds=HOUR, decimals=1,
             limits=limits, series=[Series("Tokens/s", [round(p.tps(HOUR), 1) for p in day])]),
         "hour_totals": {"requests": sum(p.requests for p in hour),
-                        "errors": sum(p.errors for p in hour),
-                        "tokens": sum(p.tokens for p in hour)},
+                        "errors": sum(p.errors for p in hour), "tokens": hour_tokens},
         "burn": _burn_up(allocations, usage_tokens_by_pool(org=org, since=midnight),
                          today=today),
         **_speed(org, now, allocations),
@@ -98,7 +100,8 @@ def _burn_up(allocations, used_today: dict[int, int], *, today) -> dict:
              for a in allocations]
     chart = TimeChart(key="burn", title="Tokens used today (UTC), cumulative", unit="tokens",
                       times=[p.at for p in today], step_seconds=HOUR,
-                      series=[Series("Used today", cumulative, color="violet")],
+                      series=[Series("Used today", cumulative, color="violet",
+                                     summary="latest")],
                       limits=[Limit("Daily quota", quota)] if quota else [])
     return {"quota": quota, "chart": chart, "pools": pools}
 

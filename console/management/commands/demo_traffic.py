@@ -42,6 +42,7 @@ ACTOR = "demo_traffic"
 KEY_NAME = "Demo traffic"
 STATE = Path(settings.BASE_DIR) / ".sluice"
 CREDENTIALS = STATE / "demo-traffic.json"  # the secrets it created, shown only once (0600)
+SUMMARY_SECONDS = 60
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,13 @@ class HookSender:
     def __init__(self, base_url: str, gateway_token: str):
         self.client = SluiceClient(base_url, token=gateway_token,
                                    spool_path=str(STATE / "demo-traffic-spool.jsonl"))
+        self.allowed = self.refused = 0
+
+    def summary(self) -> str:
+        """Counts since the last summary."""
+        line = f"demo traffic: {self.allowed} requests sent, {self.refused} refused by the limiter"
+        self.allowed = self.refused = 0
+        return line
 
     def start(self, sender: Sender, request: DemoRequest, request_id: str):
         """Authorize; the report to send when the answer is done, or None when refused."""
@@ -68,13 +76,14 @@ class HookSender:
             grant = self.client.authorize(
                 request_id=request_id, api_key=sender.api_key, model=sender.model,
                 region=sender.region, input_tokens=request.input_tokens,
-                max_output_tokens=max(request.output_tokens, 1_024))
+                max_output_tokens=max(2 * request.output_tokens, 256))
         except SluiceUnavailable:
             logger.warning("Sluice is unreachable; skipping a request of %s", sender.org_slug)
             return None
         if not grant.allowed:
-            logger.info("%s: refused (%s)", sender.org_slug, grant.error_code)
+            self.refused += 1
             return None
+        self.allowed += 1
         started = datetime.now(UTC)
         first = started + timedelta(milliseconds=request.ttft_ms)
         return UsageEvent(
@@ -100,7 +109,7 @@ class Command(BaseCommand):
                             help="Multiply every org's request rate by this.")
 
     def handle(self, *args, base_url: str, speed: float, **options):
-        logging.basicConfig(level=logging.INFO, format="%(message)s")
+        logging.basicConfig(level=logging.WARNING, format="%(message)s")
         _wait_until_up(base_url)
         credentials = _credentials()
         orgs = [(Sender(org_slug=org.slug, api_key=credentials["keys"][org.slug],
@@ -168,11 +177,16 @@ def _loop(hook: HookSender, orgs: list[tuple[Sender, float, float]]) -> None:
 
     for index, (_, rate, _) in enumerate(orgs):
         push(time.monotonic() + rng.expovariate(rate), "arrive", index)
+    push(time.monotonic() + SUMMARY_SECONDS, "summary", None)
     while due:
         at, _, kind, payload = heapq.heappop(due)
         time.sleep(max(0.0, at - time.monotonic()))
         if kind == "report":
             hook.finish(payload)
+            continue
+        if kind == "summary":
+            print(hook.summary(), flush=True)
+            push(time.monotonic() + SUMMARY_SECONDS, "summary", None)
             continue
         sender, rate, slow = orgs[payload]
         request = demo_request(rng, slow_share=slow)
