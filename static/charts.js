@@ -89,12 +89,15 @@
 
   function options(spec, width) {
     const format = (v) => fixed(spec.decimals).format(v);
+    const bars = spec.series.some((s) => s.bars);
     const axis = { stroke: MUTED, font: FONT, labelFont: FONT, grid: { stroke: GRID, width: 1 },
                    ticks: { stroke: GRID, width: 1 } };
     return {
       width, height: 220,
       tzDate: (seconds) => uPlot.tzDate(new Date(seconds * 1000), "Etc/UTC"),
-      scales: { x: { time: true }, y: { range: [0, spec.yMax] } },
+      // Bars start at their bucket: the last one needs a bucket's room on the right.
+      scales: { x: { time: true, range: (u, min, max) => [min, max + (bars ? spec.step : 0)] },
+                y: { range: [0, spec.yMax] } },
       legend: { live: true },
       cursor: { drag: { x: true, y: false } },
       series: [

@@ -141,15 +141,18 @@ def _rollups(*, org, allocation, key, rate, slow_share, since, until) -> None:
                 day_rng = _seeded(org.pk, day.isoformat())
                 samples[day] = [demo_request(day_rng, slow_share=slow_share)
                                 for _ in range(SAMPLE)]
-            count = int(rate * 3600 * diurnal(hour)
-                        * _seeded(org.pk, hour.isoformat()).uniform(0.85, 1.15))
-            rows.append(_rollup(org, allocation.pool, key, hour, count, samples[day]))
+            hour_rng = _seeded(org.pk, hour.isoformat())
+            count = int(rate * 3600 * diurnal(hour) * hour_rng.uniform(0.85, 1.15))
+            rows.append(_rollup(org, allocation.pool, key, hour, count, samples[day],
+                                speed=hour_rng.uniform(0.9, 1.1)))
         hour += HOUR
     UsageHourly.objects.bulk_create(rows, batch_size=2_000, ignore_conflicts=True)
 
 
-def _rollup(org, pool, key, hour, count: int, sample: list[DemoRequest]) -> UsageHourly:
-    """The sums the ingestion would have written for `count` requests like `sample`."""
+def _rollup(org, pool, key, hour, count: int, sample: list[DemoRequest], *,
+            speed: float) -> UsageHourly:
+    """The sums the ingestion would have written for `count` requests like `sample`, a little
+    faster or slower this hour (`speed`)."""
     scale = count / len(sample)
 
     def total(requests, value) -> int:
@@ -165,8 +168,9 @@ def _rollup(org, pool, key, hour, count: int, sample: list[DemoRequest]) -> Usag
         output_tokens=total(sample, lambda r: r.output_tokens),
         premium_input_tokens=total(fast, lambda r: r.input_tokens),
         premium_output_tokens=total(fast, lambda r: r.output_tokens),
-        ttft_ms_total=total(timed, lambda r: r.ttft_ms), ttft_count=total(timed, lambda r: 1),
-        decode_ms_total=total(timed, lambda r: r.output_tokens * 1000 / r.output_tps))
+        ttft_ms_total=total(timed, lambda r: r.ttft_ms / speed),
+        ttft_count=total(timed, lambda r: 1),
+        decode_ms_total=total(timed, lambda r: r.output_tokens * 1000 / r.output_tps / speed))
 
 
 def _raw_events(*, org, allocation, key, rate, slow_share, since, until) -> None:

@@ -59,6 +59,7 @@ def _operator_admits_and_grants(page, org, pool):
                           ("Admit", "active")]:
         page.get_by_role("button", name=button).click()
         expect(page.locator("h1 [data-status]")).to_have_attribute("data-status", state)
+    page.get_by_text("Grant an allocation").click()  # the form is folded away until needed
     grant = page.locator("form", has=page.get_by_role("button", name="Grant"))
     grant.get_by_label("Pool").select_option(str(pool.pk))
     grant.get_by_label("Guaranteed tokens/s").fill("950")  # more than the 900 guaranteeable
