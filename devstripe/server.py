@@ -295,8 +295,18 @@ async def checkout_complete(request: web.Request):
     raise web.HTTPSeeOther(session.success_url)
 
 
+@web.middleware
+async def checkout_middleware(request: web.Request, handler):
+    """The Checkout page is Stripe's hosted page: a browser opens it, with no API key, so it
+    skips localstripe's key check (which would answer 401)."""
+    if request.path.startswith("/checkout/"):
+        return await request.match_info.handler(request)
+    return await handler(request)
+
+
 # Outermost, so localstripe's error middleware answers are recorded under the key too.
 app.middlewares.insert(0, idempotency_middleware)
+app.middlewares.insert(0, checkout_middleware)
 app.router.add_post("/_config/faults", faults_set)
 app.router.add_get("/_config/stats", stats_get)
 app.router.add_delete("/_config/reset", reset)
