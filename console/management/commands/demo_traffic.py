@@ -109,7 +109,8 @@ class Command(BaseCommand):
                             help="Multiply every org's request rate by this.")
 
     def handle(self, *args, base_url: str, speed: float, **options):
-        logging.basicConfig(level=logging.WARNING, format="%(message)s")
+        # One summary line a minute, not a log line per HTTP call.
+        logging.getLogger("httpx").setLevel(logging.WARNING)
         _wait_until_up(base_url)
         credentials = _credentials()
         orgs = [(Sender(org_slug=org.slug, api_key=credentials["keys"][org.slug],
