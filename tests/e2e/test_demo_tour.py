@@ -204,6 +204,8 @@ def test_landing_and_portal_tour(demo, new_page):
     main_page(page, "portal-login")
 
     _signs_in(page, OWNER_EMAIL, DEMO_PASSWORD)
+    # An active org's application reads as admitted, not as still waitlisted.
+    expect(page.locator("[data-application-state]")).to_have_text("Admitted")
     main_page(page, "portal-status")
     _nav(page, "Members")
     main_page(page, "portal-members")
