@@ -15,10 +15,11 @@ them again when it stops. `test` uses separate embedded servers (.sluice/test/) 
 while `run` is up. Stripe is the real one when STRIPE_API_KEY is set; when it is not, `run`
 starts the local Stripe-compatible server (devstripe/) with its data under .sluice/stripe/.
 
-`run` then migrates, seeds the demo data and hands web, worker and beat to honcho, which
-prefixes their output and stops them all when one dies or on Ctrl-C / SIGTERM; the embedded
-servers stop after them. Every child dies with dev.py even when dev.py is killed with -9: the
-kernel signals it (Linux: prctl PR_SET_PDEATHSIG, via `setpriv --pdeathsig` for programs).
+`run` then migrates, seeds the demo data and hands web, worker, beat and the demo traffic
+(manage.py demo_traffic) to honcho, which prefixes their output and stops them all when one
+dies or on Ctrl-C / SIGTERM; the embedded servers stop after them. Every child dies with
+dev.py even when dev.py is killed with -9: the kernel signals it (Linux: prctl
+PR_SET_PDEATHSIG, via `setpriv --pdeathsig` for programs).
 
 Section 1 runs before the venv exists: it, and the imports at the top, are standard library only.
 """
@@ -447,6 +448,7 @@ def banner_when_up(manager, base_url: str, local_stripe: bool) -> None:
     sys.stdout.write(f"""
   Sluice is running{"" if status == 200 else f" (but /healthz answered {status})"}.
 
+    home       {base_url}/
     portal     {base_url}/portal/
     console    {base_url}/admin/
     API docs   {base_url}/api/docs/
@@ -455,6 +457,10 @@ def banner_when_up(manager, base_url: str, local_stripe: bool) -> None:
   Demo logins:
     operator   operator@sluice.dev / sluice-demo
     org owner  owner@acme.dev / sluice-demo
+
+  Emails (sign-up confirmations, invitations, status changes) are printed
+  below in the worker's output, lines prefixed `worker |`.
+  `traffic |` is a light stream of demo requests through the gateway hook.
 
   DATABASE_URL={mask(os.environ["DATABASE_URL"])}
   REDIS_URL={mask(os.environ["REDIS_URL"])}
@@ -514,11 +520,14 @@ def cmd_run(stack: ExitStack) -> int:
                    "--concurrency", "2", "--without-gossip", "--without-mingle"],
         "beat": [py, "-m", "celery", "-A", "config", "beat", "--loglevel", "INFO",
                  "--schedule", STATE / "celery" / "celerybeat-schedule"],
+        # A light, steady stream of demo requests through the gateway hook, so charts move.
+        "traffic": [py, "manage.py", "demo_traffic", "--base-url", base_url],
     }  # fmt: skip
     # What the kernel sends each one if dev.py dies first. The worker gets SIGKILL: its warm
     # shutdown can hang when Redis and PostgreSQL stop at the same moment (seen: a pool process
     # blocked writing to the master, which waits for it); celery's pool processes die with it.
-    death_signal = {"web": signal.SIGTERM, "worker": signal.SIGKILL, "beat": signal.SIGTERM}
+    death_signal = {"web": signal.SIGTERM, "worker": signal.SIGKILL, "beat": signal.SIGTERM,
+                    "traffic": signal.SIGTERM}
     # honcho: each process in its own session, output prefixed; when one exits, or on Ctrl-C /
     # SIGTERM, SIGTERM to every process group and SIGKILL to what is left 5 s later.
     forks_die_with_dev_py()

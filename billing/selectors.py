@@ -205,3 +205,18 @@ def month_to_date_micros_by_org(*, org_ids: set[int], now: datetime) -> dict[int
                 usage=usage.get(org_id, []), prices=public + negotiated[org_id],
                 discount_bps=discounts.get(org_id, 0))) // PICO_PER_MICRO))
             for org_id in org_ids}
+
+
+def payment_method_added_at(*, org: Organization) -> datetime | None:
+    """When the org last finished adding a payment method (a setup-mode Checkout completed,
+    as Stripe's verified webhook told us), or None. Read from the stored events: Stripe keeps
+    the card, we keep no copy of it."""
+    customer = (BillingAccount.objects.filter(org=org).values_list("stripe_customer_id", flat=True)
+                .first())
+    if not customer:
+        return None
+    return (StripeEvent.objects.filter(type="checkout.session.completed",
+                                       payload__data__object__customer=customer,
+                                       payload__data__object__mode="setup")
+            .exclude(status=StripeEventStatus.FAILED).order_by("-received_at")
+            .values_list("received_at", flat=True).first())

@@ -189,3 +189,8 @@ class PoolAdmissionForm(forms.Form):
     quota_auto_approve_max_tps = forms.IntegerField(
         label="Auto-approve quota increases up to, tokens/s", min_value=0,
         help_text="0: every request waits for an operator.")
+
+
+class GatewayTokenForm(forms.Form):
+    name = forms.CharField(label="Gateway name", max_length=100,
+                           help_text="Where the gateway runs, e.g. “edge us-east 1”.")

@@ -29,6 +29,9 @@ VIEW_BILLING_PROBLEMS = "billing.view_outboxmessage"
 RETRY_OUTBOX = "billing.change_outboxmessage"
 REPROCESS_STRIPE_EVENT = "billing.change_stripeevent"
 VIEW_INVOICES = "billing.view_invoice"
+VIEW_GATEWAY_TOKENS = "quotas.view_gatewaytoken"
+ADD_GATEWAY_TOKEN = "quotas.add_gatewaytoken"  # noqa: S105 - a permission name
+REVOKE_GATEWAY_TOKEN = "quotas.change_gatewaytoken"  # noqa: S105 - a permission name
 
 SUPPORT_PERMISSIONS = [
     "orgs.view_organization", "orgs.view_membership", "orgs.view_invitation",

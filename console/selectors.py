@@ -1,14 +1,21 @@
 """Reads for the console pages."""
 
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db.models import Count, Q, QuerySet
+from django.db.models import Count, F, Q, QuerySet
 from django.http import Http404
 from django.utils import timezone
 
 from orgs.models import AuditEvent, Organization, OrgStatus
-from quotas.models import Allocation
-from quotas.selectors import pools_tps_series
+from quotas.models import Allocation, GatewayToken
+from quotas.selectors import (
+    SPEED_WINDOW,
+    DeliveredSpeed,
+    allocations_in_force,
+    delivered_speed,
+    pools_tps_series,
+)
 
 
 def orgs_by_status() -> list[dict]:
@@ -34,8 +41,6 @@ def org_get(*, org_id: int) -> Organization:
     return org
 
 
-
-
 def allocation_get(*, allocation_id: int) -> Allocation:
     allocation = Allocation.objects.select_related("org", "pool").filter(pk=allocation_id).first()
     if allocation is None:
@@ -43,8 +48,17 @@ def allocation_get(*, allocation_id: int) -> Allocation:
     return allocation
 
 
+def gateway_tokens_all() -> QuerySet[GatewayToken]:
+    """Active tokens first, newest first."""
+    return GatewayToken.objects.select_related("created_by").order_by(
+        F("revoked_at").desc(nulls_first=True), "-created_at", "-id")
 
 
+def gateway_token_get(*, token_id: int) -> GatewayToken:
+    token = GatewayToken.objects.filter(pk=token_id).first()
+    if token is None:
+        raise Http404("No such gateway token.")
+    return token
 
 
 def audit_search(*, org_id: int | None = None, action: str = "", actor: str = "",
@@ -81,3 +95,56 @@ def pools_live_use(*, now: datetime | None = None) -> dict[int, dict]:
         "hour_avg": sum(v for _, v in hour[pool_id]) / len(hour[pool_id]),
         "day_avg": sum(v for _, v in day[pool_id]) / len(day[pool_id]),
     } for pool_id in hour}
+
+
+@dataclass(frozen=True)
+class OrgInPool:
+    """One org's row of a pool's speed board: its guarantee (None: no allocation in force any
+    more) against what it used and the speed it got over the window."""
+
+    org_id: int
+    name: str
+    guaranteed_tps: int | None
+    used_tps: float
+    speed: DeliveredSpeed | None
+
+    @property
+    def guarantee_share(self) -> float | None:
+        return self.used_tps / self.guaranteed_tps if self.guaranteed_tps else None
+
+
+def pools_speed_board(*, now: datetime | None = None, window: timedelta = SPEED_WINDOW
+                      ) -> dict[int, dict]:
+    """The dashboard's view of each pool over the recent window: the speed it delivered, and
+    each org's use against its guarantee with the speed it got, busiest first. Four queries
+    however many pools and orgs (the speed reads raw events, see quotas.selectors)."""
+    now = now or timezone.now()
+    since, seconds = now - window, window.total_seconds()
+    pools = {s.group["pool_id"]: s for s in delivered_speed(since=since, until=now,
+                                                            by=("pool_id",))}
+    by_org = {(s.group["pool_id"], s.group["org_id"]): s
+              for s in delivered_speed(since=since, until=now, by=("pool_id", "org_id"))}
+    guaranteed = {(pool_id, org_id): tps for pool_id, org_id, tps in allocations_in_force(
+        now=now).values_list("pool_id", "org_id", "guaranteed_tps")}
+    cells = set(guaranteed) | set(by_org)
+    names = dict(Organization.objects.filter(pk__in={org for _, org in cells})
+                 .values_list("pk", "name"))
+    board: dict[int, dict] = {}
+    for pool_id, org_id in cells:
+        speed = by_org.get((pool_id, org_id))
+        board.setdefault(pool_id, {"speed": pools.get(pool_id), "orgs": []})["orgs"].append(
+            OrgInPool(org_id=org_id, name=names.get(org_id, f"#{org_id}"),
+                      guaranteed_tps=guaranteed.get((pool_id, org_id)),
+                      used_tps=speed.tokens / seconds if speed else 0.0, speed=speed))
+    for entry in board.values():
+        entry["orgs"].sort(key=lambda o: (-o.used_tps, -(o.guaranteed_tps or 0), o.name))
+    return board
+
+
+def orgs_without_application_count() -> int:
+    """Organizations on their way in (applied, in review, approved) without any application:
+    signed up but never applied, or moved through the lifecycle by hand. The vetting queue,
+    which lists applications, says how many."""
+    return (Organization.objects.filter(
+        status__in=[OrgStatus.APPLIED, OrgStatus.IN_REVIEW, OrgStatus.APPROVED],
+        applications__isnull=True).count())

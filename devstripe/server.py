@@ -8,9 +8,15 @@ Started by `dev.py run` when STRIPE_API_KEY is not set, and by the billing tests
 localstripe (PyPI) implements customers, invoice items and invoices, but not: one-off draft
 invoices (it insists on pending items or a subscription), invoice items attached to a given
 draft invoice, finalizing an invoice, voiding one that has no payment intent, Checkout
-sessions, or idempotency keys. This module adds exactly those, in the same process, before
-localstripe's routes are registered. Production code is unchanged: it speaks HTTP to this
-server through STRIPE_API_BASE.
+sessions (with their hosted page), or idempotency keys. This module adds exactly those, in the
+same process, before localstripe's routes are registered. Production code is unchanged: it
+speaks HTTP to this server through STRIPE_API_BASE.
+
+The Checkout page (GET /checkout/<session id>, the session's `url`) is a small stand-in for
+Stripe's hosted one, setup mode only: it takes a test card (prefilled with 4242 4242 4242
+4242), attaches it to the customer as its default payment method, completes the session,
+sends `checkout.session.completed` to the registered webhooks, and returns the browser to the
+session's success_url. Cancel returns it to cancel_url.
 
 Endpoints for tests (under /_config/, beside localstripe's own, no API key needed):
 - POST /_config/faults {"lose_responses": N}: the next N idempotent POSTs are executed (and
@@ -23,6 +29,7 @@ can be stopped and started again without forgetting what it did.
 
 import argparse
 import hashlib
+import html
 import json
 import pickle
 import time
@@ -31,7 +38,17 @@ from pathlib import Path
 from aiohttp import web
 from localstripe import resources
 from localstripe.errors import UserError
-from localstripe.resources import Invoice, InvoiceItem, InvoiceLineItem, StripeObject, store
+from localstripe.resources import (
+    Customer,
+    Event,
+    Invoice,
+    InvoiceItem,
+    InvoiceLineItem,
+    PaymentMethod,
+    StripeObject,
+    store,
+)
+from localstripe.webhooks import schedule_webhook
 
 DATA_DIR = Path(".")
 IDEMPOTENCY: dict[str, dict] = {}
@@ -198,11 +215,103 @@ async def reset(request: web.Request):
     return web.json_response({"ok": True})
 
 
+CHECKOUT_PAGE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>Add a payment method · Stripe (local)</title>
+<style>
+  body {{ font: 16px/1.5 system-ui, sans-serif; background: #f6f9fc; color: #1a1f36; margin: 0; }}
+  main {{ max-width: 26rem; margin: 3rem auto; background: #fff; border-radius: 8px;
+         padding: 1.5rem 2rem; box-shadow: 0 2px 8px rgba(0,0,0,.12); }}
+  h1 {{ font-size: 1.3rem; }} .note {{ color: #4f566b; font-size: .9rem; }}
+  label {{ display: block; font-weight: 600; margin: .8rem 0 .2rem; }}
+  input {{ width: 100%; box-sizing: border-box; font: inherit; padding: .5rem;
+          border: 1px solid #8792a2; border-radius: 6px; }}
+  .row {{ display: flex; gap: .75rem; }} .row > div {{ flex: 1; }}
+  button {{ margin-top: 1.25rem; width: 100%; font: inherit; font-weight: 600; padding: .6rem;
+           border: 0; border-radius: 6px; background: #4b3fc4; color: #fff; cursor: pointer; }}
+  .error {{ color: #a4161a; font-weight: 600; }} a {{ color: #4b3fc4; }}
+</style></head>
+<body><main>
+<p class="note">Stripe Checkout · local test server</p>
+<h1>Save a card for {customer}</h1>
+<p class="note">Setup mode: nothing is charged now. Invoices are charged to this card later.
+Test card: 4242 4242 4242 4242; 4000 0000 0000 0002 is declined.</p>
+{error}
+<form method="post">
+  <label for="number">Card number</label>
+  <input id="number" name="number" inputmode="numeric" autocomplete="cc-number"
+         value="4242 4242 4242 4242">
+  <div class="row"><div><label for="expiry">Expiry (MM/YY)</label>
+    <input id="expiry" name="expiry" value="12/34" autocomplete="cc-exp"></div>
+  <div><label for="cvc">CVC</label><input id="cvc" name="cvc" value="123"
+    autocomplete="cc-csc"></div></div>
+  <button type="submit">Save card</button>
+</form>
+<p><a href="{cancel_url}">Cancel and go back</a></p>
+</main></body></html>
+"""
+
+
+def _checkout_session(request: web.Request) -> CheckoutSession:
+    session = store.get(f"{CheckoutSession.object}:{request.match_info['session_id']}")
+    if session is None or session.status != "open":
+        raise web.HTTPNotFound(text="No open Checkout session with this id.")
+    return session
+
+
+def _checkout_render(session: CheckoutSession, error: str = "", status: int = 200):
+    customer = Customer._api_retrieve(session.customer)
+    page = CHECKOUT_PAGE.format(
+        customer=html.escape(customer.name or customer.email or customer.id),
+        cancel_url=html.escape(session.cancel_url, quote=True),
+        error=f'<p class="error" role="alert">{html.escape(error)}</p>' if error else "")
+    return web.Response(text=page, content_type="text/html", status=status)
+
+
+async def checkout_page(request: web.Request):
+    return _checkout_render(_checkout_session(request))
+
+
+async def checkout_complete(request: web.Request):
+    """Save the card on the customer, complete the session, tell the webhooks, go back."""
+    session = _checkout_session(request)
+    form = await request.post()
+    month, _, year = str(form.get("expiry", "")).partition("/")
+    try:
+        method = PaymentMethod(type="card", card={
+            "number": "".join(str(form.get("number", "")).split()),
+            "exp_month": month.strip(), "exp_year": year.strip(),
+            "cvc": str(form.get("cvc", "")).strip()})
+        PaymentMethod._api_attach(method.id, customer=session.customer)
+    except UserError as error:
+        message = (error.body or {}).get("error", {}).get("message", "") or "Invalid card."
+        return _checkout_render(session, f"{message} Check the card details.", status=402)
+    Customer._api_update(session.customer,
+                         invoice_settings={"default_payment_method": method.id})
+    session.status, session.payment_method = "complete", method.id
+    schedule_webhook(Event("checkout.session.completed", session))
+    _store_dump()
+    raise web.HTTPSeeOther(session.success_url)
+
+
+@web.middleware
+async def checkout_middleware(request: web.Request, handler):
+    """The Checkout page is Stripe's hosted page: a browser opens it, with no API key, so it
+    skips localstripe's key check (which would answer 401)."""
+    if request.path.startswith("/checkout/"):
+        return await request.match_info.handler(request)
+    return await handler(request)
+
+
 # Outermost, so localstripe's error middleware answers are recorded under the key too.
 app.middlewares.insert(0, idempotency_middleware)
+app.middlewares.insert(0, checkout_middleware)
 app.router.add_post("/_config/faults", faults_set)
 app.router.add_get("/_config/stats", stats_get)
 app.router.add_delete("/_config/reset", reset)
+app.router.add_get("/checkout/{session_id}", checkout_page)
+app.router.add_post("/checkout/{session_id}", checkout_complete)
 
 
 def main() -> None:

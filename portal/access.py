@@ -13,6 +13,7 @@ from django.urls import reverse
 from orgs.models import BILLING_READERS, KEY_MANAGERS, MEMBER_MANAGERS, Membership
 from portal.selectors import membership_get, memberships_for_user
 from sluice.errors import DomainError
+from sluice.messages import flash
 
 
 @dataclass(frozen=True)
@@ -90,12 +91,14 @@ def org_page(*, page: str, roles: frozenset | None = None, hidden: bool = False)
     return decorator
 
 
-def flash_result(request, action, success: str) -> None:
+def flash_result(request, action, success: str, *, at: str = "") -> bool:
     """Runs a service call; its domain error (last owner, already revoked...) becomes the
-    message the user sees, and nothing was written."""
+    message the user sees, beside the form it came from (`at`), and nothing was written.
+    Returns whether it succeeded."""
     try:
         action()
     except DomainError as error:
-        messages.error(request, error.message)
-    else:
-        messages.success(request, success)
+        flash(request, messages.ERROR, error.message, at=at)
+        return False
+    flash(request, messages.SUCCESS, success, at=at)
+    return True

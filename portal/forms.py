@@ -1,5 +1,6 @@
 from django import forms
 from django.contrib.auth import get_user_model, password_validation
+from django_countries import countries
 
 from orgs.models import Application, Role
 from orgs.services.applications import APPLICANT_FIELDS
@@ -68,23 +69,41 @@ class WebhookEndpointForm(forms.Form):
     event_types = forms.MultipleChoiceField(
         label="Events", choices=EventType.choices, widget=forms.CheckboxSelectMultiple,
         initial=EventType.values)
+def pool_regions() -> list[str]:
+    """The regions some pool serves: the only ones an application can be queued in."""
+    return list(CapacityPool.objects.order_by("region").values_list("region", flat=True)
+                .distinct())
 
 
 class ApplicationForm(forms.ModelForm):
     """The applicant's answers. Field rules come from the model (bounds as the REST API's);
-    the service validates again and its field errors are put back on this form."""
+    the service validates again and its field errors are put back on this form. Country and
+    region are choices: ISO 3166-1 countries, and the regions pools serve."""
 
-    website = forms.URLField(label="Website", max_length=300, assume_scheme="https")
+    website = forms.URLField(label="Website", max_length=300, assume_scheme="https",
+                             widget=forms.URLInput(attrs={"placeholder": "https://example.com"}))
+    country = forms.ChoiceField(label="Country", choices=[("", "Choose a country")]
+                                + list(countries))
     expected_peak_tps = forms.IntegerField(label="Expected peak tokens/s", min_value=1,
                                            max_value=10_000_000)
     expected_daily_tokens = forms.IntegerField(label="Expected daily tokens", min_value=1,
                                                max_value=10**15)
+    preferred_region = forms.ChoiceField(
+        label="Preferred region",
+        help_text="Where your traffic should be served: the regions the fast tier runs in.")
 
     class Meta:
         model = Application
         fields = list(APPLICANT_FIELDS)
-        widgets = {"use_case_description": forms.Textarea(attrs={"rows": 4}),
-                   "country": forms.TextInput(attrs={"maxlength": 2, "placeholder": "DE"})}
+        widgets = {"use_case_description": forms.Textarea(attrs={"rows": 4})}
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        regions = pool_regions()
+        current = self.initial.get("preferred_region")
+        if current and current not in regions:  # an earlier answer stays selectable
+            regions.append(current)
+        self.fields["preferred_region"].choices = [(r, r) for r in regions]
 
 
 class ApplicationUpdateForm(ApplicationForm):

@@ -93,9 +93,17 @@ def email_verification_send(*, user) -> None:
 def email_verify(*, user, token: str) -> bool:
     if not email_verification_tokens.check_token(user, token):
         return False
-    # Idempotent: clicking the link twice is not an error.
+    email_mark_verified.nested(user=user, actor=user)
+    return True
+
+
+@nestable
+@transaction.atomic(durable=True)
+def email_mark_verified(*, user, actor) -> bool:
+    """The user's current address counts as confirmed. Idempotent (clicking the link twice is
+    not an error); returns whether it was new."""
     _, created = VerifiedEmail.objects.get_or_create(user=user, email=user.email)
     if created:
-        audit_record(actor=user, action="user.email_verify", target=user,
+        audit_record(actor=actor, action="user.email_verify", target=user,
                      after={"email": user.email})
-    return True
+    return created

@@ -2,11 +2,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from django.db.models import (
-    Avg,
+    Aggregate,
     Case,
     Count,
     DateTimeField,
     F,
+    FloatField,
     Func,
     Q,
     QuerySet,
@@ -123,6 +124,11 @@ def _filled(rows, *, since: datetime, until: datetime, step: timedelta) -> list[
             for b in _bins(since, until, step)]
 
 
+# An error is a request that did not complete (failed, or cancelled by the client): the same
+# rule as the hourly rollup's `errors`, so raw and rolled-up figures agree.
+NOT_COMPLETED = ~Q(status=UsageStatus.COMPLETED)
+
+
 def usage_tps_series(*, org, since: datetime, bucket_seconds: int = 60,
                      until: datetime | None = None) -> list[UsagePoint]:
     """Tokens (input + output, what the limiter meters), requests and errors per bucket of
@@ -135,7 +141,7 @@ def usage_tps_series(*, org, since: datetime, bucket_seconds: int = 60,
     rows = (UsageEvent.objects.filter(org=org, started_at__gte=since, started_at__lte=until)
             .annotate(bucket=bucket).values("bucket").order_by()
             .annotate(tokens=Sum(F("input_tokens") + F("output_tokens")), requests=Count("id"),
-                      errors=Count("id", filter=Q(status=UsageStatus.FAILED))))
+                      errors=Count("id", filter=NOT_COMPLETED)))
     return _filled(rows, since=since, until=until, step=timedelta(seconds=bucket_seconds))
 
 
@@ -189,20 +195,78 @@ def usage_tokens_by_pool(*, org, since: datetime) -> dict[int, int]:
     return {row["pool_id"]: row["t"] or 0 for row in rows}
 
 
+class Percentile(Aggregate):
+    """PostgreSQL's percentile_cont: the value below which `fraction` of the rows fall,
+    interpolated; NULLs are ignored."""
+
+    function = "percentile_cont"
+    template = "%(function)s(%(fraction)s) WITHIN GROUP (ORDER BY %(expressions)s)"
+    output_field = FloatField()
+
+    def __init__(self, expression, *, fraction: float, **extra):
+        super().__init__(expression, fraction=float(fraction), **extra)
+
+
 @dataclass(frozen=True)
 class DeliveredSpeed:
+    """What a group of requests got (a pool, an org in a pool, an API key...). `requests`
+    counts every request and `tokens` every token; the speed figures describe the `measured`
+    ones only: completed, with a first token. Output tokens/s is per request, so its slow
+    tail is the 5th percentile (95% of requests were at least that fast)."""
+
+    group: dict  # the grouping columns of this row, e.g. {"pool_id": 3, "org_id": 7}
     requests: int
-    avg_ttft_ms: int | None
-    avg_output_tps: float | None
+    errors: int
+    tokens: int
+    measured: int
+    ttft_p50_ms: float | None
+    ttft_p95_ms: float | None
+    output_tps_p50: float | None
+    output_tps_p5: float | None
+    fast: int  # measured requests that kept the pool's promise (premium-eligible)
+
+    @property
+    def fast_share(self) -> float | None:
+        return self.fast / self.measured if self.measured else None
 
 
-def usage_speed(*, org, since: datetime) -> DeliveredSpeed:
-    """Mean time to first token and mean decode speed of the org's requests since `since`."""
-    row = UsageEvent.objects.filter(org=org, started_at__gte=since).aggregate(
-        n=Count("id"), ttft=Avg("ttft_ms"), tps=Avg("output_tps"))
-    return DeliveredSpeed(requests=row["n"],
-                          avg_ttft_ms=round(row["ttft"]) if row["ttft"] is not None else None,
-                          avg_output_tps=round(row["tps"], 1) if row["tps"] is not None else None)
+# The speed panels look at a recent window of raw events: percentiles cannot be rebuilt from
+# the hourly rollups. Both bounds below are on purpose: `started_at` (with the org) walks the
+# (org, started_at) index, and `finished_at` (always >= started_at, so the same rows) lets the
+# all-orgs scan use the BRIN index on finished_at.
+SPEED_WINDOW = timedelta(hours=1)
+
+
+def delivered_speed(*, since: datetime, by: tuple[str, ...] = (), org=None,
+                    until: datetime | None = None) -> list[DeliveredSpeed]:
+    """Requests and the speed they were delivered at since `since`, one row per distinct
+    value of the `by` columns ("pool_id", "org_id", "api_key_id"; () for one total row), in
+    one query, busiest first."""
+    until = until or timezone.now()
+    events = UsageEvent.objects.filter(started_at__gte=since, finished_at__gte=since,
+                                       started_at__lt=until)
+    if org is not None:
+        events = events.filter(org=org)
+    measured = Q(status=UsageStatus.COMPLETED, ttft_ms__isnull=False)
+    aggregates = {
+        "requests": Count("id"), "errors": Count("id", filter=NOT_COMPLETED),
+        "tokens": Sum(F("input_tokens") + F("output_tokens")),
+        "measured": Count("id", filter=measured),
+        "ttft_p50": Percentile("ttft_ms", fraction=0.5, filter=measured),
+        "ttft_p95": Percentile("ttft_ms", fraction=0.95, filter=measured),
+        "tps_p50": Percentile("output_tps", fraction=0.5, filter=measured),
+        "tps_p5": Percentile("output_tps", fraction=0.05, filter=measured),
+        "fast": Count("id", filter=measured & Q(premium_eligible=True)),
+    }
+    rows = ([events.aggregate(**aggregates)] if not by
+            else events.values(*by).order_by().annotate(**aggregates))
+    speeds = [DeliveredSpeed(
+        group={column: row[column] for column in by}, requests=row["requests"],
+        errors=row["errors"], tokens=row["tokens"] or 0, measured=row["measured"],
+        ttft_p50_ms=row["ttft_p50"], ttft_p95_ms=row["ttft_p95"],
+        output_tps_p50=row["tps_p50"], output_tps_p5=row["tps_p5"], fast=row["fast"],
+    ) for row in rows]
+    return sorted(speeds, key=lambda s: -s.tokens)
 
 
 def quota_requests_inbox(*, status: str = "pending") -> QuerySet[QuotaRequest]:
@@ -246,8 +310,12 @@ def pools_tps_series(*, since: datetime, bucket: timedelta, until: datetime | No
     the hourly rollups otherwise (their hours are whole, so buckets must be whole hours)."""
     until = until or timezone.now()
     if bucket < timedelta(hours=1):
-        rows = UsageEvent.objects.filter(finished_at__gte=since, finished_at__lt=until)
-        column = "finished_at"
+        # By start time, like the rollups and the speed panels (delivered_speed), so the same
+        # window gives the same tokens everywhere; finished_at (>= started_at) adds nothing but
+        # lets the scan use its BRIN index.
+        rows = UsageEvent.objects.filter(started_at__gte=since, started_at__lt=until,
+                                         finished_at__gte=since)
+        column = "started_at"
     else:
         rows = UsageHourly.objects.filter(hour__gte=since, hour__lt=until)
         column = "hour"

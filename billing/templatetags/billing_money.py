@@ -1,7 +1,8 @@
 from django import template
 
-from billing.money import format_cents, format_per_mtok
+from billing.money import format_cents, format_micros, format_per_mtok
 
 register = template.Library()
 register.filter("cents", format_cents)
+register.filter("micros", format_micros)
 register.filter("per_mtok", format_per_mtok)

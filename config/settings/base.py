@@ -227,6 +227,9 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TIMEZONE = "UTC"
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# What a task prints (the console email backend prints whole emails) goes to the worker's
+# output as it is: Celery's default logs every printed line as a WARNING.
+CELERY_WORKER_REDIRECT_STDOUTS = False
 CELERY_BEAT_SCHEDULE: dict = {}
 # Repairs limiter state whose publish was lost while Redis (and so the broker) was down.
 CELERY_BEAT_SCHEDULE["limiter-sync"] = {"task": "quotas.tasks.limiter_sync", "schedule": 300.0}

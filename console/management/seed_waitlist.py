@@ -53,7 +53,7 @@ def _apply(*, org, user, region: str, use_case: str, latency: str, peak: int):
     })
 
 
-def _vet(app, *, outcome: str, pool: CapacityPool, operator) -> None:
+def vet(app, *, outcome: str, pool: CapacityPool, operator) -> None:
     if outcome == "submitted":
         return
     application_reviewer_assign(application=app, reviewer=operator, actor=operator)
@@ -92,7 +92,7 @@ def seed_waitlist(*, pool: CapacityPool, operator) -> None:
             org, user = _applicant(slug, name, operator)
             app = _apply(org=org, user=user, region=pool.region, use_case=use_case,
                          latency=latency, peak=peak)
-            _vet(app, outcome=outcome, pool=pool, operator=operator)
+            vet(app, outcome=outcome, pool=pool, operator=operator)
         if wanted == ("admitted",):
             first = _wave(pool=pool, name="Design partners", opens_at=now - timedelta(days=14),
                           capacity_tps=1_000, max_orgs=2, operator=operator)

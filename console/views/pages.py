@@ -8,12 +8,13 @@ from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import permission_required
 from django.core.paginator import Paginator
-from django.shortcuts import redirect, render
+from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from billing.selectors import billing_problem_counts, invoices_for_org
 from console import permissions as perm
+from console.charts import org_usage_charts, pool_use_charts
 from console.forms import (
     AllocationChangeForm,
     AllocationGrantForm,
@@ -28,6 +29,7 @@ from console.selectors import (
     org_search,
     orgs_by_status,
     pools_live_use,
+    pools_speed_board,
 )
 from console.selectors import (
     audit_search as audit_events,
@@ -37,6 +39,8 @@ from orgs.selectors import org_api_keys, org_members
 from orgs.services.lifecycle import org_allowed_actions, org_transition
 from quotas.models import CapacityPool
 from quotas.selectors import (
+    SPEED_WINDOW,
+    delivered_speed,
     next_scheduled_wave,
     org_allocations,
     org_quota_requests,
@@ -51,6 +55,7 @@ from quotas.waitlist import waitlist_lengths
 from quotas.waves import pool_admission_set
 from sluice.errors import DomainError
 from sluice.forms import form_add_domain_error
+from sluice.messages import flash, redirect_at
 
 PAGE_SIZE = 50
 POOL_SETTINGS = ("guaranteeable_ratio", "limiter_failure_policy", "speed_floor_output_tps",
@@ -66,6 +71,7 @@ CONSOLE_NAV = [
     ("admin:console_quota_requests", "Quota requests", perm.VIEW_QUOTA_REQUESTS),
     ("admin:console_pools", "Pools", perm.VIEW_POOLS),
     ("admin:console_prices", "Price book", perm.VIEW_PRICES),
+    ("admin:console_gateway_tokens", "Gateway tokens", perm.VIEW_GATEWAY_TOKENS),
     ("admin:console_billing_problems", "Billing problems", perm.VIEW_BILLING_PROBLEMS),
     ("admin:console_audit", "Audit log", perm.VIEW_AUDIT),
 ]
@@ -82,17 +88,42 @@ def _render(request, site, template: str, context: dict, status: int = 200):
                                       **context}, status=status)
 
 
+# The dashboard lists the busiest organizations of each pool; the rest are on the org pages.
+BOARD_ORGS = 10
+
+
 def dashboard(request, *, site):
+    now = timezone.now()
     by_status = orgs_by_status()
-    live = pools_live_use()
+    live = pools_live_use(now=now)
     queued = waitlist_lengths()
-    pools = [{"summary": s, "live": live[s.pool_id], "queued": queued.get(s.pool_id, 0)}
-             for s in pool_capacity_summaries()]
+    board = pools_speed_board(now=now)
+    pool_objects = CapacityPool.objects.in_bulk()
+    pools = []
+    for summary in pool_capacity_summaries():
+        entry = board.get(summary.pool_id, {"speed": None, "orgs": []})
+        # The pool's use over the hour is written three times (the figure, the chart's
+        # average, the speed table's total): all from the chart's series, so they agree even
+        # while usage arrives between the page's queries.
+        used = live[summary.pool_id]["hour_avg"]
+        pools.append({"summary": summary, "pool": pool_objects[summary.pool_id],
+                      "live": live[summary.pool_id], "used_tps": used,
+                      "used_share": used / summary.guaranteed_tps if summary.guaranteed_tps
+                      else None,
+                      "charts": pool_use_charts(summary=summary, live=live[summary.pool_id]),
+                      "queued": queued.get(summary.pool_id, 0), "speed": entry["speed"],
+                      "orgs": entry["orgs"][:BOARD_ORGS],
+                      "more_orgs": max(len(entry["orgs"]) - BOARD_ORGS, 0)})
+    approved = next(row["value"] for row in by_status if row["status"] == OrgStatus.APPROVED)
+    waitlisted = sum(queued.values())
     return _render(request, site, "console/dashboard.html", {
         "pools": pools, "orgs_by_status": by_status,
         "org_total": sum(row["value"] for row in by_status),
-        "waitlist_total": sum(queued.values()), "next_wave": next_scheduled_wave(),
-        "billing": billing_problem_counts(),
+        # Both figures count approved orgs; they differ only by orgs approved without a
+        # queue pool (no pool serves their region), which the card names.
+        "approved_total": approved, "waitlisted": waitlisted, "unqueued": approved - waitlisted,
+        "next_wave": next_scheduled_wave(), "billing": billing_problem_counts(),
+        "speed_window_minutes": int(SPEED_WINDOW.total_seconds() // 60),
     })
 
 
@@ -111,27 +142,28 @@ def org_list(request, *, site):
 
 # The org page's usage ranges: hourly buckets over the last day or week.
 USAGE_RANGES = {"24h": timedelta(hours=24), "7d": timedelta(days=7)}
-USAGE_CHARTS = [  # (row key, chart title, unit)
-    ("tokens", "Tokens per hour", "tokens"), ("requests", "Requests per hour", "requests"),
-    ("errors", "Errors per hour", "errors"), ("avg_ttft_ms", "Average time to first token",
-                                               "ms"),
-    ("output_tps", "Output tokens/s while decoding", "tokens/s"),
-]
+HOUR = timedelta(hours=1)
 
 
-def _org_usage(request, org) -> dict:
+def _org_usage(request, org, allocations) -> dict:
     usage_range = request.GET.get("range", "24h")
     usage_range = usage_range if usage_range in USAGE_RANGES else "24h"
     now = timezone.now()
-    since = now.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1) \
-        - USAGE_RANGES[usage_range]
-    rows = org_usage_buckets(org=org, since=since, bucket=timedelta(hours=1), until=now)
-    charts = [{"key": key, "title": title, "unit": unit,
-               "points": [(row["start"], row[key] or 0) for row in rows],
-               "total": sum(row[key] for row in rows if row[key] is not None)
-               if key in ("tokens", "requests", "errors") else None}
-              for key, title, unit in USAGE_CHARTS]
-    return {"usage_range": usage_range, "usage_ranges": list(USAGE_RANGES), "charts": charts}
+    since = now.replace(minute=0, second=0, microsecond=0) + HOUR - USAGE_RANGES[usage_range]
+    rows = org_usage_buckets(org=org, since=since, bucket=HOUR, until=now)
+    seconds = SPEED_WINDOW.total_seconds()
+    speeds = delivered_speed(org=org, since=now - SPEED_WINDOW, until=now, by=("pool_id",))
+    pools = CapacityPool.objects.in_bulk([s.group["pool_id"] for s in speeds])
+    by_pool = {a.pool_id: a for a in allocations}
+    speed_rows = []
+    for speed in speeds:
+        allocation, used = by_pool.get(speed.group["pool_id"]), speed.tokens / seconds
+        speed_rows.append({"speed": speed, "pool": pools[speed.group["pool_id"]],
+                           "allocation": allocation, "used_tps": used,
+                           "share": used / allocation.guaranteed_tps if allocation else None})
+    return {"usage_range": usage_range, "usage_ranges": list(USAGE_RANGES),
+            "charts": org_usage_charts(rows=rows, allocations=allocations, bucket=HOUR),
+            "speed_rows": speed_rows, "speed_window_minutes": int(seconds // 60)}
 
 
 @permission_required(perm.VIEW_ORGS, raise_exception=True)
@@ -141,12 +173,13 @@ def org_detail(request, *, site, org_id: int):
 
 def _org_page(request, site, *, org, grant_form=None, status=200):
     can_see_invoices = request.user.has_perm(perm.VIEW_INVOICES)
+    allocations = list(org_allocations(org=org))
     return _render(request, site, "console/org_detail.html", {
-        **_org_usage(request, org),
+        **_org_usage(request, org, allocations),
         "invoices": invoices_for_org(org=org)[:PAGE_SIZE] if can_see_invoices else None,
         "org": org,
         "actions": [(a, LIFECYCLE_LABELS[a]) for a in org_allowed_actions(org=org)],
-        "allocations": org_allocations(org=org), "keys": org_api_keys(org=org),
+        "allocations": allocations, "keys": org_api_keys(org=org),
         "members": org_members(org=org).order_by("user__email"),
         "audit": audit_events(org_id=org.pk)[:PAGE_SIZE],
         "grant_form": grant_form or AllocationGrantForm(),
@@ -161,18 +194,19 @@ def org_lifecycle(request, *, site, org_id: int):
     org = org_get(org_id=org_id)
     form = LifecycleForm(request.POST)
     if not form.is_valid():
-        messages.error(request, "Unknown lifecycle action.")
-        return redirect("admin:console_org", org.pk)
+        flash(request, messages.ERROR, "Unknown lifecycle action.", at="lifecycle")
+        return redirect_at("admin:console_org", org.pk, at="lifecycle")
     action = form.cleaned_data["action"]
     try:
         org_transition(action=action, org=org, actor=request.user,
                        reason=form.cleaned_data["reason"])
     except DomainError as error:
         # Illegal transitions (a stale page, a colleague faster) are explained, nothing changed.
-        messages.error(request, error.message)
+        flash(request, messages.ERROR, error.message, at="lifecycle")
     else:
-        messages.success(request, f"{org.name} is now {org.get_status_display().lower()}.")
-    return redirect("admin:console_org", org.pk)
+        flash(request, messages.SUCCESS,
+              f"{org.name} is now {org.get_status_display().lower()}.", at="lifecycle")
+    return redirect_at("admin:console_org", org.pk, at="lifecycle")
 
 
 @require_POST
@@ -191,8 +225,9 @@ def allocation_grant(request, *, site, org_id: int):
         except DomainError as error:
             form_add_domain_error(form=form, error=error)
         else:
-            messages.success(request, f"Allocation granted in {data['pool']}.")
-            return redirect("admin:console_org", org.pk)
+            flash(request, messages.SUCCESS, f"Allocation granted in {data['pool']}.",
+                  at="allocations")
+            return redirect_at("admin:console_org", org.pk, at="allocations")
     return _org_page(request, site, org=org, grant_form=form, status=422)
 
 
@@ -214,8 +249,9 @@ def allocation_edit(request, *, site, allocation_id: int):
             except DomainError as error:
                 form_add_domain_error(form=form, error=error)
             else:
-                messages.success(request, "Allocation changed.")
-                return redirect("admin:console_org", allocation.org_id)
+                flash(request, messages.SUCCESS, f"Allocation in {allocation.pool} changed.",
+                      at="allocations")
+                return redirect_at("admin:console_org", allocation.org_id, at="allocations")
         status = 422
     return _render(request, site, "console/allocation_edit.html", {
         "allocation": allocation, "form": form, "can_change": can_change,
@@ -230,10 +266,11 @@ def allocation_end_view(request, *, site, allocation_id: int):
         allocation_end_service(allocation=allocation, actor=request.user,
                                reason=request.POST.get("reason", ""))
     except DomainError as error:
-        messages.error(request, error.message)
+        flash(request, messages.ERROR, error.message, at="allocations")
     else:
-        messages.success(request, f"Allocation in {allocation.pool} ended.")
-    return redirect("admin:console_org", allocation.org_id)
+        flash(request, messages.SUCCESS, f"Allocation in {allocation.pool} ended.",
+              at="allocations")
+    return redirect_at("admin:console_org", allocation.org_id, at="allocations")
 
 
 
@@ -261,12 +298,15 @@ def _pool_forms(pool, summary) -> dict:
 def _pools_page(request, site, *, failed_form=None, failed_pool_id=None, failed_kind="",
                 status=200):
     pools = {pool.pk: pool for pool in CapacityPool.objects.select_related("admission")}
+    live = pools_live_use()
     rows = []
     for summary in pool_capacity_summaries():
         forms_ = _pool_forms(pools[summary.pool_id], summary)
         if summary.pool_id == failed_pool_id:
             forms_[failed_kind] = failed_form
-        rows.append({"summary": summary, "pool": pools[summary.pool_id], "forms": forms_})
+        _, day = pool_use_charts(summary=summary, live=live[summary.pool_id])
+        rows.append({"summary": summary, "pool": pools[summary.pool_id], "forms": forms_,
+                     "place": f"pool-{summary.pool_id}", "chart": day})
     return _render(request, site, "console/pool_list.html", {
         "rows": rows, "can_change": request.user.has_perm(perm.CHANGE_CAPACITY),
         "can_change_admission": request.user.has_perm(perm.CHANGE_POOL_ADMISSION),
@@ -285,8 +325,9 @@ def _pool_form_post(request, site, *, pool_id: int, form_class, kind: str, save,
         except DomainError as error:
             form_add_domain_error(form=form, error=error)
         else:
-            messages.success(request, saved.format(pool=pool, **form.cleaned_data))
-            return redirect("admin:console_pools")
+            flash(request, messages.SUCCESS, saved.format(pool=pool, **form.cleaned_data),
+                  at=f"pool-{pool.pk}")
+            return redirect_at("admin:console_pools", at=f"pool-{pool.pk}")
     return _pools_page(request, site, failed_form=form, failed_pool_id=pool.pk,
                        failed_kind=kind, status=422)
 
@@ -316,7 +357,7 @@ def pool_admission(request, *, site, pool_id: int):
 def pool_capacity(request, *, site, pool_id: int):
     return _pool_form_post(
         request, site, pool_id=pool_id, form_class=PoolCapacityForm, kind="capacity",
-        saved="{pool} now has {capacity_tps} tokens/s.",
+        saved="{pool} now has {capacity_tps:,} tokens/s.",
         save=lambda pool, data: pool_capacity_set(pool=pool, actor=request.user, **data))
 
 

@@ -6,10 +6,13 @@ POSTs are refused (403) by the change permissions."""
 from django.contrib import messages
 from django.contrib.auth.decorators import permission_required
 from django.core.paginator import Paginator
-from django.http import Http404
+from django.http import Http404, HttpResponseRedirect
 from django.shortcuts import redirect
+from django.template.defaultfilters import pluralize
+from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
+from django_countries import countries
 
 from console import permissions as perm
 from console.forms import (
@@ -23,7 +26,7 @@ from console.forms import (
     ScoreOverrideForm,
     WaveForm,
 )
-from console.selectors import audit_search
+from console.selectors import audit_search, orgs_without_application_count
 from console.views.pages import PAGE_SIZE, _render
 from orgs.models import Application, CheckItem
 from orgs.services.applications import (
@@ -37,10 +40,11 @@ from orgs.services.applications import (
 from quotas.models import QuotaRequest, QuotaRequestStatus, RolloutWave, WaveState
 from quotas.quota_requests import quota_request_approve, quota_request_deny
 from quotas.selectors import quota_requests_inbox, waves_by_state
-from quotas.waitlist import application_rows, vetting_queue
+from quotas.waitlist import application_rows, reference_tps, scheduled_waves, vetting_queue
 from quotas.waves import wave_close, wave_create, wave_open, wave_plan
 from sluice.errors import DomainError
 from sluice.forms import form_add_domain_error
+from sluice.messages import flash, redirect_at
 
 # --- Vetting ------------------------------------------------------------------------------------
 
@@ -60,7 +64,7 @@ def vetting_queue_page(request, *, site, bulk_form=None, status=200):
     return _render(request, site, "console/vetting_queue.html", {
         "filter_form": form, "page": page, "bulk_form": bulk_form or BulkDecisionForm(),
         "can_decide": request.user.has_perm(perm.DECIDE_APPLICATIONS),
-        "query": _query_without_page(request),
+        "query": _query_without_page(request), "unapplied": orgs_without_application_count(),
     }, status=status)
 
 
@@ -86,7 +90,9 @@ def vetting_bulk(request, *, site):
             for app_id, failure in failures.items():
                 form.add_error(None, f"#{app_id}: {failure['message']}")
         else:
-            messages.success(request, f"{len(decided)} application(s): {data['decision']}.")
+            verb = "approved" if data["decision"] == "approve" else "rejected"
+            messages.success(request, f"{len(decided)} application{pluralize(len(decided))} "
+                                      f"{verb}.")
             return redirect("admin:console_vetting")
     return vetting_queue_page(request, site=site, bulk_form=form, status=422)
 
@@ -106,7 +112,8 @@ def application_page(request, *, site, application_id: int, forms=None, status=2
     labels = dict(CheckItem.choices)
     forms = forms or {}
     return _render(request, site, "console/application.html", {
-        "app": app, "breakdown": app.score,
+        "app": app, "breakdown": app.score, "reference": _score_reference(app),
+        "country": countries.name(app.country) or app.country,
         "checks": [(c, labels[c.item]) for c in app.checks.all()],
         "history": audit_search(target=f"orgs.application:{app.pk}")[:PAGE_SIZE],
         "can_decide": request.user.has_perm(perm.DECIDE_APPLICATIONS),
@@ -117,6 +124,22 @@ def application_page(request, *, site, application_id: int, forms=None, status=2
             initial={"score": app.score_override}, auto_id="score_%s"),
         "decision_form": forms.get("decision") or DecisionForm(auto_id="decision_%s"),
     }, status=status)
+
+
+def _score_reference(app) -> str:
+    """What the demand fit was measured against, in words: the score moves when the queue
+    pool or its next wave changes (often on approval, when the operator picks the pool)."""
+    pref = getattr(app.org, "pool_preference", None)
+    if pref is None:
+        return (f"No queue pool yet (no single fast pool serves “{app.preferred_region}”): demand "
+                "fit counts 0 until an operator picks one, for example on approval.")
+    waves = scheduled_waves(pool=pref.pool)
+    reference = reference_tps(pool=pref.pool, next_wave=waves[0] if waves else None)
+    if waves:
+        return (f"Measured against the {reference:,} guaranteeable tokens/s that "
+                f"{waves[0].name} (the next wave) adds to {pref.pool}.")
+    return (f"Measured against {pref.pool}'s {reference:,} guaranteeable tokens/s: no wave "
+            "is scheduled there.")
 
 
 def _check(app, data, actor):
@@ -173,11 +196,11 @@ def application_op(request, *, site, application_id: int, op: str):
         except DomainError as error:
             form_add_domain_error(form=form, error=error)
             if op == "check":  # the checklist has no form of its own on the page
-                messages.error(request, error.message)
-                return redirect("admin:console_application", app.pk)
+                flash(request, messages.ERROR, error.message, at=op)
+                return redirect_at("admin:console_application", app.pk, at=op)
         else:
-            messages.success(request, message)
-            return redirect("admin:console_application", app.pk)
+            flash(request, messages.SUCCESS, message, at=op)
+            return redirect_at("admin:console_application", app.pk, at=op)
     return application_page(request, site=site, application_id=app.pk, forms={op: form},
                             status=422)
 
@@ -203,7 +226,7 @@ def wave_create_view(request, *, site):
         except DomainError as error:
             form_add_domain_error(form=form, error=error)
         else:
-            messages.success(request, f"Wave {wave.name} scheduled.")
+            messages.success(request, f"{wave.name} is scheduled.")
             return redirect("admin:console_wave", wave.pk)
     return wave_list(request, site=site, form=form, status=422)
 
@@ -231,11 +254,12 @@ def wave_open_view(request, *, site, wave_id: int):
     try:
         wave = wave_open(wave=_wave(wave_id), actor=request.user)
     except DomainError as error:
-        messages.error(request, error.message)
+        flash(request, messages.ERROR, error.message, at="actions")
     else:
-        messages.success(request, f"Wave {wave.name} opened: {wave.admitted_count} "
-                                  f"organization(s) admitted.")
-    return redirect("admin:console_wave", wave_id)
+        flash(request, messages.SUCCESS, f"{wave.name} is open: {wave.admitted_count} "
+                                         f"organization{pluralize(wave.admitted_count)} "
+                                         f"admitted.", at="actions")
+    return redirect_at("admin:console_wave", wave_id, at="actions")
 
 
 @require_POST
@@ -247,10 +271,10 @@ def wave_close_view(request, *, site, wave_id: int):
         wave = wave_close(wave=_wave(wave_id), actor=request.user,
                           reason=form.cleaned_data.get("reason", ""))
     except DomainError as error:
-        messages.error(request, error.message)
+        flash(request, messages.ERROR, error.message, at="actions")
     else:
-        messages.success(request, f"Wave {wave.name} closed.")
-    return redirect("admin:console_wave", wave_id)
+        flash(request, messages.SUCCESS, f"{wave.name} is closed.", at="actions")
+    return redirect_at("admin:console_wave", wave_id, at="actions")
 
 
 # --- Quota-increase inbox -----------------------------------------------------------------------
@@ -280,16 +304,20 @@ def quota_request_decide(request, *, site, request_id: int, decision: str):
     form.is_valid()
     reason = form.cleaned_data.get("reason", "")
     service = quota_request_approve if decision == "approve" else quota_request_deny
+    # Decided from the inbox or from the org page: go back there (to the list's section, where
+    # the answer shows), never off the site.
+    back = request.POST.get("next", "")
+    if not url_has_allowed_host_and_scheme(back, allowed_hosts={request.get_host()}):
+        back = reverse("admin:console_quota_requests") + "#requests"
+    place = back.partition("#")[2]
     try:
         service(request=quota_request, actor=request.user, reason=reason)
     except DomainError as error:
         # CapacityExhausted and friends: the request stays pending, the operator reads why.
-        messages.error(request, f"{quota_request.org} in {quota_request.pool}: {error.message}")
+        flash(request, messages.ERROR,
+              f"{quota_request.org} in {quota_request.pool}: {error.message}", at=place)
     else:
-        messages.success(request, f"Request #{quota_request.pk} of {quota_request.org}: "
-                                  f"{'approved' if decision == 'approve' else 'denied'}.")
-    # Decided from the inbox or from the org page: go back there, never off the site.
-    back = request.POST.get("next", "")
-    if not url_has_allowed_host_and_scheme(back, allowed_hosts={request.get_host()}):
-        back = "admin:console_quota_requests"
-    return redirect(back or "admin:console_quota_requests")
+        flash(request, messages.SUCCESS, f"Request #{quota_request.pk} of {quota_request.org}: "
+                                         f"{'approved' if decision == 'approve' else 'denied'}.",
+              at=place)
+    return HttpResponseRedirect(back)

@@ -23,6 +23,7 @@ from portal.access import org_page
 from portal.forms import SpendCapForm
 from quotas.models import CapacityPool
 from sluice.errors import DomainError
+from sluice.messages import flash, redirect_at
 
 MICROS_PER_DOLLAR = 1_000_000
 billing_page = org_page(page="billing", roles=BILLING_READERS, hidden=True)
@@ -47,6 +48,8 @@ def _page(request, membership, *, form, status_code=200):
                    "tokens": ln.quantity_tokens, "cents": ln.amount_cents,
                    "kind": ln.kind} for ln in lines],
         "total_cents": total_cents(lines), "invoices": selectors.invoices_for_org(org=org),
+        "payment_method_added_at": selectors.payment_method_added_at(org=org),
+        "back_from_checkout": request.GET.get("setup") == "done",
     }, status=status_code)
 
 
@@ -64,8 +67,8 @@ def spend_cap(request, membership):
     except DomainError as error:
         form.add_error(None, error.message)
         return _page(request, membership, form=form, status_code=error.status)
-    messages.success(request, "Spend cap and alerts saved.")
-    return redirect("portal:billing", membership.org.slug)
+    flash(request, messages.SUCCESS, "Spend cap and alerts saved.", at="cap")
+    return redirect_at("portal:billing", membership.org.slug, at="cap")
 
 
 @require_POST
@@ -79,8 +82,8 @@ def payment_method(request, membership):
             customer_id=services.stripe_customer_ensure(org=org),
             success_url=f"{back}?setup=done", cancel_url=back)
     except DomainError as error:
-        messages.error(request, error.message)
-        return redirect("portal:billing", org.slug)
+        flash(request, messages.ERROR, error.message, at="payment")
+        return redirect_at("portal:billing", org.slug, at="payment")
     return redirect(url)
 
 

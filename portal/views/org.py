@@ -1,11 +1,14 @@
 """The org-scoped portal pages. Each view gets the caller's membership from `org_page`, reads
 through portal.selectors and changes state only through the orgs services."""
 
+from datetime import UTC, datetime, time
+
 from django.contrib import messages
 from django.shortcuts import redirect, render
+from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from orgs.models import KEY_MANAGERS, MEMBER_MANAGERS, ApplicationState, OrgStatus, Role
+from orgs.models import KEY_MANAGERS, MEMBER_MANAGERS, OrgStatus, Role
 from orgs.selectors import (
     org_api_key_get,
     org_api_keys,
@@ -23,46 +26,24 @@ from orgs.services import (
 )
 from portal.access import flash_result, org_page
 from portal.forms import ApiKeyCreateForm, InviteForm, RoleForm
-from portal.selectors import (
-    org_invitations_pending,
-    org_latest_application,
-    user_email_verified,
-)
+from portal.progress import org_admitted, org_progress
+from portal.selectors import org_invitations_pending, user_email_verified
 from portal.views.application import EDITABLE_STATES
-from quotas.selectors import org_allocations
-from quotas.waitlist import org_waitlist_estimate
+from quotas.selectors import org_allocations, usage_tokens_by_pool
 from sluice.errors import DomainError
-
-# The path an application normally takes, shown as steps on the status page.
-LIFECYCLE_STEPS = [OrgStatus.APPLIED, OrgStatus.IN_REVIEW, OrgStatus.APPROVED, OrgStatus.ACTIVE]
-
-NEXT_STEP = {
-    OrgStatus.APPLIED: "Your application is queued for vetting. An operator will review it soon.",
-    OrgStatus.IN_REVIEW: "An operator is reviewing your application.",
-    OrgStatus.APPROVED: "You are approved and on the waitlist. Organizations are admitted in "
-                        "rollout waves as capacity grows; we email you when you are admitted.",
-    OrgStatus.ACTIVE: "You have access. Create an API key and send traffic.",
-    OrgStatus.REJECTED: "Your application was not accepted this time. You may apply again "
-                        "after the cooling-off period.",
-    OrgStatus.SUSPENDED: "Traffic is stopped while your organization is suspended.",
-    OrgStatus.OFFBOARDED: "This organization no longer has access.",
-}
+from sluice.messages import flash, redirect_at
 
 
 @org_page(page="status")
 def status(request, membership):
     org = membership.org
-    current = LIFECYCLE_STEPS.index(org.status) if org.status in LIFECYCLE_STEPS else None
-    steps = [{"label": OrgStatus(s).label, "done": current is not None and i < current,
-              "current": i == current} for i, s in enumerate(LIFECYCLE_STEPS)]
-    application = org_latest_application(org=org)
+    progress = org_progress(org=org)
+    application = progress["application"]
     return render(request, "portal/status.html", {
-        "org": org, "steps": steps, "next_step": _next_step(org, application),
-        "application": application,
+        "org": org, "progress": progress, "application": application,
         "can_apply": membership.role in MEMBER_MANAGERS and _may_apply(org, application),
         "can_update": (membership.role in MEMBER_MANAGERS and application is not None
                        and application.state in EDITABLE_STATES),
-        "estimate": org_waitlist_estimate(org=org),
         "email_verified": user_email_verified(user=request.user),
     })
 
@@ -72,14 +53,6 @@ def _may_apply(org, application) -> bool:
     the form is sent, and its message shown there)."""
     return org.status == OrgStatus.REJECTED or (
         org.status == OrgStatus.APPLIED and application is None)
-
-
-def _next_step(org, application) -> str:
-    if org.status == OrgStatus.APPLIED and application is None:
-        return "Fill in the application form so operators can vet your organization."
-    if application is not None and application.state == ApplicationState.INFO_REQUESTED:
-        return "A reviewer needs more information: update your application."
-    return NEXT_STEP[org.status]
 
 
 @org_page(page="members", roles=MEMBER_MANAGERS)
@@ -105,8 +78,8 @@ def member_invite(request, membership):
     email, role = form.cleaned_data["email"], form.cleaned_data["role"]
     flash_result(request, lambda: invitation_create(org=membership.org, email=email, role=role,
                                                      actor=request.user),
-                  f"Invitation sent to {email}.")
-    return redirect("portal:members", membership.org.slug)
+                 f"Invitation sent to {email}.", at="invite")
+    return redirect_at("portal:members", membership.org.slug, at="invite")
 
 
 @require_POST
@@ -118,21 +91,24 @@ def member_role(request, membership, membership_id: int):
         role = form.cleaned_data["role"]
         flash_result(request, lambda: membership_role_change(membership=target, role=role,
                                                               actor=request.user),
-                      f"{target.user.email} is now {role}.")
+                     f"{target.user.email} is now {Role(role).label.lower()}.", at="members")
     else:
-        messages.error(request, "Choose a valid role.")
-    return redirect("portal:members", membership.org.slug)
+        flash(request, messages.ERROR, "Choose a valid role.", at="members")
+    return redirect_at("portal:members", membership.org.slug, at="members")
 
 
 @require_POST
 @org_page(page="members", roles=MEMBER_MANAGERS)
 def member_remove(request, membership, membership_id: int):
     target = org_membership_get(org=membership.org, membership_id=membership_id)
-    flash_result(request, lambda: membership_remove(membership=target, actor=request.user),
-                  f"{target.user.email} was removed.")
-    if target.pk == membership.pk:
-        return redirect("portal:home")  # the members page may no longer be ours to see
-    return redirect("portal:members", membership.org.slug)
+    removed = flash_result(request, lambda: membership_remove(membership=target,
+                                                              actor=request.user),
+                           f"{target.user.email} was removed.", at="members")
+    if removed and target.pk == membership.pk:
+        # Left the org: its members page is no longer ours to see.
+        return redirect("portal:home")
+    # Refused (the last owner stays) or someone else removed: the answer shows in the list.
+    return redirect_at("portal:members", membership.org.slug, at="members")
 
 
 @require_POST
@@ -140,8 +116,8 @@ def member_remove(request, membership, membership_id: int):
 def invitation_revoke_view(request, membership, invitation_id: int):
     invitation = org_invitation_get(org=membership.org, invitation_id=invitation_id)
     flash_result(request, lambda: invitation_revoke(invitation=invitation, actor=request.user),
-                  f"The invitation of {invitation.email} was revoked.")
-    return redirect("portal:members", membership.org.slug)
+                 f"The invitation of {invitation.email} was revoked.", at="invite")
+    return redirect_at("portal:members", membership.org.slug, at="invite")
 
 
 @org_page(page="keys")
@@ -206,6 +182,16 @@ def key_revoke(request, membership, key_id: int):
 
 @org_page(page="quotas")
 def quotas(request, membership):
+    org = membership.org
+    if not org_admitted(org=org):
+        return render(request, "portal/quotas.html", {"org": org,
+                                                      "progress": org_progress(org=org)})
+    now = timezone.now()
+    used = usage_tokens_by_pool(org=org, since=datetime.combine(now.date(), time.min, tzinfo=UTC))
     return render(request, "portal/quotas.html", {
-        "org": membership.org, "allocations": org_allocations(org=membership.org),
+        "org": org, "admitted": True, "allocations": [
+            {"allocation": a, "used_today": used.get(a.pool_id, 0),
+             "left_today": max(a.daily_tokens - used.get(a.pool_id, 0), 0),
+             "used_share": used.get(a.pool_id, 0) / a.daily_tokens}
+            for a in org_allocations(org=org)],
     })

@@ -2,16 +2,18 @@
 requests with their status and the operator's reason, and cancelling a pending one."""
 
 from django.contrib import messages
-from django.shortcuts import redirect, render
+from django.shortcuts import render
 from django.views.decorators.http import require_POST
 
-from orgs.models import MEMBER_MANAGERS
+from orgs.models import MEMBER_MANAGERS, OrgStatus
 from portal.access import flash_result, org_page
 from portal.forms import QuotaRequestForm
+from portal.progress import org_admitted, org_progress
 from quotas.models import QuotaRequestStatus
 from quotas.quota_requests import quota_request_cancel, quota_request_create
 from quotas.selectors import org_allocations, org_quota_request_get, org_quota_requests
 from sluice.errors import DomainError
+from sluice.messages import flash, redirect_at
 
 
 @org_page(page="quota_requests")
@@ -21,10 +23,14 @@ def quota_requests(request, membership):
 
 def _page(request, membership, *, form, status_code=200):
     org = membership.org
+    admitted = org_admitted(org=org)
     return render(request, "portal/quota_requests.html", {
         "org": org, "form": form, "requests": org_quota_requests(org=org),
-        "allocations": org_allocations(org=org),
-        "can_ask": membership.role in MEMBER_MANAGERS, "pending": QuotaRequestStatus.PENDING,
+        "allocations": org_allocations(org=org), "admitted": admitted,
+        "progress": None if admitted else org_progress(org=org),
+        # Asking for more needs an allocation to grow: before admission there is none.
+        "can_ask": membership.role in MEMBER_MANAGERS and org.status == OrgStatus.ACTIVE,
+        "pending": QuotaRequestStatus.PENDING,
     }, status=status_code)
 
 
@@ -40,10 +46,10 @@ def quota_request_new(request, membership):
     except DomainError as error:
         form.add_error(None, error.message)
         return _page(request, membership, form=form, status_code=error.status)
-    messages.success(request, "Approved at once: your new limits are in force."
-                     if created.status == QuotaRequestStatus.APPROVED
-                     else "Your request was sent to the operators.")
-    return redirect("portal:quota_requests", membership.org.slug)
+    flash(request, messages.SUCCESS, "Approved at once: your new limits are in force."
+          if created.status == QuotaRequestStatus.APPROVED
+          else "Your request was sent to the operators.", at="mine")
+    return redirect_at("portal:quota_requests", membership.org.slug, at="mine")
 
 
 @require_POST
@@ -51,5 +57,5 @@ def quota_request_new(request, membership):
 def quota_request_cancel_view(request, membership, request_id: int):
     quota_request = org_quota_request_get(org=membership.org, request_id=request_id)
     flash_result(request, lambda: quota_request_cancel(request=quota_request, actor=request.user),
-                 "The request was cancelled.")
-    return redirect("portal:quota_requests", membership.org.slug)
+                 "The request was cancelled.", at="mine")
+    return redirect_at("portal:quota_requests", membership.org.slug, at="mine")

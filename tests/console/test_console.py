@@ -97,10 +97,16 @@ def test_dashboard_shows_capacity_and_orgs_by_state(operator_console):
     response = operator_console.get("/admin/")
     page = response.content.decode()
     assert f'data-pool="{pool.pk}"' in page
-    assert "450 of 900 guaranteeable tokens/s guaranteed (450 free)" in page
-    # The guaranteed bar is 45% of the capacity bar; the dashed limit sits at 90%.
-    assert 'width="450.0"' in page and 'x1="900.0"' in page
-    assert "Applied: 1" in page
+    assert '<div class="stat" data-field="guaranteed">450 <small>of 900 guaranteeable' in page
+    assert "Free to guarantee</div><div class=\"stat\">450 <small>" in page
+    # The live-use charts draw the guarantees (450), the guaranteeable limit (900, 90%) and
+    # the capacity as lines.
+    hour = response.context["pools"][0]["charts"][0].as_json()
+    assert [(lim["name"], lim["value"]) for lim in hour["limits"]] == [
+        ("Guaranteed", 450), ("Guaranteeable", 900), ("Capacity", 1000)]
+    assert '<tr data-status-count="applied">' in page
+    applied = page.split('<tr data-status-count="applied">')[1].split("</tr>")[0]
+    assert '<td class="num">1</td>' in applied
 
 
 def test_operator_moves_an_org_through_the_lifecycle(operator_console, operator_user):
@@ -222,17 +228,21 @@ def test_list_pages_use_a_constant_number_of_queries(operator_console, django_as
         operator_console.post(f"/admin/console/pools/{allocation.pool_id}/capacity/",
                               {"capacity_tps": 20_000})
     # Session, user, OTP device and the user's two permission reads, then the page's own:
-    # count + page (lists), pools + summaries (pools), and on the dashboard: summaries, orgs by
-    # state, two live-use series (sums + pools each), queue lengths, next wave, three billing
-    # counts;
+    # count + page (lists), pools + summaries + two live-use series (sums + pools each)
+    # (pools), and on the dashboard: summaries, orgs by state, two live-use series, queue
+    # lengths, the speed board (pool speed, org speed, guarantees, org names), the pools'
+    # promises, next wave, three billing counts;
     # org + allocations + keys + members + audit trail + the grant form's pools + quota
-    # requests + usage buckets + invoices (org page).
+    # requests + usage buckets + speed + invoices (org page).
     _count_queries(django_assert_num_queries, operator_console, "/admin/console/orgs/", 7)
     _count_queries(django_assert_num_queries, operator_console, "/admin/console/audit/", 7)
-    _count_queries(django_assert_num_queries, operator_console, "/admin/console/pools/", 7)
-    _count_queries(django_assert_num_queries, operator_console, "/admin/", 16)
+    _count_queries(django_assert_num_queries, operator_console, "/admin/console/pools/", 11)
+    _count_queries(django_assert_num_queries, operator_console, "/admin/", 21)
     _count_queries(django_assert_num_queries, operator_console,
-                   f"/admin/console/orgs/{org.pk}/", 14)
+                   f"/admin/console/orgs/{org.pk}/", 15)
+    _count_queries(django_assert_num_queries, operator_console,
+                   "/admin/console/gateway-tokens/", 6)
+    _count_queries(django_assert_num_queries, operator_console, "/admin/console/prices/", 7)
 
 
 def test_the_default_admin_site_is_the_console():

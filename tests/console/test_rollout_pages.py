@@ -149,7 +149,7 @@ def test_operator_plans_opens_and_closes_a_wave(operator_console, operator_user)
     assert plan.queued_after == 1
 
     opened = operator_console.post(f"/admin/console/waves/{wave.pk}/open/", follow=True)
-    assert "2 organization(s) admitted" in " ".join(_messages(opened))
+    assert "GA is open: 2 organizations admitted." in _messages(opened)
     assert Allocation.objects.filter(pool=pool, guaranteed_tps=700).count() == 2
     again = operator_console.post(f"/admin/console/waves/{wave.pk}/open/", follow=True)
     assert _messages(again) and "scheduled" in _messages(again)[0].lower()
@@ -194,7 +194,7 @@ def test_quota_inbox_never_redirects_off_site(operator_console):
     request = _pending_request(pool=PoolFactory(), guaranteed_tps=600)
     response = operator_console.post(f"/admin/console/quota-requests/{request.pk}/deny/",
                                      {"reason": "no", "next": "https://evil.example/"})
-    assert response["Location"] == "/admin/console/quota-requests/"
+    assert response["Location"] == "/admin/console/quota-requests/#requests"
 
 
 def test_org_page_lists_its_quota_requests(operator_console):

@@ -79,8 +79,9 @@ def _plans_and_opens_a_wave(page, pool, org):
     expect(page.get_by_role("heading", name="Planner: if it opened now")).to_be_visible()
     expect(page.locator(f"[data-admit='{org.pk}']")).to_contain_text(org.name)
     screenshot(page, "console-wave-planner")
+    page.once("dialog", lambda dialog: dialog.accept())  # "Open GA wave 1 now?"
     page.get_by_role("button", name="Open now").click()
-    expect(page.locator(".alert-success")).to_contain_text("1 organization(s) admitted")
+    expect(page.locator(".alert-success")).to_contain_text("1 organization admitted")
 
 
 def _works_the_quota_inbox(page, fits, too_big):

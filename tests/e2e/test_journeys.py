@@ -9,7 +9,7 @@ from playwright.sync_api import expect
 
 from orgs.models import ApiKey, Organization, OrgStatus, Role
 from quotas.models import Allocation
-from tests.e2e.conftest import screenshot
+from tests.e2e.conftest import main_page, screenshot
 from tests.factories import PASSWORD, MembershipFactory, OperatorFactory, PoolFactory, UserFactory
 from tests.totp import totp_code_from_secret
 
@@ -45,7 +45,7 @@ def _operator_signs_in_with_totp(page):
     page.get_by_role("button", name="Sign in").click()
     expect(page.get_by_role("heading", name="Set up two-factor authentication")).to_be_visible()
     expect(page.locator(".qr svg")).to_be_visible()
-    screenshot(page, "console-totp-enroll")
+    main_page(page, "console-totp-enroll")
     secret = page.locator("[data-totp-secret]").inner_text()
     page.get_by_label("Code from your authenticator app").fill(totp_code_from_secret(secret))
     page.get_by_role("button", name="Confirm").click()
@@ -59,6 +59,7 @@ def _operator_admits_and_grants(page, org, pool):
                           ("Admit", "active")]:
         page.get_by_role("button", name=button).click()
         expect(page.locator("h1 [data-status]")).to_have_attribute("data-status", state)
+    page.get_by_text("Grant an allocation").click()  # the form is folded away until needed
     grant = page.locator("form", has=page.get_by_role("button", name="Grant"))
     grant.get_by_label("Pool").select_option(str(pool.pk))
     grant.get_by_label("Guaranteed tokens/s").fill("950")  # more than the 900 guaranteeable

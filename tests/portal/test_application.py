@@ -25,6 +25,8 @@ ANSWERS = {
 
 @pytest.fixture
 def applied(orgs):
+    # The form offers the regions pools serve (a standard pool: no fast pool to queue in).
+    PoolFactory(region="eu-west", tier="standard")
     a, b = orgs
     for side in (a, b):
         side.org.status = OrgStatus.APPLIED
@@ -62,11 +64,14 @@ def test_invalid_answers_are_shown_by_field_and_nothing_is_written(applied):
     assert not Application.objects.filter(org=a.org).exists()
 
 
-def test_service_field_errors_land_on_the_field(applied):
+def test_country_and_region_are_choices(applied):
     a, _ = applied
-    response = _apply(a.client, a.org.slug, country="de")  # the model allows 2 chars
+    form = a.client.get(f"/portal/o/{a.org.slug}/application/").context["form"]
+    assert ("DE", "Germany") in form.fields["country"].choices
+    assert form.fields["preferred_region"].choices == [("eu-west", "eu-west")]
+    response = _apply(a.client, a.org.slug, country="de", preferred_region="mars-1")
     assert response.status_code == 400
-    assert "ISO 3166-1" in str(response.context["form"].errors["country"])
+    assert set(response.context["form"].errors) == {"country", "preferred_region"}
     assert not Application.objects.filter(org=a.org).exists()
 
 

@@ -62,7 +62,7 @@ def test_usage_page_shows_the_traffic_against_the_allocation(traffic):
     assert 'data-field="hour_tokens">910<' in page
     assert 'data-field="hour_errors">1<' in page
     assert 'data-limit="Guaranteed" data-value="50"' in page
-    assert 'data-limit="Burst" data-value="80"' in page
+    assert 'data-limit="Burst ceiling" data-value="80"' in page
     assert 'data-field="used_today">910<' in page
     assert f'data-key="{key.lookup}"' in page
     assert 'hx-trigger="every 10s"' in page
@@ -85,8 +85,8 @@ def test_usage_page_queries_do_not_grow_with_keys(traffic, django_assert_num_que
         _hourly(a.org, allocation.pool, key, hour=hour - timedelta(hours=2))
     a.client.get(f"/portal/o/{a.org.slug}/usage/")
     # Session, user, membership, the switcher's memberships, then: allocations, minute series,
-    # day series, today's pool totals, today's series, speed, per-key rows.
-    with django_assert_num_queries(11):
+    # day series, today's series, today's pool totals, speed in total and per key, per-key rows.
+    with django_assert_num_queries(12):
         assert a.client.get(f"/portal/o/{a.org.slug}/usage/").status_code == 200
 
 

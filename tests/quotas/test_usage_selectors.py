@@ -8,9 +8,9 @@ import pytest
 from orgs.services import api_key_create
 from quotas.models import UsageEvent, UsageHourly, UsageStatus
 from quotas.selectors import (
+    delivered_speed,
     usage_by_key,
     usage_hourly_series,
-    usage_speed,
     usage_tokens_by_pool,
     usage_tps_series,
 )
@@ -74,5 +74,26 @@ def test_by_key_speed_and_pool_totals(org_pool):
     assert usage_tokens_by_pool(org=org, since=NOON) == {pool.pk: 3102}
     _event(org, pool, at=NOON, ttft_ms=200, output_tps=300.0)
     _event(org, pool, at=NOON, ttft_ms=400, output_tps=100.0)
-    speed = usage_speed(org=org, since=NOON)
-    assert (speed.requests, speed.avg_ttft_ms, speed.avg_output_tps) == (2, 300, 200.0)
+    [speed] = delivered_speed(org=org, since=NOON)
+    assert (speed.requests, speed.ttft_p50_ms, speed.output_tps_p50) == (2, 300, 200.0)
+
+
+def test_delivered_speed_counts_every_request_and_measures_the_completed_ones(org_pool):
+    org, pool = org_pool
+    other = OrganizationFactory()
+    for i, (ttft, tps) in enumerate([(100, 700.0), (200, 650.0), (300, 600.0), (2_500, 200.0)]):
+        _event(org, pool, at=NOON + timedelta(minutes=i), ttft_ms=ttft, output_tps=tps)
+    _event(org, pool, at=NOON, status=UsageStatus.FAILED, ttft_ms=50, output_tps=900.0)
+    _event(org, pool, at=NOON, status=UsageStatus.CANCELLED, ttft_ms=80, output_tps=800.0)
+    _event(other, pool, at=NOON, ttft_ms=900, output_tps=100.0)
+    _event(org, pool, at=NOON - timedelta(hours=2), ttft_ms=5, output_tps=9_999.0)  # too old
+    [speed] = delivered_speed(org=org, since=NOON)
+    # Six requests, two of them errors (failed, cancelled); four measured.
+    assert (speed.requests, speed.errors, speed.measured, speed.tokens) == (6, 2, 4, 1_800)
+    assert speed.ttft_p50_ms == 250 and speed.ttft_p95_ms == pytest.approx(2_170)
+    assert speed.output_tps_p50 == 625.0 and speed.output_tps_p5 == pytest.approx(260.0)
+    by_org = {s.group["org_id"]: s for s in delivered_speed(since=NOON, by=("pool_id",
+                                                                              "org_id"))}
+    assert by_org[org.pk].measured == 4 and by_org[other.pk].measured == 1
+    [pool_row] = delivered_speed(since=NOON, by=("pool_id",))
+    assert pool_row.group == {"pool_id": pool.pk} and pool_row.requests == 7

@@ -1,18 +1,24 @@
 """Demo data for a fresh install: one fast-tier pool, ~20 organizations across every lifecycle
-state, allocations for the active ones, an operator and an org owner.
+state (each with its application, vetted through the same services as in the console),
+allocations for the active ones, an operator and an org owner whose email is confirmed, prices
+with the fast-tier premium, and a month of usage with last month's invoices (demo_usage.py).
 
 Idempotent: every object is looked up by a natural key first, and orgs are walked through the
-lifecycle services only up to their target state, so a second run changes nothing.
+services only up to their target state, so a second run changes nothing.
 """
 
 from decimal import Decimal
 
 from django.contrib.auth import get_user_model
+from django.core.management import call_command
 from django.core.management.base import BaseCommand
+from django.db import transaction
 
-from console.management.seed_waitlist import seed_waitlist
+from console.management.demo_usage import seed_usage
+from console.management.seed_waitlist import seed_waitlist, vet
 from orgs import services
 from orgs.models import Membership, Organization, OrgStatus, Role
+from orgs.services.applications import application_admitted, application_submit
 from quotas.models import Allocation, AllocationStatus, CapacityPool
 from quotas.services import allocation_grant, pool_create
 
@@ -21,47 +27,52 @@ OPERATOR_EMAIL = "operator@sluice.dev"
 OWNER_EMAIL = "owner@acme.dev"
 ACTOR = "seed_demo"
 
-# Paths through the lifecycle, by target state.
+# The application's outcome (seed_waitlist.vet), then the lifecycle steps after admission.
 PATHS = {
-    OrgStatus.APPLIED: [],
-    OrgStatus.IN_REVIEW: ["review_start"],
-    OrgStatus.APPROVED: ["review_start", "approve"],
-    OrgStatus.ACTIVE: ["review_start", "approve", "admit"],
-    OrgStatus.REJECTED: ["review_start", "reject"],
-    OrgStatus.SUSPENDED: ["review_start", "approve", "admit", "suspend"],
-    OrgStatus.OFFBOARDED: ["review_start", "approve", "admit", "offboard"],
+    OrgStatus.APPLIED: ("submitted", []),
+    OrgStatus.IN_REVIEW: ("in_review", []),
+    OrgStatus.APPROVED: ("approved", []),
+    OrgStatus.ACTIVE: ("approved", ["admit"]),
+    OrgStatus.REJECTED: ("rejected", []),
+    OrgStatus.SUSPENDED: ("approved", ["admit", "suspend"]),
+    OrgStatus.OFFBOARDED: ("approved", ["admit", "offboard"]),
 }
+def _admit(*, org: Organization, actor: str) -> None:
+    """Admitted out of the queue, as a wave admits (its application follows), not by the
+    lifecycle's Admit alone."""
+    with transaction.atomic():
+        services.org_admit.nested(org=org, actor=actor)
+        application_admitted(org=org, actor=actor)
+
+
 STEP_SERVICES = {
-    "review_start": services.org_review_start,
-    "approve": services.org_approve,
-    "admit": services.org_admit,
-    "reject": services.org_reject,
+    "admit": _admit,
     "suspend": services.org_suspend,
     "offboard": services.org_offboard,
 }
 
-# (name, target state, guaranteed TPS for active/suspended orgs)
+# (name, target state, guaranteed TPS for active/suspended orgs, use case, latency, peak TPS)
 ORGS = [
-    ("Acme Voice", OrgStatus.ACTIVE, 12_000),
-    ("Parrot Labs", OrgStatus.ACTIVE, 10_000),
-    ("Loopwise Agents", OrgStatus.ACTIVE, 9_000),
-    ("Cobalt Code", OrgStatus.ACTIVE, 8_000),
-    ("Tessellate", OrgStatus.ACTIVE, 6_000),
-    ("Harbor Health", OrgStatus.ACTIVE, 5_000),
-    ("Quillstream", OrgStatus.ACTIVE, 4_000),
-    ("Nimbus Support", OrgStatus.ACTIVE, 3_000),
-    ("Driftwood AI", OrgStatus.SUSPENDED, 2_000),
-    ("Kite Commerce", OrgStatus.SUSPENDED, 2_000),
-    ("Beacon Tutors", OrgStatus.APPROVED, 0),
-    ("Sundial Games", OrgStatus.APPROVED, 0),
-    ("Ferrous Robotics", OrgStatus.APPROVED, 0),
-    ("Marlin Legal", OrgStatus.IN_REVIEW, 0),
-    ("Orchard Analytics", OrgStatus.IN_REVIEW, 0),
-    ("Plume Translate", OrgStatus.IN_REVIEW, 0),
-    ("Granite Batch Co", OrgStatus.APPLIED, 0),
-    ("Willow Notes", OrgStatus.APPLIED, 0),
-    ("Spamfast", OrgStatus.REJECTED, 0),
-    ("Oldtown Chat", OrgStatus.OFFBOARDED, 0),
+    ("Acme Voice", OrgStatus.ACTIVE, 12_000, "voice", "realtime", 10_000),
+    ("Parrot Labs", OrgStatus.ACTIVE, 10_000, "voice", "realtime", 8_000),
+    ("Loopwise Agents", OrgStatus.ACTIVE, 9_000, "agents", "realtime", 9_000),
+    ("Cobalt Code", OrgStatus.ACTIVE, 8_000, "coding", "interactive", 6_000),
+    ("Tessellate", OrgStatus.ACTIVE, 6_000, "agents", "interactive", 5_000),
+    ("Harbor Health", OrgStatus.ACTIVE, 5_000, "chat", "interactive", 4_000),
+    ("Quillstream", OrgStatus.ACTIVE, 4_000, "coding", "interactive", 3_000),
+    ("Nimbus Support", OrgStatus.ACTIVE, 3_000, "chat", "interactive", 2_500),
+    ("Driftwood AI", OrgStatus.SUSPENDED, 2_000, "agents", "interactive", 2_000),
+    ("Kite Commerce", OrgStatus.SUSPENDED, 2_000, "chat", "tolerant", 1_500),
+    ("Beacon Tutors", OrgStatus.APPROVED, 0, "chat", "interactive", 300),
+    ("Sundial Games", OrgStatus.APPROVED, 0, "agents", "realtime", 450),
+    ("Ferrous Robotics", OrgStatus.APPROVED, 0, "other", "realtime", 600),
+    ("Marlin Legal", OrgStatus.IN_REVIEW, 0, "chat", "tolerant", 400),
+    ("Orchard Analytics", OrgStatus.IN_REVIEW, 0, "batch", "none", 1_200),
+    ("Plume Translate", OrgStatus.IN_REVIEW, 0, "voice", "realtime", 350),
+    ("Granite Batch Co", OrgStatus.APPLIED, 0, "batch", "none", 3_000),
+    ("Willow Notes", OrgStatus.APPLIED, 0, "coding", "interactive", 200),
+    ("Spamfast", OrgStatus.REJECTED, 0, "other", "none", 5_000),
+    ("Oldtown Chat", OrgStatus.OFFBOARDED, 0, "chat", "interactive", 800),
 ]
 
 
@@ -73,21 +84,24 @@ class Command(BaseCommand):
         operator = self._user(OPERATOR_EMAIL, staff=True)
         owner = self._user(OWNER_EMAIL, staff=False)
         pool = self._pool()
+        # First: its design partners are the ones its opened wave admits.
+        seed_waitlist(pool=pool, operator=operator)
         created = 0
-        for name, target, tps in ORGS:
-            org, was_created = self._org(name, target)
+        for name, target, tps, *answers in ORGS:
+            org, was_created = self._org(name, target, pool=pool, tps=tps, operator=operator,
+                                         answers=answers)
             created += was_created
-            if tps and target in (OrgStatus.ACTIVE, OrgStatus.SUSPENDED):
-                self._allocation(org, pool, tps)
         acme = Organization.objects.get(slug="acme-voice")
         if not Membership.objects.filter(org=acme, user=owner).exists():
             services.membership_add(org=acme, user=owner, role=Role.OWNER, actor=ACTOR)
+        # The demo owner can create keys at once: their address counts as confirmed.
+        call_command("email_verified_mark", OWNER_EMAIL, stdout=self.stdout)
         self._extensions(pool=pool, operator=operator)
         self.stdout.write(f"Demo data ready ({created} new organizations).")
 
     def _extensions(self, *, pool, operator) -> None:
         """Seed data of the other domains, each idempotent on its own."""
-        seed_waitlist(pool=pool, operator=operator)
+        seed_usage(pool=pool, operator=operator, actor=ACTOR)
 
     def _user(self, email: str, *, staff: bool):
         user, created = get_user_model().objects.get_or_create(
@@ -104,14 +118,18 @@ class Command(BaseCommand):
                                    capacity_tps=120_000, guaranteeable_ratio=Decimal("0.900"),
                                    actor=ACTOR)
 
-    def _org(self, name: str, target: str) -> tuple[Organization, bool]:
+    def _org(self, name: str, target: str, *, pool, tps: int, operator, answers
+             ) -> tuple[Organization, bool]:
         org = Organization.objects.filter(name=name).first()
         if org is not None:
             return org, False
         org = services.org_create(name=name, actor=ACTOR)
-        for step in PATHS[target]:
-            # Allocations are granted while active, before a suspension or offboarding.
+        outcome, steps = PATHS[target]
+        vet(_application(org, pool, *answers), outcome=outcome, pool=pool, operator=operator)
+        for step in steps:
             STEP_SERVICES[step](org=org, actor=ACTOR)
+            if step == "admit" and tps:  # granted while active, before a suspension
+                self._allocation(org, pool, tps)
         return org, True
 
     def _allocation(self, org: Organization, pool: CapacityPool, tps: int) -> None:
@@ -120,3 +138,15 @@ class Command(BaseCommand):
         allocation_grant(org=org, pool=pool, guaranteed_tps=tps, burst_tps=tps * 2,
                          daily_tokens=tps * 3_600 * 8, max_concurrency=max(tps // 250, 4),
                          actor=ACTOR)
+
+
+def _application(org: Organization, pool: CapacityPool, use_case: str, latency: str,
+                 peak: int):
+    return application_submit(org=org, actor=ACTOR, data={
+        "legal_name": f"{org.name} Inc.", "website": f"https://{org.slug}.example",
+        "country": "US", "contact_name": f"{org.name} operations",
+        "contact_email": f"ops@{org.slug}.example", "use_case": use_case,
+        "use_case_description": f"{org.name}: {use_case} workloads.",
+        "expected_peak_tps": peak, "expected_daily_tokens": peak * 40_000,
+        "latency_sensitivity": latency, "preferred_region": pool.region,
+    })
