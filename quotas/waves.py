@@ -13,7 +13,6 @@ from django.db import transaction
 from django.utils import timezone
 
 from orgs.models import Organization, OrgStatus
-from orgs.services.applications import application_admitted
 from orgs.services.audit import Actor, audit_record
 from orgs.services.lifecycle import org_admit
 from quotas.events import wave_opened
@@ -149,7 +148,6 @@ def _admit_queued(*, pool: CapacityPool, queue: list[QueueEntry], template: Roll
     for entry in chosen:
         org = entry.application.org
         org_admit.nested(org=org, actor=actor, reason=reason)
-        application_admitted(org=org, actor=actor)
         allocation_grant.nested(
             org=org, pool=pool, guaranteed_tps=template.guaranteed_tps,
             burst_tps=template.burst_tps, daily_tokens=template.daily_tokens,

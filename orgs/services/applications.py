@@ -36,7 +36,7 @@ from orgs.services.audit import Actor, audit_record
 from orgs.services.lifecycle import org_approve, org_reapply, org_reject, org_review_start
 from sluice.error_format import error_body
 from sluice.errors import Conflict, DomainError, IllegalTransition, NotFound, Unprocessable
-from sluice.transactions import nestable, nested_atomic
+from sluice.transactions import nestable
 
 A = ApplicationState
 
@@ -327,16 +327,3 @@ def application_score_override(*, application: Application, score: int | None, r
     audit_record(actor=actor, action="application.score_override", target=app, org=app.org,
                  before=before, after={"score_override": score}, reason=reason)
     return app
-
-
-@nested_atomic
-def application_admitted(*, org: Organization, actor: Actor) -> None:
-    """Called inside the admission transaction (wave or auto-admission) after org_admit."""
-    app = (Application.objects.select_for_update()
-           .filter(org=org, state=A.APPROVED).first())
-    if app is None:
-        return  # an org approved directly through the lifecycle, without an application
-    app.state = A.ADMITTED
-    app.save(update_fields=["state", "updated_at"])
-    audit_record(actor=actor, action="application.admitted", target=app, org=org,
-                 before={"state": A.APPROVED}, after={"state": A.ADMITTED})

@@ -10,7 +10,14 @@ from django.utils import timezone
 from django.utils.text import slugify
 
 from orgs.events import org_transitioned
-from orgs.models import Organization, OrgStatus, SuspensionReason
+from orgs.models import (
+    OPEN_APPLICATION_STATES,
+    Application,
+    ApplicationState,
+    Organization,
+    OrgStatus,
+    SuspensionReason,
+)
 from orgs.notifications import org_email_queue
 from orgs.services.audit import Actor, audit_record
 from sluice.errors import Conflict, DomainError, IllegalTransition
@@ -128,7 +135,23 @@ def org_reject(*, org: Organization, actor: Actor, reason: str = "") -> Organiza
 @nestable
 @transaction.atomic(durable=True)
 def org_admit(*, org: Organization, actor: Actor, reason: str = "") -> Organization:
-    return _org_transition(org=org, action="admit", actor=actor, reason=reason)
+    """Admitted by a wave, by auto-admission or by an operator's button: the org's approved
+    application says so too, whichever path admitted it."""
+    admitted = _org_transition(org=org, action="admit", actor=actor, reason=reason)
+    _application_mark_admitted(org=admitted, actor=actor)
+    return admitted
+
+
+def _application_mark_admitted(*, org: Organization, actor: Actor) -> None:
+    app = (Application.objects.select_for_update()
+           .filter(org=org, state=ApplicationState.APPROVED).first())
+    if app is None:
+        return  # an org approved directly through the lifecycle, without an application
+    app.state = ApplicationState.ADMITTED
+    app.save(update_fields=["state", "updated_at"])
+    audit_record(actor=actor, action="application.admitted", target=app, org=org,
+                 before={"state": ApplicationState.APPROVED},
+                 after={"state": ApplicationState.ADMITTED})
 
 
 @nestable
@@ -171,8 +194,6 @@ APPLICATION_ACTIONS = frozenset({"review_start", "approve", "reject"})
 def org_transition(*, org: Organization, action: str, actor: Actor,
                    reason: str = "") -> Organization:
     """The operator's lifecycle button (REST and console): one action by name."""
-    from orgs.models import OPEN_APPLICATION_STATES, Application
-
     services = {
         "review_start": org_review_start, "approve": org_approve, "reject": org_reject,
         "admit": org_admit, "suspend": org_suspend, "restore": org_restore,

@@ -142,3 +142,21 @@ def test_a_rolled_back_decision_sends_nothing(operator, django_capture_on_commit
           pytest.raises(Unprocessable, match="checklist")):
         application_decide(application=app, decision="approve", reason="x", actor=operator)
     assert mail.outbox == []
+
+
+def test_an_operator_admitting_by_the_lifecycle_button_admits_the_application_too(operator):
+    """Not only waves: whatever path admits the org, its approved application follows."""
+    from orgs.services import org_transition
+
+    pool = PoolFactory(region="us-east")
+    org, owner = applicant_org("Acme")
+    app = submit(org, owner)
+    tick_required(app, operator)
+    application_decide(application=app, decision="approve", reason="ok", actor=operator,
+                       pool_id=pool.pk)
+    org_transition(org=org, action="admit", actor=operator)
+    app.refresh_from_db()
+    org.refresh_from_db()
+    assert (org.status, app.state) == (OrgStatus.ACTIVE, ApplicationState.ADMITTED)
+    assert list(AuditEvent.objects.filter(org=org).order_by("id")
+                .values_list("action", flat=True))[-2:] == ["org.admit", "application.admitted"]

@@ -12,13 +12,12 @@ from decimal import Decimal
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
-from django.db import transaction
 
 from console.management.demo_usage import seed_usage
 from console.management.seed_waitlist import seed_waitlist, vet
 from orgs import services
 from orgs.models import Membership, Organization, OrgStatus, Role
-from orgs.services.applications import application_admitted, application_submit
+from orgs.services.applications import application_submit
 from quotas.models import Allocation, AllocationStatus, CapacityPool
 from quotas.services import allocation_grant, pool_create
 
@@ -37,16 +36,8 @@ PATHS = {
     OrgStatus.SUSPENDED: ("approved", ["admit", "suspend"]),
     OrgStatus.OFFBOARDED: ("approved", ["admit", "offboard"]),
 }
-def _admit(*, org: Organization, actor: str) -> None:
-    """Admitted out of the queue, as a wave admits (its application follows), not by the
-    lifecycle's Admit alone."""
-    with transaction.atomic():
-        services.org_admit.nested(org=org, actor=actor)
-        application_admitted(org=org, actor=actor)
-
-
 STEP_SERVICES = {
-    "admit": _admit,
+    "admit": services.org_admit,
     "suspend": services.org_suspend,
     "offboard": services.org_offboard,
 }
