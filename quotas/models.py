@@ -140,17 +140,21 @@ class UsageEvent(models.Model):
     same statement that inserts the event (quotas/usage.py): a retried report is a duplicate
     whatever month its started_at names.
 
-    The foreign keys carry no index of their own: (org, started_at) serves every read by org,
-    pools and keys are read through the rollups, and an org, pool or key with usage is never
-    deleted (PROTECT). Fewer indexes is most of why ingestion stays as fast as before."""
+    The foreign keys are neither constrained nor indexed in the database. Every event is
+    rolled up, in the same statement, into a `UsageHourly` row naming the same org, pool and
+    key, whose constraints check them and protect them from deletion; here a constraint would
+    cost three lookups per event and, worse, detaching a partition re-creates its constraints'
+    triggers on the org, pool and key tables, whose locks deadlock with ingestion's checks.
+    (org, started_at) serves every read by org; pools and keys are read through the rollups."""
 
     request_id = models.CharField(max_length=128)
-    org = models.ForeignKey(Organization, on_delete=models.PROTECT, related_name="+",
-                            db_index=False)
-    pool = models.ForeignKey(CapacityPool, on_delete=models.PROTECT, related_name="+",
-                             db_index=False)
-    api_key = models.ForeignKey("orgs.ApiKey", on_delete=models.PROTECT, null=True,
-                                blank=True, related_name="+", db_index=False)
+    org = models.ForeignKey(Organization, on_delete=models.DO_NOTHING, related_name="+",
+                            db_index=False, db_constraint=False)
+    pool = models.ForeignKey(CapacityPool, on_delete=models.DO_NOTHING, related_name="+",
+                             db_index=False, db_constraint=False)
+    api_key = models.ForeignKey("orgs.ApiKey", on_delete=models.DO_NOTHING, null=True,
+                                blank=True, related_name="+", db_index=False,
+                                db_constraint=False)
     status = models.CharField(max_length=16, choices=UsageStatus.choices)
     input_tokens = models.PositiveBigIntegerField()
     output_tokens = models.PositiveBigIntegerField()

@@ -9,7 +9,8 @@ Django what the model looks like (quotas/models.py says why each piece is the wa
   new one created LIKE it (so any column added before this migration comes along), the rows
   copied, the old table dropped. Its indexes are the ones reads need: the primary key
   (id, started_at) - PostgreSQL wants the partition key in it -, (org_id, started_at) and BRIN
-  on finished_at; the single-column foreign-key indexes and the request_id unique index go.
+  on finished_at; the single-column foreign-key indexes and the request_id unique index go,
+  and so do its foreign-key constraints (quotas/models.py says why).
 - quotas_usageeventkey holds one row per request_id: a unique index on a partitioned table can
   only be unique per partition, so request ids are claimed here, in the same statement that
   inserts the events (quotas/usage.py). Filled from the existing events.
@@ -66,13 +67,6 @@ DROP TABLE quotas_usageevent_unpartitioned;
 ALTER TABLE quotas_usageevent ADD CONSTRAINT quotas_usageevent_pkey PRIMARY KEY (id, started_at);
 CREATE INDEX usage_org_started ON quotas_usageevent (org_id, started_at);
 CREATE INDEX usage_finished_brin ON quotas_usageevent USING brin (finished_at);
-ALTER TABLE quotas_usageevent
-    ADD CONSTRAINT quotas_usageevent_org_id_fk FOREIGN KEY (org_id)
-        REFERENCES orgs_organization (id) DEFERRABLE INITIALLY DEFERRED,
-    ADD CONSTRAINT quotas_usageevent_pool_id_fk FOREIGN KEY (pool_id)
-        REFERENCES quotas_capacitypool (id) DEFERRABLE INITIALLY DEFERRED,
-    ADD CONSTRAINT quotas_usageevent_api_key_id_fk FOREIGN KEY (api_key_id)
-        REFERENCES orgs_apikey (id) DEFERRABLE INITIALLY DEFERRED;
 """
 
 # Back to one plain table: every partition's rows (detached ones are left alone).
@@ -102,9 +96,9 @@ ALTER TABLE quotas_usageevent
 """
 
 
-def _unindexed_fk(to: str, null: bool = False) -> models.ForeignKey:
-    return models.ForeignKey(blank=null, null=null, db_index=False, related_name="+",
-                             on_delete=models.deletion.PROTECT, to=to)
+def _unconstrained_fk(to: str, null: bool = False) -> models.ForeignKey:
+    return models.ForeignKey(blank=null, null=null, db_index=False, db_constraint=False,
+                             related_name="+", on_delete=models.deletion.DO_NOTHING, to=to)
 
 
 class Migration(migrations.Migration):
@@ -121,11 +115,11 @@ class Migration(migrations.Migration):
                 migrations.AlterField(model_name="usageevent", name="request_id",
                                       field=models.CharField(max_length=128)),
                 migrations.AlterField(model_name="usageevent", name="org",
-                                      field=_unindexed_fk("orgs.organization")),
+                                      field=_unconstrained_fk("orgs.organization")),
                 migrations.AlterField(model_name="usageevent", name="pool",
-                                      field=_unindexed_fk("quotas.capacitypool")),
+                                      field=_unconstrained_fk("quotas.capacitypool")),
                 migrations.AlterField(model_name="usageevent", name="api_key",
-                                      field=_unindexed_fk("orgs.apikey", null=True)),
+                                      field=_unconstrained_fk("orgs.apikey", null=True)),
                 migrations.CreateModel(
                     name="UsageEventKey",
                     fields=[
