@@ -208,4 +208,3 @@ def usage_rollups_compact(*, now: datetime, max_days: int = 366) -> RollupCompac
         result.kept_hourly += [(pool, day.date()) for pool in kept]
         day = _oldest_hourly_day(before=before, since=day + DAY)
     return result
-

@@ -23,7 +23,7 @@ Django what the model looks like (quotas/models.py says why each piece is the wa
 from django.contrib.postgres.indexes import BrinIndex
 from django.db import migrations, models
 
-PARTITION = """
+FORWARD = """
 CREATE OR REPLACE FUNCTION pg_temp.usage_partition_create(month date) RETURNS void AS $$
 BEGIN
     EXECUTE format(
@@ -34,9 +34,7 @@ BEGIN
         (month + interval '1 month')::timestamp AT TIME ZONE 'UTC');
 END
 $$ LANGUAGE plpgsql;
-"""
 
-FORWARD = PARTITION + """
 ALTER TABLE quotas_usageevent RENAME TO quotas_usageevent_unpartitioned;
 ALTER SEQUENCE quotas_usageevent_id_seq RENAME TO quotas_usageevent_unpartitioned_id_seq;
 CREATE TABLE quotas_usageevent (
@@ -47,8 +45,8 @@ CREATE TABLE quotas_usageevent (
 SELECT pg_temp.usage_partition_create(month::date)
 FROM generate_series(
     date_trunc('month', least(
-        (SELECT min(started_at) FROM quotas_usageevent_unpartitioned), now()), 'UTC'),
-    date_trunc('month', now(), 'UTC') + interval '1 month',
+        (SELECT min(started_at) FROM quotas_usageevent_unpartitioned), now()) AT TIME ZONE 'UTC'),
+    date_trunc('month', now() AT TIME ZONE 'UTC') + interval '1 month',
     interval '1 month') AS month;
 
 INSERT INTO quotas_usageevent SELECT * FROM quotas_usageevent_unpartitioned;
