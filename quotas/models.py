@@ -183,16 +183,12 @@ class UsageEvent(models.Model):
 
 class UsageEventKey(models.Model):
     """The request ids of the recorded usage events, one row each: what keeps ingestion
-    idempotent across partitions. Its rows go with their events' month (quotas/retention.py),
-    selected by `started_at` (the event's, BRIN-indexed: keys are written in time order).
-    The table is created by SQL (migration 0006): a primary key on a CharField would get
-    Django's extra varchar_pattern_ops index, which no query here uses."""
+    idempotent across partitions. A month's keys are deleted with its partition
+    (quotas/retention.py), found through the partition's own events. The table is created by
+    SQL (migration 0006): a primary key on a CharField would get Django's extra
+    varchar_pattern_ops index, which no query here uses."""
 
     request_id = models.CharField(max_length=128, primary_key=True)
-    started_at = models.DateTimeField()
-
-    class Meta:
-        indexes = [BrinIndex(fields=["started_at"], name="usage_key_started_brin")]
 
     def __str__(self) -> str:
         return self.request_id

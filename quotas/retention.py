@@ -8,9 +8,10 @@ rollups hold exactly what its events add up to. Whole partitions are detached - 
 ingestion into other months never waits - then compared with the rollups, which nothing can
 change for that month any more (ingestion refuses start times past the retention,
 quotas/partitions.py), and dropped only if every figure of every org, pool, key and UTC day
-agrees. A partition that differs stays detached, out of every reader's way, for an operator
-(logged as an error; each run compares it again). Never a DELETE of events: that would leave the
-table as large as before and vacuum the difference.
+agrees; its events' request ids leave the key table just before (quotas/models.py,
+`UsageEventKey`). A partition that differs stays detached, out of every reader's way, for an
+operator (logged as an error; each run compares it again). Never a DELETE of events: that would
+leave the table as large as before and vacuum the difference.
 
 Rollups. Each UTC day older than the hourly retention becomes one row per org, pool and key
 (`hours` = 24, in the same table: quotas/models.py), in one statement, so a reader sees the
@@ -40,7 +41,7 @@ from quotas.partitions import (
 
 logger = logging.getLogger(__name__)
 DAY = timedelta(days=1)
-_KEYS_PER_DELETE = 10_000
+_KEYS_PER_BATCH = 10_000
 
 
 @dataclass
@@ -100,19 +101,32 @@ def _orgs_with_usage(partition: Partition) -> set[int]:
                .values_list("org_id", flat=True).distinct().order_by())
 
 
-def _keys_forget(*, before: datetime) -> int:
-    """The request ids of events that started before `before` (their months are gone), in
-    batches: one short transaction each, beside ingestion's."""
-    forgotten = 0
+# The next batch of a detached partition's events, in id order (its primary key), and their
+# request ids deleted from the key table: exactly the keys of the events about to be dropped.
+_KEYS_FORGET_SQL = """
+WITH batch AS (
+    SELECT id, request_id FROM {table} WHERE id > %(after)s ORDER BY id LIMIT %(size)s
+), forgotten AS (
+    DELETE FROM quotas_usageeventkey k USING batch b WHERE k.request_id = b.request_id
+    RETURNING 1
+)
+SELECT (SELECT max(id) FROM batch), (SELECT count(*) FROM forgotten)
+"""
+
+
+def _keys_forget(partition: Partition) -> int:
+    """Delete the request ids of a detached partition's events, a batch per short transaction
+    beside ingestion's. Run again after an interruption, it finds only what is left."""
+    forgotten, after = 0, 0
     with connection.cursor() as cursor:
         while True:
-            cursor.execute(
-                "DELETE FROM quotas_usageeventkey WHERE ctid = ANY(ARRAY("
-                "SELECT ctid FROM quotas_usageeventkey WHERE started_at < %s LIMIT %s))",
-                [before, _KEYS_PER_DELETE])
-            forgotten += cursor.rowcount
-            if cursor.rowcount < _KEYS_PER_DELETE:
+            # The table name comes from Partition (a fixed pattern), never from input.
+            cursor.execute(_KEYS_FORGET_SQL.format(table=partition.name),  # noqa: S608
+                           {"after": after, "size": _KEYS_PER_BATCH})
+            last, deleted = cursor.fetchone()
+            if last is None:
                 return forgotten
+            forgotten, after = forgotten + deleted, last
 
 
 def usage_raw_retire(*, now: datetime) -> RawRetirement:
@@ -142,11 +156,9 @@ def usage_raw_retire(*, now: datetime) -> RawRetirement:
                          "%d (org, pool, key, day) cells", partition.name, differences)
             result.differing[partition.name] = differences
             continue
+        result.keys_forgotten += _keys_forget(partition)
         usage_partition_drop(partition)
         result.dropped.append(partition.name)
-    kept = usage_partitions() + usage_partitions_detached()
-    if kept:
-        result.keys_forgotten = _keys_forget(before=min(p.start for p in kept))
     usage_started_at_window_forget()
     return result
 

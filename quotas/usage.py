@@ -167,8 +167,7 @@ WITH batch AS (
            started_at, first_token_at, finished_at, ttft_ms, output_tps, premium_eligible,
            unreserved)
 ), claimed AS (
-    INSERT INTO quotas_usageeventkey (request_id, started_at)
-    SELECT request_id, started_at FROM batch
+    INSERT INTO quotas_usageeventkey (request_id) SELECT request_id FROM batch
     ON CONFLICT (request_id) DO NOTHING
     RETURNING request_id
 ), inserted AS (

@@ -20,7 +20,6 @@ Django what the model looks like (quotas/models.py says why each piece is the wa
 - quotas_usagehourly.hours: 1, or 24 for a row that sums a whole UTC day (quotas/retention.py).
 """
 
-from django.contrib.postgres.indexes import BrinIndex
 from django.db import migrations, models
 
 FORWARD = """
@@ -53,12 +52,8 @@ INSERT INTO quotas_usageevent SELECT * FROM quotas_usageevent_unpartitioned;
 SELECT setval(pg_get_serial_sequence('quotas_usageevent', 'id'),
               coalesce((SELECT max(id) FROM quotas_usageevent), 0) + 1, false);
 
-CREATE TABLE quotas_usageeventkey (
-    request_id varchar(128) PRIMARY KEY,
-    started_at timestamptz NOT NULL
-);
-INSERT INTO quotas_usageeventkey SELECT request_id, started_at FROM quotas_usageevent_unpartitioned;
-CREATE INDEX usage_key_started_brin ON quotas_usageeventkey USING brin (started_at);
+CREATE TABLE quotas_usageeventkey (request_id varchar(128) PRIMARY KEY);
+INSERT INTO quotas_usageeventkey SELECT request_id FROM quotas_usageevent_unpartitioned;
 
 DROP TABLE quotas_usageevent_unpartitioned;
 
@@ -123,10 +118,7 @@ class Migration(migrations.Migration):
                     fields=[
                         ("request_id", models.CharField(max_length=128, primary_key=True,
                                                         serialize=False)),
-                        ("started_at", models.DateTimeField()),
                     ],
-                    options={"indexes": [BrinIndex(fields=["started_at"],
-                                                   name="usage_key_started_brin")]},
                 ),
             ],
         ),

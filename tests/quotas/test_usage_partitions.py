@@ -104,8 +104,7 @@ def test_events_go_to_the_partition_of_the_month_they_started_in(tenant, boundar
     assert _results([usage_event(tenant, "last", boundary - SECOND),
                      usage_event(tenant, "first", boundary)]) == ["recorded", "recorded"]
     assert _partition_of("last") == [before.name] and _partition_of("first") == [after.name]
-    assert set(UsageEventKey.objects.values_list("request_id", "started_at")) == {
-        ("last", boundary - SECOND), ("first", boundary)}
+    assert set(UsageEventKey.objects.values_list("request_id", flat=True)) == {"last", "first"}
 
 
 @pytest.mark.django_db
@@ -235,8 +234,8 @@ def test_existing_events_move_into_monthly_partitions():
             month = month_following(month)
         assert sorted(UsageEvent.objects.values_list("id", "request_id")) == [
             (10, "old-1"), (20, "old-2"), (30, "old-3")]
-        assert set(UsageEventKey.objects.values_list("request_id", "started_at")) == {
-            (f"old-{n}", started) for n, started in enumerate(starts, start=1)}
+        assert set(UsageEventKey.objects.values_list("request_id", flat=True)) == {
+            "old-1", "old-2", "old-3"}
         # The id sequence carries on after the moved rows.
         new = UsageEvent.objects.create(
             request_id="new", org=org, pool=pool, status="completed", input_tokens=1,
