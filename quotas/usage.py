@@ -153,7 +153,8 @@ def _attribute(events: list[UsageInput]) -> tuple[list[_Row], list[UsageResult]]
 # The events table is partitioned by month (quotas/models.py), so it cannot hold a unique index
 # on request_id alone: `claimed` takes each request_id in quotas_usageeventkey first and only
 # the events it claimed are inserted. A concurrent batch claiming the same id waits for this
-# one's commit, then finds the id taken.
+# one's commit, then finds the id taken; ids are claimed in sorted order, so two batches sharing
+# ids wait for each other in the same order and never deadlock.
 _INSERT_SQL = """
 WITH batch AS (
     SELECT * FROM unnest(
@@ -167,7 +168,8 @@ WITH batch AS (
            started_at, first_token_at, finished_at, ttft_ms, output_tps, premium_eligible,
            unreserved)
 ), claimed AS (
-    INSERT INTO quotas_usageeventkey (request_id) SELECT request_id FROM batch
+    INSERT INTO quotas_usageeventkey (request_id)
+    SELECT request_id FROM batch ORDER BY request_id
     ON CONFLICT (request_id) DO NOTHING
     RETURNING request_id
 ), inserted AS (

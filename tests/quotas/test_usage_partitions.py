@@ -1,6 +1,7 @@
 """Usage events partitioned by month: where rows go, one row per request_id whatever month its
 reports name, partitions made ahead, and the events of before partitioning moved in."""
 
+import random
 import threading
 from datetime import UTC, datetime, timedelta
 
@@ -154,6 +155,36 @@ def test_one_request_on_both_sides_of_a_month_at_once_is_recorded_once(limiter, 
     assert sorted(outcomes) == ["duplicate"] * (threads_n - 1) + ["recorded"]
     assert UsageEvent.objects.count() == 1 and UsageEventKey.objects.count() == 1
     assert sum(UsageHourly.objects.values_list("requests", flat=True)) == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_batches_sharing_request_ids_in_any_order_never_deadlock(limiter, limiter_clock):
+    tenant = routed_tenant()
+    now = limiter_clock.now()
+    ids = [f"shared-{n}" for n in range(500)]
+    threads_n = 8
+    start = threading.Barrier(threads_n)
+    recorded, errors = [], []
+
+    def report(seed: int) -> None:
+        order = random.Random(seed).sample(ids, len(ids))
+        try:
+            start.wait()
+            results = usage_record(events=[usage_event(tenant, i, now) for i in order])
+            recorded.extend(r.request_id for r in results if r.result == "recorded")
+        except Exception as exc:  # noqa: BLE001 - reported by the assertion below
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=report, args=(n,)) for n in range(threads_n)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert sorted(recorded) == sorted(ids)
+    assert sum(UsageHourly.objects.values_list("requests", flat=True)) == len(ids)
 
 
 @pytest.mark.django_db

@@ -19,6 +19,7 @@ from django.utils import timezone
 from billing.models import Invoice, InvoiceStatus
 from quotas.models import UsageEvent, UsageEventKey, UsageHourly
 from quotas.partitions import (
+    month_following,
     partition_for,
     usage_partitions,
     usage_partitions_detached,
@@ -69,7 +70,7 @@ def _record_old_month(tenant, clock) -> list[str]:
 
 def _invoice(org, month: date) -> Invoice:
     return Invoice.objects.create(
-        org=org, period_start=month, period_end=month_start(NOW).date(), total_cents=0,
+        org=org, period_start=month, period_end=month_following(month), total_cents=0,
         number=f"SL-{org.pk:05d}-{month:%Y%m}-1", status=InvoiceStatus.PAID)
 
 
