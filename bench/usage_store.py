@@ -1,4 +1,4 @@
-"""Benchmark 6: where a usage batch's time goes inside PostgreSQL.
+"""Benchmark 5: where a usage batch's time goes inside PostgreSQL.
 
     DATABASE_URL=... REDIS_URL=redis://127.0.0.1:6379/4 python bench/usage_store.py
 
