@@ -11,8 +11,15 @@ class BillingConfig(AppConfig):
             receivers,
         )
         from orgs.events import org_transitioned
-        from quotas.events import limits_publishing, usage_recorded
+        from quotas.events import (
+            limits_publishing,
+            usage_days_compacting,
+            usage_month_retiring,
+            usage_recorded,
+        )
 
         org_transitioned.subscribe(receivers.org_transitioned_received)
         limits_publishing.subscribe(receivers.limits_publishing_received)
         usage_recorded.subscribe(receivers.usage_recorded_received)
+        usage_month_retiring.subscribe(receivers.usage_month_retiring_received)
+        usage_days_compacting.subscribe(receivers.usage_days_compacting_received)

@@ -2,12 +2,14 @@
 
 import logging
 from collections import defaultdict
-from datetime import datetime
+from datetime import date, datetime
 
 from billing.rating import UsageRow
 from billing.selectors import (
     billing_spend_caps_micros,
     month_to_date_micros_by_org,
+    orgs_without_invoice,
+    price_changes_between,
     usage_batch_cost_micros,
 )
 from billing.services import stripe_customer_enqueue
@@ -57,3 +59,17 @@ def usage_recorded_received(*, cells: list[UsageCell]) -> None:
             # The periodic limiter sync raises the counter to the rated figure again.
             logger.warning("usage: could not add %d micro-dollars to org %s's month",
                            micros, org_id)
+
+
+def usage_month_retiring_received(*, month: date, org_ids: set[int], unbilled: set[int]) -> None:
+    """Raw events outlive nothing billing needs (invoices rate the rollups), but until a month
+    is invoiced they are what a dispute over it would be settled with: keep them till then."""
+    unbilled.update(orgs_without_invoice(org_ids=org_ids, month=month))
+
+
+def usage_days_compacting_received(*, start: datetime, end: datetime,
+                                   split_hours: set[tuple[int, datetime]]) -> None:
+    """Rating prices each rollup row with the version in force at its hour: a day whose prices
+    change after midnight must keep its hours (versions never start in the past, so no new
+    change can appear in a day already compacted)."""
+    split_hours.update(price_changes_between(start=start, end=end))

@@ -10,6 +10,7 @@ from billing.models import (
     BillingAccount,
     Invoice,
     InvoiceLine,
+    InvoiceStatus,
     OutboxMessage,
     OutboxStatus,
     PriceVersion,
@@ -97,6 +98,19 @@ def month_rated_lines(*, org: Organization, month: date,
     usage = usage_rows_for(org=org, start=start, end=end)
     prices = price_list_for(org_id=org.pk, pool_ids={row.pool_id for row in usage})
     return rate_usage(usage=usage, prices=prices, discount_bps=billing_discount_bps(org=org))
+
+
+def price_changes_between(*, start: datetime, end: datetime) -> set[tuple[int, datetime]]:
+    """(pool id, hour) of every price version, public or negotiated, starting in [start, end)."""
+    return set(PriceVersion.objects.filter(effective_from__gte=start, effective_from__lt=end)
+               .values_list("pool_id", "effective_from"))
+
+
+def orgs_without_invoice(*, org_ids: set[int], month: date) -> set[int]:
+    """The orgs among `org_ids` with no live (open or paid) invoice for `month`."""
+    invoiced = (Invoice.objects.filter(org_id__in=org_ids, period_start=month)
+                .exclude(status=InvoiceStatus.VOID).values_list("org_id", flat=True))
+    return set(org_ids) - set(invoiced)
 
 
 def usage_batch_cost_micros(*, org_id: int, usage: list[UsageRow]) -> int:

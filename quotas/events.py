@@ -36,3 +36,17 @@ limits_publishing = Event(
 wave_opened = Event(
     "quotas.wave_opened", payload=("wave", "org_ids"),
     doc="A rollout wave opened and admitted these orgs (emitted in the opening transaction).")
+
+usage_month_retiring = Event(
+    "quotas.usage_month_retiring", payload=("month", "org_ids", "unbilled"),
+    doc="The raw usage events of `month` (its first day) are past the retention and about to be "
+        "dropped; `org_ids` are the orgs with usage in it. Receivers add to the set `unbilled` "
+        "every org whose usage of that month is not invoiced yet: the month is kept while any "
+        "is (quotas/retention.py).")
+
+usage_days_compacting = Event(
+    "quotas.usage_days_compacting", payload=("start", "end", "split_hours"),
+    doc="Hourly rollups of the UTC days in [start, end) are about to be summed per day. "
+        "Receivers add to the set `split_hours` every (pool id, hour) from which the pool's "
+        "hours are read differently (billing: a price version starts); a day with one after "
+        "its midnight stays hourly for that pool, so reading it per hour stays exact.")

@@ -131,14 +131,30 @@ class UsageStatus(models.TextChoices):
 
 
 class UsageEvent(models.Model):
-    """One inference request as the gateway reported it. `request_id` makes ingestion
-    idempotent: a retried report hits the unique constraint and is acknowledged as duplicate."""
+    """One inference request as the gateway reported it.
 
-    request_id = models.CharField(max_length=128, unique=True)
-    org = models.ForeignKey(Organization, on_delete=models.PROTECT, related_name="+")
-    pool = models.ForeignKey(CapacityPool, on_delete=models.PROTECT, related_name="+")
-    api_key = models.ForeignKey("orgs.ApiKey", on_delete=models.PROTECT, null=True,
-                                blank=True, related_name="+")
+    Partitioned by month of `started_at` (PostgreSQL declarative partitioning, created by
+    migration 0006 and kept by quotas/partitions.py): old months are dropped whole, never
+    deleted row by row (quotas/retention.py). A unique index on a partitioned table is only
+    unique within a partition, so `request_id` is made unique by `UsageEventKey`, claimed in the
+    same statement that inserts the event (quotas/usage.py): a retried report is a duplicate
+    whatever month its started_at names.
+
+    The foreign keys are neither constrained nor indexed in the database. Every event is
+    rolled up, in the same statement, into a `UsageHourly` row naming the same org, pool and
+    key, whose constraints check them and protect them from deletion; here a constraint would
+    cost three lookups per event and, worse, detaching a partition re-creates its constraints'
+    triggers on the org, pool and key tables, whose locks deadlock with ingestion's checks.
+    (org, started_at) serves every read by org; pools and keys are read through the rollups."""
+
+    request_id = models.CharField(max_length=128)
+    org = models.ForeignKey(Organization, on_delete=models.DO_NOTHING, related_name="+",
+                            db_index=False, db_constraint=False)
+    pool = models.ForeignKey(CapacityPool, on_delete=models.DO_NOTHING, related_name="+",
+                             db_index=False, db_constraint=False)
+    api_key = models.ForeignKey("orgs.ApiKey", on_delete=models.DO_NOTHING, null=True,
+                                blank=True, related_name="+", db_index=False,
+                                db_constraint=False)
     status = models.CharField(max_length=16, choices=UsageStatus.choices)
     input_tokens = models.PositiveBigIntegerField()
     output_tokens = models.PositiveBigIntegerField()
@@ -165,15 +181,44 @@ class UsageEvent(models.Model):
         return self.request_id
 
 
+class UsageEventKey(models.Model):
+    """The request ids of the recorded usage events, one row each: what keeps ingestion
+    idempotent across partitions. A month's keys are deleted with its partition
+    (quotas/retention.py), found through the partition's own events. The table is created by
+    SQL (migration 0006): a primary key on a CharField would get Django's extra
+    varchar_pattern_ops index, which no query here uses."""
+
+    request_id = models.CharField(max_length=128, primary_key=True)
+
+    def __str__(self) -> str:
+        return self.request_id
+
+
 class UsageHourly(models.Model):
-    """Hourly rollup per org x pool x API key, updated in the same transaction as the events.
-    Billing rates these rows, so premium-eligible tokens are kept apart from the others."""
+    """Rollup per org x pool x API key and UTC hour, updated in the same transaction as the
+    events. Billing rates these rows, so premium-eligible tokens are kept apart from the others.
+
+    Rows older than SLUICE_USAGE_HOURLY_RETENTION_DAYS are compacted to one row per UTC day
+    (`hours` = 24, `hour` = its midnight; quotas/retention.py), in this same table: every reader
+    sums whatever rows fall in its range, so days and hours add up alike without it knowing,
+    and a late event for a compacted day simply adds an hourly row beside the day's. A day in
+    which a price version starts after midnight stays hourly for that pool, so rating (the
+    version in force at `hour`) stays exact. Readers that need hour-by-hour figures read only
+    recent hours (charts of at most 7 days, today's quota, this month's spend), which the
+    retention setting's minimum keeps hourly."""
+
+    # Every additive figure of a rollup row: compaction sums exactly these.
+    COUNTERS = ("requests", "errors", "input_tokens", "output_tokens", "premium_input_tokens",
+                "premium_output_tokens", "ttft_ms_total", "ttft_count", "decode_ms_total")
 
     org = models.ForeignKey(Organization, on_delete=models.PROTECT, related_name="+")
     pool = models.ForeignKey(CapacityPool, on_delete=models.PROTECT, related_name="+")
     api_key = models.ForeignKey("orgs.ApiKey", on_delete=models.PROTECT, null=True,
                                 blank=True, related_name="+")
     hour = models.DateTimeField()
+    # 1 for an hour; 24 for a compacted UTC day starting at `hour`. A database default: the
+    # ingestion's INSERT does not name it.
+    hours = models.PositiveSmallIntegerField(db_default=1)
     requests = models.PositiveBigIntegerField(default=0)
     errors = models.PositiveBigIntegerField(default=0)
     input_tokens = models.PositiveBigIntegerField(default=0)
@@ -195,11 +240,19 @@ class UsageHourly(models.Model):
                 condition=Q(premium_input_tokens__lte=F("input_tokens"))
                 & Q(premium_output_tokens__lte=F("output_tokens")),
             ),
+            models.CheckConstraint(name="usage_hourly_hours_valid",
+                                   condition=Q(hours=1) | Q(hours=24, hour__hour=0)),
         ]
-        indexes = [models.Index(fields=["org", "hour"], name="usage_hourly_org_hour")]
+        indexes = [
+            models.Index(fields=["org", "hour"], name="usage_hourly_org_hour"),
+            # The hours not compacted yet, oldest first: what compaction looks for each day.
+            models.Index(fields=["hour"], condition=Q(hours=1), name="usage_hourly_uncompacted"),
+        ]
 
     def __str__(self) -> str:
-        return f"{self.org_id}/{self.pool_id}/{self.api_key_id} @ {self.hour:%Y-%m-%d %H}:00"
+        span = "day" if self.hours == 24 else "hour"
+        return (f"{self.org_id}/{self.pool_id}/{self.api_key_id} {span} of "
+                f"{self.hour:%Y-%m-%d %H}:00")
 
 
 class RefusalMinute(models.Model):

@@ -1,10 +1,11 @@
 """Usage ingestion: durable in PostgreSQL first, then settled in Redis.
 
-One batch is one transaction of two set-based statements: the events go in with
-INSERT ... SELECT FROM unnest(...) ON CONFLICT (request_id) DO NOTHING, and the hourly rollups
-are upserted from exactly the rows that INSERT returned, so a retried report is never counted
-twice. After the commit, the reservations are settled in Redis (one script call per pool,
-idempotent by request_id too): unused tokens are refunded, excess debited, slots freed.
+One batch is one transaction of set-based statements: each request_id is claimed with INSERT
+... ON CONFLICT (request_id) DO NOTHING, the events claimed go in (unnest(...) of the batch),
+and the hourly rollups are upserted from exactly the rows inserted, so a retried report is
+never counted twice. After the commit, the reservations are settled in Redis (one script call
+per pool, idempotent by request_id too): unused tokens are refunded, excess debited, slots
+freed.
 
 Attribution: an event names its org, pool and API key through the reservation Redis holds, or
 through the signed `reservation_id` authorize returned (which outlives the reservation: usage
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import psycopg
+from django.conf import settings
 from django.db import connection, transaction
 
 from orgs.services.api_keys import LAST_USED_RESOLUTION, api_key_touch
@@ -32,6 +34,7 @@ from quotas.limiter.clock import clock
 from quotas.limiter.connection import LimiterUnavailable
 from quotas.limiter.engine import limiter_reservations_lookup, limiter_settle
 from quotas.limiter.schema import Settlement
+from quotas.partitions import usage_started_at_window
 
 logger = logging.getLogger(__name__)
 
@@ -147,6 +150,11 @@ def _attribute(events: list[UsageInput]) -> tuple[list[_Row], list[UsageResult]]
 
 # Rollups are upserted in key order so concurrent batches lock hourly rows in the same order
 # (no deadlocks); counting only `inserted` rows makes a retried batch count nothing twice.
+# The events table is partitioned by month (quotas/models.py), so it cannot hold a unique index
+# on request_id alone: `claimed` takes each request_id in quotas_usageeventkey first and only
+# the events it claimed are inserted. A concurrent batch claiming the same id waits for this
+# one's commit, then finds the id taken; ids are claimed in sorted order, so two batches sharing
+# ids wait for each other in the same order and never deadlock.
 _INSERT_SQL = """
 WITH batch AS (
     SELECT * FROM unnest(
@@ -159,6 +167,11 @@ WITH batch AS (
     ) AS b(request_id, org_id, pool_id, api_key_id, status, input_tokens, output_tokens,
            started_at, first_token_at, finished_at, ttft_ms, output_tps, premium_eligible,
            unreserved)
+), claimed AS (
+    INSERT INTO quotas_usageeventkey (request_id)
+    SELECT request_id FROM batch ORDER BY request_id
+    ON CONFLICT (request_id) DO NOTHING
+    RETURNING request_id
 ), inserted AS (
     INSERT INTO quotas_usageevent (
         request_id, org_id, pool_id, api_key_id, status, input_tokens, output_tokens,
@@ -167,8 +180,7 @@ WITH batch AS (
     SELECT request_id, org_id, pool_id, api_key_id, status, input_tokens, output_tokens,
            started_at, first_token_at, finished_at, ttft_ms, output_tps, premium_eligible,
            unreserved, %(received_at)s
-    FROM batch
-    ON CONFLICT (request_id) DO NOTHING
+    FROM batch JOIN claimed USING (request_id)
     RETURNING request_id, org_id, pool_id, api_key_id, status, input_tokens, output_tokens,
               started_at, first_token_at, finished_at, ttft_ms, premium_eligible
 ), rolled AS (
@@ -293,12 +305,32 @@ def _store(rows: list[_Row]) -> set[str]:
     return inserted
 
 
+def _partitioned(events: list[UsageInput]) -> tuple[list[UsageInput], list[UsageResult]]:
+    """The events whose month has a partition to go in; the others (older than the raw
+    retention, or beyond the months made ahead) are rejected on their own, where they would
+    fail the whole batch's INSERT."""
+    earliest, latest = usage_started_at_window(now=clock.now())
+    kept, rejected = [], []
+    for e in events:
+        if earliest <= e.started_at < latest:
+            kept.append(e)
+        else:
+            rejected.append(UsageResult(
+                e.request_id, REJECTED, "started_at_out_of_range",
+                f"started_at must be from {earliest:%Y-%m-%d %H:%M} to before "
+                f"{latest:%Y-%m-%d %H:%M} UTC: usage is kept "
+                f"{settings.USAGE_RAW_RETENTION_DAYS} days."))
+    return kept, rejected
+
+
 def usage_record(*, events: list[UsageInput]) -> list[UsageResult]:
     """Record a batch of usage events; one result per event, in order."""
     first: dict[str, UsageInput] = {}
     for e in events:
         first.setdefault(e.request_id, e)
-    rows, rejected = _attribute(list(first.values()))
+    candidates, outside = _partitioned(list(first.values()))
+    rows, rejected = _attribute(candidates)
+    rejected += outside
     inserted = _store(rows) if rows else set()
     outcome = {r.request_id: r for r in rejected}
     results, seen = [], set()

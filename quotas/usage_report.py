@@ -5,10 +5,14 @@ Where each number comes from, and why:
 - `1m` buckets: tokens and requests from the raw usage events (`UsageEvent`, index on
   org + started_at); there is no finer rollup than the hour.
 - `1h` and `1d` buckets: tokens and requests from the hourly rollups, the rows invoices rate,
-  so the Usage and Costs APIs and the invoice count the same tokens.
+  so the Usage and Costs APIs and the invoice count the same tokens. Days older than the
+  hourly retention are one row each (quotas/retention.py): a `1d` bucket is as exact as ever,
+  a `1h` bucket over such a day holds the whole day in its first hour.
 - Time to first token and output tokens/s p50/p95 from the raw events at every width: a
   percentile cannot be added up from rollups. Exact (percentile_cont), at the cost of reading
   the page's events of the org; a page is at most a day of minutes, a week of hours or 31 days.
+  Raw events are kept for the raw retention (90 days by default): older buckets have tokens
+  and requests from the rollups, and no percentiles (null), nor `1m` figures.
 - Refusals by code from `RefusalMinute` (quotas/refusals.py), drained from Redis every minute:
   the last two minutes are not there yet.
 A request belongs to the bucket of its `started_at`, like the rollups.

@@ -1,4 +1,5 @@
 from dataclasses import dataclass
+from datetime import UTC, date, datetime
 
 import pytest
 import redis as redis_lib
@@ -6,6 +7,7 @@ from django.conf import settings
 from rest_framework.test import APIClient
 
 from orgs.models import Organization, Role
+from quotas.partitions import usage_partitions_ensure
 from tests.factories import MembershipFactory, OperatorFactory, OrganizationFactory, UserFactory
 
 
@@ -20,6 +22,19 @@ def _client_for(user) -> APIClient:
     client = APIClient()
     client.force_authenticate(user)
     return client
+
+
+def usage_partitions_for_tests() -> None:
+    """A partition of usage events for every month from two years back to a year ahead: tests
+    record events at fixed dates, and migrate made only this month's and the next few."""
+    now = datetime.now(UTC)
+    usage_partitions_ensure(now=now, since=date(now.year - 2, now.month, 1), months_ahead=12)
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup, django_db_blocker):
+    with django_db_blocker.unblock():
+        usage_partitions_for_tests()
 
 
 @pytest.fixture

@@ -106,8 +106,9 @@ class _Echo:
         return value
 
 
+# `hours`: 1, or 24 for a day whose hours were compacted into one row (quotas/retention.py).
 CSV_HEADER = ["hour_utc", "pool", "api_key", "requests", "errors", "input_tokens",
-              "output_tokens", "premium_input_tokens", "premium_output_tokens"]
+              "output_tokens", "premium_input_tokens", "premium_output_tokens", "hours"]
 
 
 def usage_csv_response(*, org, month: date, filename: str) -> StreamingHttpResponse:
@@ -126,7 +127,7 @@ def usage_csv_stream(*, org, start, end, filename: str) -> StreamingHttpResponse
             yield writer.writerow([
                 r.hour.isoformat(), str(r.pool), r.api_key.display_prefix if r.api_key else "",
                 r.requests, r.errors, r.input_tokens, r.output_tokens,
-                r.premium_input_tokens, r.premium_output_tokens])
+                r.premium_input_tokens, r.premium_output_tokens, r.hours])
 
     response = StreamingHttpResponse(rows(), content_type="text/csv")
     response["Content-Disposition"] = f'attachment; filename="{filename}"'

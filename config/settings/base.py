@@ -5,6 +5,7 @@ from pathlib import Path
 
 import dj_database_url
 from celery.schedules import crontab
+from kombu import Queue
 
 from config.env import (
     env_bool,
@@ -47,6 +48,8 @@ KNOWN_ENV = {
     "SLUICE_REAPPLY_COOLING_OFF_DAYS",
     "SLUICE_ADMIN_KEY_RATE_PER_MINUTE",
     "SLUICE_WEBHOOKS_ALLOW_PRIVATE",
+    "SLUICE_USAGE_RAW_RETENTION_DAYS",
+    "SLUICE_USAGE_HOURLY_RETENTION_DAYS",
 }
 env_reject_unknown("SLUICE_", KNOWN_ENV)
 
@@ -230,6 +233,21 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # What a task prints (the console email backend prints whole emails) goes to the worker's
 # output as it is: Celery's default logs every printed line as a WARNING.
 CELERY_WORKER_REDIRECT_STDOUTS = False
+# Queues: one per kind of work, so a slow kind never holds up another (README, "Celery
+# queues"). A worker without -Q consumes them all (dev.py run); production runs one per queue.
+CELERY_TASK_QUEUES = [Queue(name) for name in
+                      ("limits", "email", "billing", "webhooks", "maintenance")]
+CELERY_TASK_DEFAULT_QUEUE = "maintenance"
+CELERY_TASK_ROUTES = {
+    # The hot path's publish: Redis must learn a suspension or a new key within a second.
+    "quotas.tasks.limits_publish_org": {"queue": "limits"},
+    "quotas.tasks.limits_publish_pool": {"queue": "limits"},
+    "quotas.tasks.gateway_tokens_publish_task": {"queue": "limits"},
+    "sluice.tasks.*": {"queue": "email"},
+    "billing.tasks.*": {"queue": "billing"},
+    "webhooks.tasks.*": {"queue": "webhooks"},
+    "quotas.tasks.*": {"queue": "maintenance"},
+}
 CELERY_BEAT_SCHEDULE: dict = {}
 # Repairs limiter state whose publish was lost while Redis (and so the broker) was down.
 CELERY_BEAT_SCHEDULE["limiter-sync"] = {"task": "quotas.tasks.limiter_sync", "schedule": 300.0}
@@ -257,6 +275,21 @@ CELERY_BEAT_SCHEDULE |= {
     "webhooks-waitlist-positions": {"task": "webhooks.tasks.waitlist_positions_task",
                                     "schedule": 300.0},
 }
+
+CELERY_BEAT_SCHEDULE |= {
+    # Usage storage (quotas/retention.py): partitions made ahead, old months dropped once
+    # invoiced, old hours summed into days. Quiet hours, after the monthly close.
+    "usage-partitions": {"task": "quotas.tasks.usage_partitions_maintain",
+                         "schedule": crontab(minute=40, hour=1)},
+    "usage-rollups-compact": {"task": "quotas.tasks.usage_rollups_compact",
+                              "schedule": crontab(minute=10, hour=2)},
+}
+# Raw usage events are kept this long (whole months: a month goes once all of it is older),
+# then dropped; reports older than this are refused. Hourly rollups are summed per day after
+# USAGE_HOURLY_RETENTION_DAYS: at least 35, so hour-by-hour readers (charts of up to 7 days,
+# this month's spend, today's quota) only ever read hours.
+USAGE_RAW_RETENTION_DAYS = env_int("SLUICE_USAGE_RAW_RETENTION_DAYS", 90, minimum=31)
+USAGE_HOURLY_RETENTION_DAYS = env_int("SLUICE_USAGE_HOURLY_RETENTION_DAYS", 400, minimum=35)
 
 INVITATION_TTL_HOURS = env_int("SLUICE_INVITATION_TTL_HOURS", 72, minimum=1)
 RESERVATION_TTL_SECONDS = env_int("SLUICE_RESERVATION_TTL_SECONDS", 600, minimum=1)

@@ -105,7 +105,7 @@ def test_invoice_html_and_usage_csv(two_orgs, pool):
     assert rows[0].startswith("hour_utc,pool,api_key,requests")
     assert len(rows) == 3
     assert rows[1].startswith("2026-10-05T00:00:00+00:00")
-    assert rows[2].endswith(",3,0,10,20,4,5")
+    assert rows[2].endswith(",3,0,10,20,4,5,1")  # the last column: hours (1, or 24 a day)
 
 
 def test_summary_is_month_to_date(two_orgs, pool):

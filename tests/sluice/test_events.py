@@ -50,6 +50,10 @@ def test_billing_subscribes_to_what_quotas_announces():
     assert quotas_events.limits_publishing.receivers == [
         billing_receivers.limits_publishing_received]
     assert quotas_events.wave_opened.receivers == [webhooks_receivers.wave_opened_received]
+    assert quotas_events.usage_month_retiring.receivers == [
+        billing_receivers.usage_month_retiring_received]
+    assert quotas_events.usage_days_compacting.receivers == [
+        billing_receivers.usage_days_compacting_received]
 
 
 def test_webhooks_subscribe_to_what_billing_announces():
