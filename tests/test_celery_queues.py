@@ -27,8 +27,10 @@ def test_every_task_is_routed_to_a_declared_queue_by_a_route_of_its_own():
 
 
 def test_the_limit_publish_has_a_queue_to_itself():
+    """What the hot path must learn within a second: limits, and gateway tokens revoked."""
     assert {name for name in _tasks() if _queue(name) == "limits"} == {
-        "quotas.tasks.limits_publish_org", "quotas.tasks.limits_publish_pool"}
+        "quotas.tasks.limits_publish_org", "quotas.tasks.limits_publish_pool",
+        "quotas.tasks.gateway_tokens_publish_task"}
 
 
 def test_email_stripe_and_webhooks_wait_on_their_own_queues():
