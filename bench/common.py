@@ -67,6 +67,20 @@ def free_port() -> int:
 
 
 SERVERS = ("granian", "gunicorn")
+# port -> the pid of the server serving it (web_server() yields the port)
+SERVER_PIDS: dict[int, int] = {}
+
+
+def process_tree_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds used so far by a process and its children (Linux /proc)."""
+    children = Path(f"/proc/{pid}/task/{pid}/children")
+    pids = [pid, *map(int, children.read_text().split())] if children.exists() else [pid]
+    total = 0
+    for p in pids:
+        with contextlib.suppress(FileNotFoundError):
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 @contextlib.contextmanager
@@ -88,6 +102,7 @@ def web_server(*, workers: int, threads: int = 8, kind: str = "granian", env: di
                    str(threads), "--worker-class", "gthread", "--keep-alive", "30",
                    "--backlog", "2048", "--preload"]
     process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
+    SERVER_PIDS[port] = process.pid
     try:
         _wait_ready(port)
         yield port

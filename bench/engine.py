@@ -26,17 +26,26 @@ def main() -> None:
 
     pool, _, _, api_key, _ = tenant_seed()
     client = limiter_client()
-    before = client.info("commandstats").get("cmdstat_evalsha", {"calls": 0, "usec": 0})
 
-    n, start = 0, time.perf_counter()
+    def evalsha_stats() -> tuple[int, int]:
+        stats = client.info("commandstats").get("cmdstat_evalsha", {"calls": 0, "usec": 0})
+        return stats["calls"], stats["usec"]
+
+    # The Redis server may be shared, and the machine busy: the script's time is taken per
+    # batch of 200 decisions (calls and microseconds Redis counted for this run only), and the
+    # best batch is reported beside the mean, as the cost without other load.
+    n, start, batches = 0, time.perf_counter(), []
     while time.perf_counter() - start < args.seconds:
-        limiter_authorize(pool_id=pool.pk, api_key=api_key, request_id=f"s{n}",
-                          input_tokens=200, max_output_tokens=300)
-        n += 1
+        calls, usec = evalsha_stats()
+        for _ in range(200):
+            limiter_authorize(pool_id=pool.pk, api_key=api_key, request_id=f"s{n}",
+                              input_tokens=200, max_output_tokens=300)
+            n += 1
+        after_calls, after_usec = evalsha_stats()
+        batches.append((after_usec - usec, after_calls - calls))
     sequential = n / (time.perf_counter() - start)
-    after = client.info("commandstats")["cmdstat_evalsha"]
-    # The Redis server may be shared: take the difference over this run only.
-    in_redis_us = (after["usec"] - before["usec"]) / max(after["calls"] - before["calls"], 1)
+    in_redis_us = sum(u for u, _ in batches) / max(sum(c for _, c in batches), 1)
+    best_us = min(u / max(c, 1) for u, c in batches)
 
     script, digest = _script("authorize"), secret_digest(api_key)
     n, start = 0, time.perf_counter()
@@ -47,10 +56,10 @@ def main() -> None:
             keys = AuthorizeKeys(registry=pool_key(pool.pk, KEY.registry),
                                  synced=pool_key(pool.pk, KEY.synced),
                                  pool=pool_key(pool.pk, KEY.pool),
-                                 headroom_bucket=pool_key(pool.pk, KEY.headroom_bucket),
                                  reservation=pool_key(pool.pk, KEY.reservation, f"p{n}"))
             script(keys=keys, client=pipe, args=AuthorizeArgs(
-                digest=digest, request_id=f"p{n}", cost=500, now_ms=epoch_ms(now),
+                digest=digest, request_id=f"p{n}", input_tokens=200, max_output_tokens=300,
+                tier="auto", key_tier="unknown", pool_tier="fast", now_ms=epoch_ms(now),
                 day=day_stamp(now), month=month_stamp(now), ttl_ms=600_000, dry_run=0,
                 record_ttl_ms=600_000))
             n += 1
@@ -62,7 +71,8 @@ def main() -> None:
           ["mode", "decisions/s", "µs per decision"],
           [["one connection, one at a time", sequential, 1e6 / sequential],
            [f"one connection, pipelined x{args.batch}", pipelined, 1e6 / pipelined],
-           ["authorize.lua inside Redis (EVALSHA)", 1e6 / in_redis_us, in_redis_us]])
+           ["authorize.lua inside Redis (EVALSHA), mean", 1e6 / in_redis_us, in_redis_us],
+           ["authorize.lua inside Redis, best batch of 200", 1e6 / best_us, best_us]])
 
 
 if __name__ == "__main__":

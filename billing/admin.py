@@ -24,8 +24,8 @@ class PriceVersionAdmin(AddOnlyAdminMixin, admin.ModelAdmin):
     list_filter = ["pool"]
     raw_id_fields = ["org"]
     fields = ["pool", "org", "effective_from", "input_micros_per_mtok",
-              "output_micros_per_mtok", "premium_input_micros_per_mtok",
-              "premium_output_micros_per_mtok", "note"]
+              "cached_input_micros_per_mtok", "output_micros_per_mtok",
+              "premium_input_micros_per_mtok", "premium_output_micros_per_mtok", "note"]
 
     def service_save(self, *, request, obj, data):
         return services.price_version_create.nested(

@@ -29,6 +29,8 @@ class PriceVersion(models.Model):
                             related_name="+")
     effective_from = models.DateTimeField()
     input_micros_per_mtok = models.PositiveBigIntegerField()
+    # Input tokens served from the upstream's cache; empty: the input price.
+    cached_input_micros_per_mtok = models.PositiveBigIntegerField(null=True, blank=True)
     output_micros_per_mtok = models.PositiveBigIntegerField()
     premium_input_micros_per_mtok = models.PositiveBigIntegerField(default=0)
     premium_output_micros_per_mtok = models.PositiveBigIntegerField(default=0)
@@ -150,6 +152,7 @@ class Invoice(models.Model):
 
 class LineKind(models.TextChoices):
     INPUT = "input", "Input tokens"
+    CACHED_INPUT = "cached_input", "Cached input tokens"
     OUTPUT = "output", "Output tokens"
     PREMIUM_INPUT = "premium_input", "Fast-tier premium, input tokens"
     PREMIUM_OUTPUT = "premium_output", "Fast-tier premium, output tokens"

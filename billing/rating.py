@@ -13,7 +13,12 @@ Units and the rounding rule
 
 Speed-aware premium: the premium is shown on every token, and a "speed credit" line gives it
 back on the tokens that were not delivered fast (total - premium_eligible), with those tokens
-as its quantity.
+as its quantity. Standard-tier pools' tokens are never premium-eligible (quotas.usage), so a
+premium set on a standard pool is credited back in full.
+
+Cached input tokens (served from the upstream's prompt cache) are rated on their own line at
+the version's cached input price (the input price when the version sets none); the premium
+applies to them like to every input token.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ class UsageRow:
     output_tokens: int
     premium_input_tokens: int
     premium_output_tokens: int
+    cached_input_tokens: int = 0  # of input_tokens: rated at the cached input price
 
 
 @dataclass(frozen=True)
@@ -48,6 +54,11 @@ class Price:
     premium_output: int = 0
     org_specific: bool = False
     version_id: int | None = None
+    cached_input: int | None = None  # None: the input price
+
+    @property
+    def cached_input_or_input(self) -> int:
+        return self.input if self.cached_input is None else self.cached_input
 
 
 @dataclass(frozen=True)
@@ -92,6 +103,7 @@ def price_for(*, pool_id: int, hour: datetime, prices: Sequence[Price]) -> Price
 @dataclass
 class _Bucket:
     input: int = 0
+    cached_input: int = 0
     output: int = 0
     slow_input: int = 0
     slow_output: int = 0
@@ -103,6 +115,7 @@ def _bucket_usage(usage: Iterable[UsageRow], prices: Sequence[Price]) -> dict[Pr
         bucket = buckets.setdefault(price_for(pool_id=row.pool_id, hour=row.hour,
                                               prices=prices), _Bucket())
         bucket.input += row.input_tokens
+        bucket.cached_input += row.cached_input_tokens
         bucket.output += row.output_tokens
         bucket.slow_input += row.input_tokens - row.premium_input_tokens
         bucket.slow_output += row.output_tokens - row.premium_output_tokens
@@ -114,8 +127,11 @@ def _lines_for(price: Price, b: _Bucket) -> list[RatedLine]:
         return RatedLine(kind=kind, pool_id=price.pool_id, price_version_id=price.version_id,
                          quantity_tokens=quantity, unit_micros_per_mtok=unit, amount_pico=amount)
 
+    uncached = b.input - b.cached_input
+    cached_price = price.cached_input_or_input
     lines = [
-        line("input", b.input, price.input, b.input * price.input),
+        line("input", uncached, price.input, uncached * price.input),
+        line("cached_input", b.cached_input, cached_price, b.cached_input * cached_price),
         line("output", b.output, price.output, b.output * price.output),
         line("premium_input", b.input, price.premium_input, b.input * price.premium_input),
         line("premium_output", b.output, price.premium_output, b.output * price.premium_output),

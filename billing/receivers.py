@@ -7,7 +7,7 @@ from datetime import date, datetime
 from billing.rating import UsageRow
 from billing.selectors import (
     billing_spend_caps_micros,
-    month_to_date_micros_by_org,
+    capped_spend_micros,
     orgs_without_invoice,
     price_changes_between,
     usage_batch_cost_micros,
@@ -28,15 +28,18 @@ def org_transitioned_received(*, org, action: str, actor, reason: str) -> None:
         stripe_customer_enqueue(org_id=org.pk)
 
 
-def limits_publishing_received(*, org_ids: frozenset[int], now: datetime,
-                               spend: dict[int, tuple[int, int]]) -> None:
-    """The spend cap and the rated month-to-date of the capped orgs: a publish raises the
+def limits_publishing_received(*, org_ids: frozenset[int], pool_ids: frozenset[int],
+                               now: datetime, spend: dict[int, tuple[int, int]],
+                               prices: dict[tuple[int, int], tuple[int, int]]) -> None:
+    """For the capped orgs: the spend cap and the rated month-to-date (a publish raises the
     engine's month counter to it, which rebuilds a flushed counter and repairs increments lost
-    while Redis was unreachable. Uncapped orgs are skipped: authorize never reads their counter.
-    """
+    while Redis was unreachable), and the worst-case prices authorize reserves money at.
+    Uncapped orgs are skipped: authorize never reads their counter and holds no money."""
     caps = billing_spend_caps_micros(org_ids=set(org_ids))
-    month_to_date = month_to_date_micros_by_org(org_ids=set(caps), now=now)
+    month_to_date, worst_prices = capped_spend_micros(org_ids=set(caps), pool_ids=set(pool_ids),
+                                                      now=now)
     spend.update({org_id: (cap, month_to_date[org_id]) for org_id, cap in caps.items()})
+    prices.update(worst_prices)
 
 
 def usage_recorded_received(*, cells: list[UsageCell]) -> None:
@@ -50,7 +53,7 @@ def usage_recorded_received(*, cells: list[UsageCell]) -> None:
         if c.org_id in capped:
             usage[(c.org_id, month_stamp(c.hour))].append(UsageRow(
                 c.pool_id, c.hour, c.input_tokens, c.output_tokens, c.premium_input_tokens,
-                c.premium_output_tokens))
+                c.premium_output_tokens, c.cached_input_tokens))
     for (org_id, month), rows in usage.items():
         micros = usage_batch_cost_micros(org_id=org_id, usage=rows)
         try:

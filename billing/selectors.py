@@ -23,6 +23,7 @@ from billing.rating import (
     Price,
     RatedLine,
     UsageRow,
+    price_for,
     rate_usage,
     usage_cost_micros,
 )
@@ -71,6 +72,7 @@ def price_list_for(*, org_id: int, pool_ids: set[int] | None = None) -> list[Pri
 def _price(v: PriceVersion) -> Price:
     return Price(pool_id=v.pool_id, effective_from=v.effective_from,
                  input=v.input_micros_per_mtok, output=v.output_micros_per_mtok,
+                 cached_input=v.cached_input_micros_per_mtok,
                  premium_input=v.premium_input_micros_per_mtok,
                  premium_output=v.premium_output_micros_per_mtok,
                  org_specific=v.org_id is not None, version_id=v.pk)
@@ -81,11 +83,12 @@ def usage_rows_for(*, org: Organization, start: datetime, end: datetime) -> list
     rows = (UsageHourly.objects.filter(org=org, hour__gte=start, hour__lt=end)
             .values("pool_id", "hour")
             .annotate(i=Sum("input_tokens"), o=Sum("output_tokens"),
-                      pi=Sum("premium_input_tokens"), po=Sum("premium_output_tokens"))
+                      pi=Sum("premium_input_tokens"), po=Sum("premium_output_tokens"),
+                      ci=Sum("cached_input_tokens"))
             .order_by())
     return [UsageRow(pool_id=r["pool_id"], hour=r["hour"], input_tokens=r["i"],
                      output_tokens=r["o"], premium_input_tokens=r["pi"],
-                     premium_output_tokens=r["po"]) for r in rows]
+                     premium_output_tokens=r["po"], cached_input_tokens=r["ci"]) for r in rows]
 
 
 def month_rated_lines(*, org: Organization, month: date,
@@ -190,29 +193,34 @@ def price_book() -> QuerySet[PriceVersion]:
         "pool_id", "org_id", "effective_from", "id")
 
 
-def month_to_date_micros_by_org(*, org_ids: set[int], now: datetime) -> dict[int, int]:
-    """Month-to-date spend of several orgs (micro-dollars, rounded up like the live counter):
-    three queries for all of them (usage, prices, discounts), then the same pure rating as the
-    invoice, per org."""
-    if not org_ids:
-        return {}
+def _usage_by_org(org_ids: set[int], now: datetime) -> dict[int, list[UsageRow]]:
     start, end = month_bounds(month_of(now))
     usage: dict[int, list[UsageRow]] = defaultdict(list)
     rows = (UsageHourly.objects.filter(org_id__in=org_ids, hour__gte=start,
                                        hour__lt=min(end, now))
             .values("org_id", "pool_id", "hour")
             .annotate(i=Sum("input_tokens"), o=Sum("output_tokens"),
-                      pi=Sum("premium_input_tokens"), po=Sum("premium_output_tokens"))
+                      pi=Sum("premium_input_tokens"), po=Sum("premium_output_tokens"),
+                      ci=Sum("cached_input_tokens"))
             .order_by())
     for r in rows:
         usage[r["org_id"]].append(UsageRow(r["pool_id"], r["hour"], r["i"], r["o"], r["pi"],
-                                           r["po"]))
+                                           r["po"], r["ci"]))
+    return usage
+
+
+def _price_lists(org_ids: set[int], pool_ids: set[int]) -> tuple[list[Price], dict]:
+    """The public versions of the pools, and each org's negotiated ones: one query."""
     versions = PriceVersion.objects.filter(Q(org__isnull=True) | Q(org_id__in=org_ids),
-                                           pool_id__in={u.pool_id for us in usage.values()
-                                                        for u in us})
+                                           pool_id__in=pool_ids)
     public, negotiated = [], defaultdict(list)
     for v in versions:
         (negotiated[v.org_id] if v.org_id else public).append(_price(v))
+    return public, negotiated
+
+
+def _month_to_date(usage: dict[int, list[UsageRow]], org_ids: set[int], public: list[Price],
+                   negotiated: dict) -> dict[int, int]:
     discounts = dict(BillingAccount.objects.filter(org_id__in=org_ids)
                      .values_list("org_id", "discount_bps"))
     return {org_id: max(0, -(-sum(ln.amount_pico for ln in rate_usage(
@@ -234,3 +242,45 @@ def payment_method_added_at(*, org: Organization) -> datetime | None:
                                        payload__data__object__mode="setup")
             .exclude(status=StripeEventStatus.FAILED).order_by("-received_at")
             .values_list("received_at", flat=True).first())
+def month_to_date_micros_by_org(*, org_ids: set[int], now: datetime) -> dict[int, int]:
+    """Month-to-date spend of several orgs (micro-dollars, rounded up like the live counter):
+    three queries for all of them (usage, prices, discounts), then the same pure rating as the
+    invoice, per org."""
+    if not org_ids:
+        return {}
+    usage = _usage_by_org(org_ids, now)
+    public, negotiated = _price_lists(org_ids, {u.pool_id for us in usage.values() for u in us})
+    return _month_to_date(usage, org_ids, public, negotiated)
+
+
+def _reservation_prices(org_ids: set[int], pool_ids: set[int], public: list[Price],
+                        negotiated: dict, now: datetime) -> dict:
+    hour = now.replace(minute=0, second=0, microsecond=0)
+    result = {}
+    for org_id in org_ids:
+        prices = public + negotiated[org_id]
+        for pool_id in pool_ids:
+            starts = {hour} | {p.effective_from for p in prices
+                               if p.pool_id == pool_id and p.effective_from
+                               and p.effective_from > hour}
+            applied = [price_for(pool_id=pool_id, hour=start, prices=prices) for start in starts]
+            result[(org_id, pool_id)] = (max(p.input + p.premium_input for p in applied),
+                                         max(p.output + p.premium_output for p in applied))
+    return result
+
+
+def capped_spend_micros(*, org_ids: set[int], pool_ids: set[int], now: datetime
+                        ) -> tuple[dict[int, int], dict[tuple[int, int], tuple[int, int]]]:
+    """For orgs with a spend cap, what the admission engine needs, in three queries (usage,
+    prices, discounts): each org's month-to-date (micro-dollars, as
+    `month_to_date_micros_by_org`), and per (org, pool) the (input, output) micro-dollars per
+    million tokens, premium included, that authorize holds per reserved token: the worst case
+    of the price in force now and of every price a version already created brings later (the
+    engine keeps it until the next publish; cached input is never dearer than input)."""
+    if not org_ids:
+        return {}, {}
+    usage = _usage_by_org(org_ids, now)
+    public, negotiated = _price_lists(
+        org_ids, set(pool_ids) | {u.pool_id for us in usage.values() for u in us})
+    return (_month_to_date(usage, org_ids, public, negotiated),
+            _reservation_prices(org_ids, set(pool_ids), public, negotiated, now))

@@ -63,7 +63,11 @@ class AllocationGrantForm(AllocationChangeForm):
 
 
 class PoolCapacityForm(forms.Form):
-    capacity_tps = forms.IntegerField(label="Capacity tokens/s", min_value=1)
+    capacity_tps = forms.IntegerField(label="Decode capacity, output tokens/s", min_value=1)
+    prefill_capacity_tps = forms.IntegerField(
+        label="Prefill capacity, input tokens/s", min_value=1, required=False,
+        help_text="Empty: input tokens count with output against the decode capacity. "
+                  "Declaring it gives the allocations input tokens/s in proportion.")
     reason = forms.CharField(label="Reason", required=False, max_length=500)
 
 
@@ -161,6 +165,9 @@ class PriceVersionForm(forms.Form):
         label="Effective from (UTC, a whole hour)",
         widget=forms.DateTimeInput(attrs={"type": "datetime-local", "step": 3600}))
     input_micros_per_mtok = DollarsPerMtokField(label="Input, $ per million tokens")
+    cached_input_micros_per_mtok = DollarsPerMtokField(
+        label="Cached input, $ per million tokens", required=False,
+        help_text="Empty: the input price.")
     output_micros_per_mtok = DollarsPerMtokField(label="Output, $ per million tokens")
     premium_input_micros_per_mtok = DollarsPerMtokField(
         label="Fast-tier premium on input, $ per million tokens", initial=0)
@@ -180,6 +187,12 @@ class PoolSettingsForm(forms.Form):
         label="Speed floor, output tokens/s", min_value=0,
         help_text="Slower requests are billed without the fast-tier premium.")
     ttft_ceiling_ms = forms.IntegerField(label="Time-to-first-token ceiling, ms", min_value=0)
+    output_estimate_default = forms.IntegerField(
+        label="Output estimate before an org has history, tokens", min_value=1, required=False,
+        help_text="Authorize reserves min(max_tokens, estimate); then the p95 of the org's "
+                  "recent outputs.")
+    output_estimate_floor = forms.IntegerField(
+        label="Least output estimate, tokens", min_value=0, required=False)
 
 
 class PoolAdmissionForm(forms.Form):

@@ -12,6 +12,13 @@ api_keys_changed = Event(
     "orgs.api_keys_changed", payload=("org_id",),
     doc="An API key of the org was created, revoked or changed.")
 
+api_key_slice_checking = Event(
+    "orgs.api_key_slice_checking", payload=("key", "key_slice"),
+    doc="An API key is about to get its own slice of its org's limits (`key_slice`, an "
+        "orgs.services.api_keys.KeySlice; None fields are no limit of its own). A receiver "
+        "refuses a slice beyond the org's allocation by raising a DomainError (nothing "
+        "changes).")
+
 application_submitted = Event(
     "orgs.application_submitted", payload=("application", "actor"),
     doc="An organization applied (or re-applied) for access.")

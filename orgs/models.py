@@ -64,6 +64,8 @@ class Role(models.TextChoices):
 MEMBER_MANAGERS = frozenset({Role.OWNER, Role.ADMIN})
 # Roles allowed to create and revoke API keys.
 KEY_MANAGERS = frozenset({Role.OWNER, Role.ADMIN, Role.DEVELOPER})
+# Roles allowed to set a key's own slice of the org's limits and its default service tier.
+KEY_LIMIT_MANAGERS = frozenset({Role.OWNER, Role.ADMIN})
 # Roles allowed to see money.
 BILLING_READERS = frozenset({Role.OWNER, Role.BILLING})
 
@@ -114,6 +116,14 @@ class Invitation(models.Model):
         return self.accepted_at is None and self.revoked_at is None and self.expires_at > now
 
 
+class ServiceTier(models.TextChoices):
+    """OpenAI's vocabulary: `priority` is served by fast pools, `default` by standard ones,
+    `auto` by the fast pool first, spilling to the standard one when the fast pool refuses."""
+    AUTO = "auto", "Auto (fast, standard when the fast tier is full)"
+    PRIORITY = "priority", "Priority (fast tier only)"
+    DEFAULT = "default", "Default (standard tier only)"
+
+
 class ApiKey(models.Model):
     org = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="api_keys")
     name = models.CharField(max_length=100)
@@ -126,10 +136,26 @@ class ApiKey(models.Model):
     expires_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
+    # The tier of this key's requests that ask for `auto` (a batch key stays on standard).
+    default_service_tier = models.CharField(max_length=16, choices=ServiceTier.choices,
+                                            default=ServiceTier.AUTO)
+    # The key's own slice of its org's allocation, in every pool (empty: the org's alone).
+    slice_output_tps = models.PositiveIntegerField(null=True, blank=True)
+    slice_input_tps = models.PositiveIntegerField(null=True, blank=True)
+    slice_daily_tokens = models.PositiveBigIntegerField(null=True, blank=True)
+    slice_max_concurrency = models.PositiveIntegerField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at"]
         indexes = [models.Index(fields=["org", "-created_at"], name="apikey_org_created")]
+        constraints = [
+            models.CheckConstraint(
+                name="apikey_slice_positive",
+                condition=(Q(slice_output_tps__isnull=True) | Q(slice_output_tps__gt=0))
+                & (Q(slice_input_tps__isnull=True) | Q(slice_input_tps__gt=0))
+                & (Q(slice_daily_tokens__isnull=True) | Q(slice_daily_tokens__gt=0))
+                & (Q(slice_max_concurrency__isnull=True) | Q(slice_max_concurrency__gt=0))),
+        ]
 
     def __str__(self) -> str:
         return f"{self.name} ({self.display_prefix}…)"
@@ -142,6 +168,11 @@ class ApiKey(models.Model):
         """Usable as far as the key itself goes; the org must also be active."""
         now = now or timezone.now()
         return self.revoked_at is None and (self.expires_at is None or self.expires_at > now)
+
+    @property
+    def has_slice(self) -> bool:
+        return any(v is not None for v in (self.slice_output_tps, self.slice_input_tps,
+                                           self.slice_daily_tokens, self.slice_max_concurrency))
 
 
 class AdminKey(models.Model):

@@ -10,7 +10,13 @@ from django.core.exceptions import PermissionDenied
 from django.http import Http404
 from django.urls import reverse
 
-from orgs.models import BILLING_READERS, KEY_MANAGERS, MEMBER_MANAGERS, Membership
+from orgs.models import (
+    BILLING_READERS,
+    KEY_LIMIT_MANAGERS,
+    KEY_MANAGERS,
+    MEMBER_MANAGERS,
+    Membership,
+)
 from portal.selectors import membership_get, memberships_for_user
 from sluice.errors import DomainError
 from sluice.messages import flash
@@ -63,6 +69,10 @@ class OrgContext:
     @property
     def can_manage_keys(self) -> bool:
         return self.membership.role in KEY_MANAGERS
+
+    @property
+    def can_set_key_limits(self) -> bool:
+        return self.membership.role in KEY_LIMIT_MANAGERS
 
 
 def org_page(*, page: str, roles: frozenset | None = None, hidden: bool = False):

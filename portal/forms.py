@@ -2,7 +2,7 @@ from django import forms
 from django.contrib.auth import get_user_model, password_validation
 from django_countries import countries
 
-from orgs.models import Application, Role
+from orgs.models import Application, Role, ServiceTier
 from orgs.services.applications import APPLICANT_FIELDS
 from quotas.models import CapacityPool
 from sluice.auth_forms import ThrottledAuthenticationForm
@@ -69,10 +69,28 @@ class WebhookEndpointForm(forms.Form):
     event_types = forms.MultipleChoiceField(
         label="Events", choices=EventType.choices, widget=forms.CheckboxSelectMultiple,
         initial=EventType.values)
+
+
 def pool_regions() -> list[str]:
     """The regions some pool serves: the only ones an application can be queued in."""
     return list(CapacityPool.objects.order_by("region").values_list("region", flat=True)
                 .distinct())
+
+
+class ApiKeyLimitsForm(forms.Form):
+    """A key's own slice of the organization's limits (empty: the organization's alone)."""
+
+    slice_output_tps = forms.IntegerField(
+        label="Output tokens/s", min_value=1, required=False,
+        help_text="Input and output together in pools that meter them together.")
+    slice_input_tps = forms.IntegerField(label="Input tokens/s", min_value=1, required=False)
+    slice_daily_tokens = forms.IntegerField(label="Tokens a day (UTC)", min_value=1,
+                                            required=False)
+    slice_max_concurrency = forms.IntegerField(label="Concurrent requests", min_value=1,
+                                               required=False)
+    default_service_tier = forms.ChoiceField(
+        label="Service tier of requests that ask for auto", choices=ServiceTier.choices,
+        help_text="Default keeps a batch key on the standard tier.")
 
 
 class ApplicationForm(forms.ModelForm):

@@ -14,8 +14,8 @@ from sluice.admin import ReadOnlyAdminMixin, ServiceAdminMixin, run_service_on_e
 
 @admin.register(CapacityPool)
 class CapacityPoolAdmin(ServiceAdminMixin, admin.ModelAdmin):
-    list_display = ["__str__", "capacity_tps", "guaranteeable_ratio", "guaranteed",
-                    "limiter_failure_policy"]
+    list_display = ["__str__", "capacity_tps", "prefill_capacity_tps", "guaranteeable_ratio",
+                    "guaranteed", "limiter_failure_policy"]
     readonly_fields = ["summary"]
 
     @admin.display(description="Guaranteed / guaranteeable TPS")
@@ -32,18 +32,29 @@ class CapacityPoolAdmin(ServiceAdminMixin, admin.ModelAdmin):
     def get_readonly_fields(self, request, obj=None):
         return ["model", "region", "tier", "summary"] if obj else []
 
+    def get_form(self, request, obj=None, **kwargs):
+        form = super().get_form(request, obj, **kwargs)
+        # Left empty, the output estimate default and floor stay as they are (or as defaulted).
+        for name in ("output_estimate_default", "output_estimate_floor"):
+            if name in form.base_fields:
+                form.base_fields[name].required = False
+        return form
+
     def service_save(self, *, request, obj, data):
+        estimates = {k: data.get(k) for k in ("output_estimate_default", "output_estimate_floor")}
         if obj is not None:
             return services.pool_settings_set.nested(
                 pool=obj, actor=request.user, capacity_tps=data["capacity_tps"],
                 guaranteeable_ratio=data["guaranteeable_ratio"],
+                prefill_capacity_tps=data.get("prefill_capacity_tps"),
                 limiter_failure_policy=data["limiter_failure_policy"],
                 speed_floor_output_tps=data["speed_floor_output_tps"],
-                ttft_ceiling_ms=data["ttft_ceiling_ms"])
+                ttft_ceiling_ms=data["ttft_ceiling_ms"], **estimates)
         return services.pool_create.nested(
             actor=request.user, model=data["model"], region=data["region"], tier=data["tier"],
             capacity_tps=data["capacity_tps"], guaranteeable_ratio=data["guaranteeable_ratio"],
-            limiter_failure_policy=data["limiter_failure_policy"])
+            prefill_capacity_tps=data.get("prefill_capacity_tps"),
+            limiter_failure_policy=data["limiter_failure_policy"], **estimates)
 
 
 @admin.register(Allocation)
@@ -57,17 +68,19 @@ class AllocationAdmin(ServiceAdminMixin, admin.ModelAdmin):
     show_full_result_count = False
     actions = ["end"]
 
+    LIMITS = ("guaranteed_tps", "burst_tps", "guaranteed_input_tps", "burst_input_tps",
+              "daily_tokens", "max_concurrency", "valid_until")
+
     def get_fields(self, request, obj=None):
-        limits = ["guaranteed_tps", "burst_tps", "daily_tokens", "max_concurrency",
-                  "valid_until"]
-        return ["org", "pool", *limits] if obj is None else ["org", "pool", "status", *limits]
+        return ["org", "pool", *self.LIMITS] if obj is None else ["org", "pool", "status",
+                                                                  *self.LIMITS]
 
     def get_readonly_fields(self, request, obj=None):
         return ["org", "pool", "status"] if obj else []
 
     def service_save(self, *, request, obj, data):
-        limits = {k: data[k] for k in ("guaranteed_tps", "burst_tps", "daily_tokens",
-                                       "max_concurrency", "valid_until")}
+        # Input TPS left empty: derived from the output TPS where the pool meters input apart.
+        limits = {k: data.get(k) for k in self.LIMITS}
         if obj is not None:
             return services.allocation_change.nested(allocation=obj, actor=request.user,
                                                      **limits)

@@ -17,6 +17,7 @@ class UsageCell:
     output_tokens: int
     premium_input_tokens: int
     premium_output_tokens: int
+    cached_input_tokens: int = 0  # of input_tokens
 
 
 usage_recorded = Event(
@@ -26,12 +27,15 @@ usage_recorded = Event(
         "spend counters, so authorize refuses once a spend cap is reached.")
 
 limits_publishing = Event(
-    "quotas.limits_publishing", payload=("org_ids", "now", "spend"),
-    doc="The bridge (quotas/publish.py) is about to write these orgs' state into the admission "
-        "engine, outside any transaction. Receivers fill `spend`, a dict org id -> (monthly "
-        "spend cap, month-to-date spend) in micro-dollars, for the orgs that have a cap; the "
-        "others are published without one. It is one script call per org and pool, so the cap "
-        "never reaches Redis apart from the rest of the org's state.")
+    "quotas.limits_publishing", payload=("org_ids", "pool_ids", "now", "spend", "prices"),
+    doc="The bridge (quotas/publish.py) is about to write these orgs' state in these pools into "
+        "the admission engine, outside any transaction. Receivers fill, for the orgs that have "
+        "a spend cap: `spend`, a dict org id -> (monthly spend cap, month-to-date spend), and "
+        "`prices`, a dict (org id, pool id) -> (input, output) per million tokens, premium "
+        "included: the most a reservation may cost, which authorize holds against the cap "
+        "(all in micro-dollars). The others are published without a cap. It is one script call "
+        "per org and pool, so the cap never reaches Redis apart from the rest of the org's "
+        "state.")
 
 wave_opened = Event(
     "quotas.wave_opened", payload=("wave", "org_ids"),

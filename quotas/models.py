@@ -19,12 +19,21 @@ class LimiterFailurePolicy(models.TextChoices):
 
 
 class CapacityPool(models.Model):
-    """One model in one region on one tier: a finite fleet measured in output tokens/s."""
+    """One model in one region on one tier: a finite fleet measured in output tokens/s
+    (decode) and, when declared, input tokens/s (prefill)."""
 
     model = models.CharField(max_length=100)
     region = models.CharField(max_length=50)
     tier = models.CharField(max_length=16, choices=Tier.choices, default=Tier.FAST)
+    # Decode: output tokens/s. Without a prefill capacity, input tokens count against it too
+    # (what every pool did before input was metered apart).
     capacity_tps = models.PositiveIntegerField()
+    # Prefill: input tokens/s, metered apart from output (cached input tokens excluded).
+    prefill_capacity_tps = models.PositiveIntegerField(null=True, blank=True)
+    # What authorize reserves for output before an org has history (then the p95 of its
+    # recent outputs), and the least an estimate reserves.
+    output_estimate_default = models.PositiveIntegerField(default=4096)
+    output_estimate_floor = models.PositiveIntegerField(default=64)
     # Share of capacity that may be promised as guarantees; the rest is headroom for bursts.
     guaranteeable_ratio = models.DecimalField(max_digits=4, decimal_places=3,
                                               default=Decimal("0.900"))
@@ -61,6 +70,16 @@ class CapacityPool(models.Model):
     def guaranteeable_tps(self) -> int:
         return self.guaranteeable_for(self.capacity_tps, self.guaranteeable_ratio)
 
+    @property
+    def guaranteeable_input_tps(self) -> int | None:
+        if self.prefill_capacity_tps is None:
+            return None
+        return self.guaranteeable_for(self.prefill_capacity_tps, self.guaranteeable_ratio)
+
+    @property
+    def meters_input_apart(self) -> bool:
+        return self.prefill_capacity_tps is not None
+
 
 class AllocationStatus(models.TextChoices):
     ACTIVE = "active", "Active"
@@ -68,12 +87,16 @@ class AllocationStatus(models.TextChoices):
 
 
 class Allocation(models.Model):
-    """What one org may use of one pool. Only ACTIVE allocations count against the pool."""
+    """What one org may use of one pool. Only ACTIVE allocations count against the pool.
+    TPS are output tokens/s (with input, in a pool without a prefill capacity); the input
+    ones are set exactly when the pool declares a prefill capacity."""
 
     org = models.ForeignKey(Organization, on_delete=models.PROTECT, related_name="allocations")
     pool = models.ForeignKey(CapacityPool, on_delete=models.PROTECT, related_name="allocations")
     guaranteed_tps = models.PositiveIntegerField()
     burst_tps = models.PositiveIntegerField()
+    guaranteed_input_tps = models.PositiveIntegerField(null=True, blank=True)
+    burst_input_tps = models.PositiveIntegerField(null=True, blank=True)
     daily_tokens = models.PositiveBigIntegerField()
     max_concurrency = models.PositiveIntegerField()
     status = models.CharField(max_length=16, choices=AllocationStatus.choices,
@@ -92,6 +115,11 @@ class Allocation(models.Model):
             ),
             models.CheckConstraint(name="allocation_burst_ge_guaranteed",
                                    condition=Q(burst_tps__gte=F("guaranteed_tps"))),
+            models.CheckConstraint(
+                name="allocation_input_both_or_neither",
+                condition=Q(guaranteed_input_tps__isnull=True, burst_input_tps__isnull=True)
+                | Q(guaranteed_input_tps__gt=0,
+                    burst_input_tps__gte=F("guaranteed_input_tps"))),
             models.CheckConstraint(name="allocation_guaranteed_positive",
                                    condition=Q(guaranteed_tps__gt=0)),
             models.CheckConstraint(name="allocation_concurrency_positive",
@@ -157,6 +185,8 @@ class UsageEvent(models.Model):
                                 db_constraint=False)
     status = models.CharField(max_length=16, choices=UsageStatus.choices)
     input_tokens = models.PositiveBigIntegerField()
+    # Of the input tokens, those the upstream served from its cache (own price, no prefill).
+    cached_input_tokens = models.PositiveBigIntegerField(default=0)
     output_tokens = models.PositiveBigIntegerField()
     started_at = models.DateTimeField()
     first_token_at = models.DateTimeField(null=True, blank=True)
@@ -208,8 +238,9 @@ class UsageHourly(models.Model):
     retention setting's minimum keeps hourly."""
 
     # Every additive figure of a rollup row: compaction sums exactly these.
-    COUNTERS = ("requests", "errors", "input_tokens", "output_tokens", "premium_input_tokens",
-                "premium_output_tokens", "ttft_ms_total", "ttft_count", "decode_ms_total")
+    COUNTERS = ("requests", "errors", "input_tokens", "cached_input_tokens", "output_tokens",
+                "premium_input_tokens", "premium_output_tokens", "ttft_ms_total", "ttft_count",
+                "decode_ms_total")
 
     org = models.ForeignKey(Organization, on_delete=models.PROTECT, related_name="+")
     pool = models.ForeignKey(CapacityPool, on_delete=models.PROTECT, related_name="+")
@@ -222,6 +253,7 @@ class UsageHourly(models.Model):
     requests = models.PositiveBigIntegerField(default=0)
     errors = models.PositiveBigIntegerField(default=0)
     input_tokens = models.PositiveBigIntegerField(default=0)
+    cached_input_tokens = models.PositiveBigIntegerField(default=0)
     output_tokens = models.PositiveBigIntegerField(default=0)
     premium_input_tokens = models.PositiveBigIntegerField(default=0)
     premium_output_tokens = models.PositiveBigIntegerField(default=0)

@@ -15,9 +15,10 @@ headroom write per pool, however many changes the transaction made, and never a 
 rolled back. If Redis is down then, a Celery task retries, and `limiter_sync` (beat) rebuilds
 whole pools.
 
-Per pool an org holds (or held) an allocation in, Redis keeps: the org's status and limits, the
-SHA-256 digests of its usable API keys, the pool's headroom for bursts, and a `synced` marker
-set once the pool has been rebuilt in full.
+Per pool an org holds (or held) an allocation in, Redis keeps: the org's status and limits (with
+the prices a reservation holds against its spend cap), the SHA-256 digests of its usable API
+keys with their default tiers and slices, the pool's headroom for bursts and its output
+estimate default, and a `synced` marker set once the pool has been rebuilt in full.
 """
 
 import logging
@@ -37,7 +38,9 @@ from quotas.limiter.gateways import gateway_tokens_used_read, gateway_tokens_wri
 from quotas.limiter.rebuild import limiter_pool_rebuild_once
 from quotas.limiter.state import (
     ApiKeyState,
+    KeySliceState,
     OrgState,
+    PoolState,
     limiter_org_publish,
     limiter_pool_publish,
     limiter_pool_synced_mark,
@@ -75,12 +78,18 @@ def engine_settings_changed(*, setting: str, **kwargs) -> None:
         engine_configure_from_settings()
 
 
-def _spend_by_org(org_ids: set[int], now: datetime) -> dict[int, tuple[int, int]]:
-    """org id -> (monthly spend cap, month-to-date spend) in micro-dollars, for the capped orgs:
-    billing knows both and fills them in (its receiver of `limits_publishing`)."""
-    spend: dict[int, tuple[int, int]] = {}
-    limits_publishing.emit(org_ids=frozenset(org_ids), now=now, spend=spend)
-    return spend
+@dataclass(frozen=True)
+class _Money:
+    """What billing says of the capped orgs (its receiver of `limits_publishing` fills it)."""
+    spend: dict[int, tuple[int, int]]  # org id -> (monthly cap, month-to-date), micro-dollars
+    prices: dict[tuple[int, int], tuple[int, int]]  # (org id, pool id) -> (input, output)
+
+
+def _money(org_ids: set[int], pool_ids: set[int], now: datetime) -> _Money:
+    money = _Money(spend={}, prices={})
+    limits_publishing.emit(org_ids=frozenset(org_ids), pool_ids=frozenset(pool_ids), now=now,
+                           spend=money.spend, prices=money.prices)
+    return money
 
 
 @dataclass(frozen=True)
@@ -90,40 +99,86 @@ class _OrgInPool:
     allocation: Allocation | None  # the one in force, if any
 
 
-def _headroom_by_pool(pool_ids: set[int], now: datetime) -> dict[int, int]:
-    sums = dict(allocations_in_force(now=now).filter(pool_id__in=pool_ids)
-                .values_list("pool_id").annotate(total=Sum("guaranteed_tps")))
-    pools = CapacityPool.objects.filter(pk__in=pool_ids).values_list("pk", "capacity_tps")
-    return {pk: max(0, capacity - sums.get(pk, 0)) for pk, capacity in pools}
+def _pool_states(pool_ids: set[int], now: datetime) -> dict[int, PoolState]:
+    """Each pool's headroom (capacity minus every guarantee in force, output and input) and
+    its output estimate default and floor."""
+    sums = {pool_id: (g or 0, gi or 0) for pool_id, g, gi in
+            allocations_in_force(now=now).filter(pool_id__in=pool_ids).values("pool_id")
+            .annotate(g=Sum("guaranteed_tps"), gi=Sum("guaranteed_input_tps"))
+            .values_list("pool_id", "g", "gi")}
+    states = {}
+    for pool in CapacityPool.objects.filter(pk__in=pool_ids):
+        g, gi = sums.get(pool.pk, (0, 0))
+        prefill = pool.prefill_capacity_tps
+        states[pool.pk] = PoolState(
+            headroom_tps=max(0, pool.capacity_tps - g),
+            input_headroom_tps=max(0, prefill - gi) if prefill is not None else 0,
+            estimate_default=pool.output_estimate_default,
+            estimate_floor=pool.output_estimate_floor)
+    return states
 
 
-def _keys_by_org(org_ids: set[int], now: datetime) -> dict[int, list[ApiKeyState]]:
+def _keys_by_org(org_ids: set[int], now: datetime) -> dict[int, list[ApiKey]]:
     usable = ApiKey.objects.filter(org_id__in=org_ids, revoked_at__isnull=True).filter(
         Q(expires_at__isnull=True) | Q(expires_at__gt=now))
-    result: dict[int, list[ApiKeyState]] = defaultdict(list)
-    for key in usable.only("pk", "org_id", "digest", "expires_at"):
-        expires = epoch_ms(key.expires_at) if key.expires_at else 0
-        result[key.org_id].append(ApiKeyState(key_id=key.pk, digest=key.digest,
-                                              expires_ms=expires))
+    result: dict[int, list[ApiKey]] = defaultdict(list)
+    for key in usable.only("pk", "org_id", "digest", "expires_at", "default_service_tier",
+                           "slice_output_tps", "slice_input_tps", "slice_daily_tokens",
+                           "slice_max_concurrency"):
+        result[key.org_id].append(key)
     return result
 
 
+def _key_state(key: ApiKey, day_used: int) -> ApiKeyState:
+    key_slice = None
+    if key.has_slice:
+        key_slice = KeySliceState(output_tps=key.slice_output_tps or 0,
+                                  input_tps=key.slice_input_tps or 0,
+                                  daily_tokens=key.slice_daily_tokens or 0,
+                                  max_concurrency=key.slice_max_concurrency or 0)
+    return ApiKeyState(key_id=key.pk, digest=key.digest,
+                       expires_ms=epoch_ms(key.expires_at) if key.expires_at else 0,
+                       default_tier=key.default_service_tier, slice=key_slice,
+                       day_used_tokens=day_used)
+
+
 def _day_used(org_ids: set[int], pool_ids: set[int], now: datetime) -> dict:
+    """(org, pool) and (org, pool, key) -> tokens recorded this UTC day."""
     start = now.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
     rows = (UsageHourly.objects.filter(org_id__in=org_ids, pool_id__in=pool_ids, hour__gte=start)
-            .values_list("org_id", "pool_id")
+            .values_list("org_id", "pool_id", "api_key_id")
             .annotate(total=Sum(F("input_tokens") + F("output_tokens"))))
-    return {(org_id, pool_id): total for org_id, pool_id, total in rows}
+    used: dict = defaultdict(int)
+    for org_id, pool_id, key_id, total in rows:
+        used[(org_id, pool_id)] += total
+        used[(org_id, pool_id, key_id)] += total
+    return used
+
+
+def _siblings(pools) -> dict[int, list[CapacityPool]]:
+    """Each pool's siblings: the same model in the same region on another tier."""
+    pairs = {(p.model, p.region) for p in pools}
+    query = Q()
+    for model, region in pairs:
+        query |= Q(model=model, region=region)
+    found: dict = defaultdict(list)
+    for sibling in CapacityPool.objects.filter(query) if pairs else []:
+        found[(sibling.model, sibling.region)].append(sibling)
+    return {p.pk: [s for s in found[(p.model, p.region)] if s.pk != p.pk] for p in pools}
 
 
 def _memberships(*, org_ids=None, pool_ids=None, now: datetime) -> list[_OrgInPool]:
     """Every (org, pool) pair with an allocation, past or present: an org whose allocation ended
-    keeps its keys known in the pool, so its callers get 403 rather than "unknown key"."""
+    keeps its keys known in the pool, so its callers get 403 rather than "unknown key". Its
+    keys are known (without an allocation) in the pool's siblings too, so a request routed to
+    another tier of the model is refused no_allocation, not as an unknown key."""
     allocations = Allocation.objects.select_related("org", "pool")
     if org_ids is not None:
         allocations = allocations.filter(org_id__in=org_ids)
     if pool_ids is not None:
-        allocations = allocations.filter(pool_id__in=pool_ids)
+        pools = list(CapacityPool.objects.filter(pk__in=pool_ids))
+        nearby = {p.pk for p in pools} | {s.pk for ss in _siblings(pools).values() for s in ss}
+        allocations = allocations.filter(pool_id__in=nearby)
     in_force = set(allocations_in_force(now=now).values_list("pk", flat=True))
     pairs: dict[tuple[int, int], _OrgInPool] = {}
     for a in allocations.order_by("pk"):
@@ -131,18 +186,29 @@ def _memberships(*, org_ids=None, pool_ids=None, now: datetime) -> list[_OrgInPo
         if current is None or current.allocation is None:
             pairs[(a.org_id, a.pool_id)] = _OrgInPool(a.org, a.pool,
                                                       a if a.pk in in_force else None)
-    return list(pairs.values())
+    siblings = _siblings({m.pool for m in pairs.values()})
+    for m in list(pairs.values()):
+        for sibling in siblings[m.pool.pk]:
+            pairs.setdefault((m.org.pk, sibling.pk), _OrgInPool(m.org, sibling, None))
+    wanted = None if pool_ids is None else set(pool_ids)
+    return [m for m in pairs.values() if wanted is None or m.pool.pk in wanted]
 
 
-def _org_state(m: _OrgInPool, *, keys: list[ApiKeyState], day_used: int,
-               spend: tuple[int, int]) -> OrgState:
-    a = m.allocation
+def _org_state(m: _OrgInPool, *, keys: list[ApiKeyState], day_used: int, money: _Money
+               ) -> OrgState:
+    a, org_id, pool_id = m.allocation, m.org.pk, m.pool.pk
+    cap, month_to_date = money.spend.get(org_id, (0, 0))
+    input_price, output_price = money.prices.get((org_id, pool_id), (0, 0))
+    apart = a is not None and a.guaranteed_input_tps is not None
     return OrgState(
-        org_id=m.org.pk, status=m.org.status, suspension_reason=m.org.suspension_reason,
+        org_id=org_id, status=m.org.status, suspension_reason=m.org.suspension_reason,
         has_allocation=a is not None, guaranteed_tps=a.guaranteed_tps if a else 0,
         burst_tps=a.burst_tps - a.guaranteed_tps if a else 0,
+        input_guaranteed_tps=a.guaranteed_input_tps if apart else 0,
+        input_burst_tps=a.burst_input_tps - a.guaranteed_input_tps if apart else 0,
         daily_tokens=a.daily_tokens if a else 0, max_concurrency=a.max_concurrency if a else 0,
-        spend_cap_micros=spend[0], day_used_tokens=day_used, month_spend_micros=spend[1],
+        spend_cap_micros=cap, day_used_tokens=day_used, month_spend_micros=month_to_date,
+        input_micros_per_mtok=input_price, output_micros_per_mtok=output_price,
         api_keys=keys)
 
 
@@ -151,16 +217,17 @@ def _publish(*, org_ids=None, pool_ids=None) -> int:
     members = _memberships(org_ids=org_ids, pool_ids=pool_ids, now=now)
     orgs = {m.org.pk for m in members}
     pools = {m.pool.pk for m in members}
-    headroom = _headroom_by_pool(pools, now)
+    pool_states = _pool_states(pools, now)
     keys = _keys_by_org(orgs, now)
     used = _day_used(orgs, pools, now)
-    spend = _spend_by_org(orgs, now)
+    money = _money(orgs, pools, now)
     for m in members:
-        state = _org_state(m, keys=keys.get(m.org.pk, []),
-                           day_used=used.get((m.org.pk, m.pool.pk), 0),
-                           spend=spend.get(m.org.pk, (0, 0)))
-        limiter_org_publish(pool_id=m.pool.pk, org=state, headroom_tps=headroom[m.pool.pk],
-                            now=now)
+        org_id, pool_id = m.org.pk, m.pool.pk
+        key_states = [_key_state(k, used.get((org_id, pool_id, k.pk), 0))
+                      for k in keys.get(org_id, [])]
+        state = _org_state(m, keys=key_states, day_used=used.get((org_id, pool_id), 0),
+                           money=money)
+        limiter_org_publish(pool_id=pool_id, org=state, pool=pool_states[pool_id], now=now)
     return len(members)
 
 
@@ -171,9 +238,10 @@ def limits_publish_orgs(*, org_ids) -> int:
 
 
 def limits_publish_pools(*, pool_ids) -> None:
-    """Push these pools' headroom: one script call per pool, whatever its number of orgs."""
-    for pool_id, headroom in _headroom_by_pool(set(pool_ids), clock.now()).items():
-        limiter_pool_publish(pool_id=pool_id, headroom_tps=headroom)
+    """Push these pools' own values (headroom, estimate default and floor): one script call per
+    pool, whatever its number of orgs."""
+    for pool_id, state in _pool_states(set(pool_ids), clock.now()).items():
+        limiter_pool_publish(pool_id=pool_id, pool=state)
 
 
 def limiter_sync_pool(*, pool_id: int) -> int:

@@ -4,6 +4,7 @@ from orgs.models import Application
 from quotas.models import CapacityPool, OrgPoolPreference, Tier
 from quotas.notifications import org_waitlist_email_queue
 from quotas.publish import limits_publish_org_later
+from quotas.selectors import org_allocation_maxima
 from quotas.services import allocations_end_for_org, org_pool_preference_set
 from sluice.errors import NotFound, Unprocessable
 
@@ -19,6 +20,25 @@ def org_transitioned_received(*, org, action: str, actor, reason: str) -> None:
 
 def api_keys_changed_received(*, org_id: int) -> None:
     limits_publish_org_later(org_id=org_id)
+
+
+def api_key_slice_checking_received(*, key, key_slice) -> None:
+    """A key's slice fits within its org's allocation: no limit above the largest the org holds
+    in any pool in force (in a pool with a smaller allocation the org's limit is the tighter,
+    and the engine enforces both)."""
+    largest = org_allocation_maxima(org_id=key.org_id)
+    errors = {}
+    for field, value, most in (
+            ("slice_output_tps", key_slice.output_tps, largest.burst_tps),
+            ("slice_input_tps", key_slice.input_tps, largest.burst_input_tps),
+            ("slice_daily_tokens", key_slice.daily_tokens, largest.daily_tokens),
+            ("slice_max_concurrency", key_slice.max_concurrency, largest.max_concurrency)):
+        if value is not None and value > (most or 0):
+            errors[field] = [f"Above the organization's allocation ({most or 0})."]
+    if errors:
+        raise Unprocessable("A key's slice must fit within its organization's allocation.",
+                            code="key_slice_above_allocation", fields=errors,
+                            details={"allocation": largest._asdict()})
 
 
 def application_submitted_received(*, application: Application, actor) -> None:

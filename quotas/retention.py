@@ -60,7 +60,8 @@ WITH events AS (
     SELECT org_id, pool_id, coalesce(api_key_id, 0) AS key,
            date_trunc('day', started_at, 'UTC') AS day,
            count(*) AS requests, count(*) FILTER (WHERE status <> 'completed') AS errors,
-           sum(input_tokens) AS input_tokens, sum(output_tokens) AS output_tokens,
+           sum(input_tokens) AS input_tokens, sum(cached_input_tokens) AS cached_input_tokens,
+           sum(output_tokens) AS output_tokens,
            coalesce(sum(input_tokens) FILTER (WHERE premium_eligible), 0) AS premium_input,
            coalesce(sum(output_tokens) FILTER (WHERE premium_eligible), 0) AS premium_output,
            coalesce(sum(ttft_ms), 0) AS ttft_ms_total, count(ttft_ms) AS ttft_count,
@@ -71,18 +72,19 @@ WITH events AS (
     SELECT org_id, pool_id, coalesce(api_key_id, 0) AS key,
            date_trunc('day', hour, 'UTC') AS day,
            sum(requests) AS requests, sum(errors) AS errors, sum(input_tokens) AS input_tokens,
-           sum(output_tokens) AS output_tokens, sum(premium_input_tokens) AS premium_input,
+           sum(cached_input_tokens) AS cached_input_tokens, sum(output_tokens) AS output_tokens,
+           sum(premium_input_tokens) AS premium_input,
            sum(premium_output_tokens) AS premium_output, sum(ttft_ms_total) AS ttft_ms_total,
            sum(ttft_count) AS ttft_count, sum(decode_ms_total) AS decode_ms_total
     FROM quotas_usagehourly WHERE hour >= %(start)s AND hour < %(end)s GROUP BY 1, 2, 3, 4
 )
 SELECT count(*) FROM events e FULL JOIN rollups r
     ON e.org_id = r.org_id AND e.pool_id = r.pool_id AND e.key = r.key AND e.day = r.day
-WHERE (e.requests, e.errors, e.input_tokens, e.output_tokens, e.premium_input,
-       e.premium_output, e.ttft_ms_total, e.ttft_count, e.decode_ms_total)
+WHERE (e.requests, e.errors, e.input_tokens, e.cached_input_tokens, e.output_tokens,
+       e.premium_input, e.premium_output, e.ttft_ms_total, e.ttft_count, e.decode_ms_total)
       IS DISTINCT FROM
-      (r.requests, r.errors, r.input_tokens, r.output_tokens, r.premium_input,
-       r.premium_output, r.ttft_ms_total, r.ttft_count, r.decode_ms_total)
+      (r.requests, r.errors, r.input_tokens, r.cached_input_tokens, r.output_tokens,
+       r.premium_input, r.premium_output, r.ttft_ms_total, r.ttft_count, r.decode_ms_total)
 """
 
 

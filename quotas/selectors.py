@@ -1,5 +1,6 @@
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import NamedTuple
 
 from django.db.models import (
     Aggregate,
@@ -9,6 +10,7 @@ from django.db.models import (
     F,
     FloatField,
     Func,
+    Max,
     Q,
     QuerySet,
     Sum,
@@ -55,8 +57,28 @@ def pool_guaranteed_tps(*, pool: CapacityPool) -> int:
             .aggregate(total=Sum("guaranteed_tps"))["total"] or 0)
 
 
+class AllocationMaxima(NamedTuple):
+    """The largest of each limit among an org's allocations in force (None: none)."""
+    burst_tps: int | None
+    burst_input_tps: int | None
+    daily_tokens: int | None
+    max_concurrency: int | None
+
+
+def org_allocation_maxima(*, org_id: int) -> AllocationMaxima:
+    return AllocationMaxima(**allocations_in_force().filter(org_id=org_id).aggregate(
+        burst_tps=Max("burst_tps"), burst_input_tps=Max("burst_input_tps"),
+        daily_tokens=Max("daily_tokens"), max_concurrency=Max("max_concurrency")))
+
+
+def pool_guaranteed_input_tps(*, pool: CapacityPool) -> int:
+    return (allocations_in_force().filter(pool=pool)
+            .aggregate(total=Sum("guaranteed_input_tps"))["total"] or 0)
+
+
 @dataclass(frozen=True)
 class PoolCapacitySummary:
+    """Output (decode) tokens/s, and input (prefill) tokens/s when the pool declares them."""
     pool_id: int
     name: str
     capacity_tps: int
@@ -64,21 +86,33 @@ class PoolCapacitySummary:
     guaranteed_tps: int
     free_tps: int
     org_count: int
+    prefill_capacity_tps: int | None = None
+    guaranteeable_input_tps: int | None = None
+    guaranteed_input_tps: int | None = None
+    free_input_tps: int | None = None
 
 
-def _summary(pool: CapacityPool, guaranteed: int, orgs: int) -> PoolCapacitySummary:
+def _summary(pool: CapacityPool, guaranteed: int, guaranteed_input: int,
+             orgs: int) -> PoolCapacitySummary:
+    guaranteeable_input = pool.guaranteeable_input_tps
+    apart = guaranteeable_input is not None
     return PoolCapacitySummary(
         pool_id=pool.pk, name=str(pool), capacity_tps=pool.capacity_tps,
         guaranteeable_tps=pool.guaranteeable_tps, guaranteed_tps=guaranteed,
         free_tps=max(pool.guaranteeable_tps - guaranteed, 0), org_count=orgs,
+        prefill_capacity_tps=pool.prefill_capacity_tps,
+        guaranteeable_input_tps=guaranteeable_input,
+        guaranteed_input_tps=guaranteed_input if apart else None,
+        free_input_tps=max(guaranteeable_input - guaranteed_input, 0) if apart else None,
     )
 
 
 def pool_capacity_summary(*, pool: CapacityPool) -> PoolCapacitySummary:
     agg = allocations_in_force().filter(pool=pool).aggregate(
-        total=Sum("guaranteed_tps"), orgs=Count("org", distinct=True)
+        total=Sum("guaranteed_tps"), total_input=Sum("guaranteed_input_tps"),
+        orgs=Count("org", distinct=True)
     )
-    return _summary(pool, agg["total"] or 0, agg["orgs"])
+    return _summary(pool, agg["total"] or 0, agg["total_input"] or 0, agg["orgs"])
 
 
 def pool_capacity_summaries() -> list[PoolCapacitySummary]:
@@ -86,9 +120,10 @@ def pool_capacity_summaries() -> list[PoolCapacitySummary]:
     in_force = _in_force(now=timezone.now(), prefix="allocations__")
     pools = CapacityPool.objects.annotate(
         guaranteed=Sum("allocations__guaranteed_tps", filter=in_force),
+        guaranteed_input=Sum("allocations__guaranteed_input_tps", filter=in_force),
         orgs=Count("allocations__org", filter=in_force, distinct=True),
     )
-    return [_summary(p, p.guaranteed or 0, p.orgs) for p in pools]
+    return [_summary(p, p.guaranteed or 0, p.guaranteed_input or 0, p.orgs) for p in pools]
 
 
 # --- An org's usage, read for its charts --------------------------------------------------------

@@ -1,9 +1,15 @@
 """Every state change of pools and allocations.
 
-The capacity invariant — the sum of guarantees in force never exceeds the pool's guaranteeable
-capacity — is kept by locking the pool row before reading the sum. Every path that raises a
-guarantee or lowers capacity takes that lock, so concurrent grants serialize on it and each sees
-the others' committed guarantees.
+The capacity invariants — the sum of output guarantees in force never exceeds the pool's
+guaranteeable decode capacity, and, in a pool that declares a prefill capacity, the sum of
+input guarantees never exceeds its guaranteeable prefill capacity — are kept by locking the
+pool row before reading the sums. Every path that raises a guarantee or lowers a capacity takes
+that lock, so concurrent grants serialize on it and each sees the others' committed guarantees.
+
+Input is metered apart exactly where the pool declares a prefill capacity: then every
+allocation in force carries input TPS (given, or derived from its output TPS in the ratio of the
+pool's prefill to decode capacity, also when an operator first declares the prefill capacity);
+elsewhere input counts with output against the decode capacity, as it always did.
 
 The house lock order. Every transaction, in every app, takes its row locks in this order and
 skips what it does not need:
@@ -34,7 +40,11 @@ from orgs.services.audit import Actor, audit_record
 from quotas.errors import CapacityBelowGuarantees, CapacityExhausted
 from quotas.models import Allocation, AllocationStatus, CapacityPool, OrgPoolPreference
 from quotas.publish import limits_publish_org_later, limits_publish_pool_later
-from quotas.selectors import pool_guaranteed_tps
+from quotas.selectors import (
+    allocations_in_force,
+    pool_guaranteed_input_tps,
+    pool_guaranteed_tps,
+)
 from sluice.errors import Conflict, DomainError
 from sluice.transactions import nestable, nested_atomic
 
@@ -59,6 +69,7 @@ def _capacity_freed(*, pool_id: int) -> None:
 def _allocation_snapshot(a: Allocation) -> dict:
     return {
         "guaranteed_tps": a.guaranteed_tps, "burst_tps": a.burst_tps,
+        "guaranteed_input_tps": a.guaranteed_input_tps, "burst_input_tps": a.burst_input_tps,
         "daily_tokens": a.daily_tokens, "max_concurrency": a.max_concurrency,
         "status": a.status,
         "valid_until": a.valid_until.isoformat() if a.valid_until else None,
@@ -66,7 +77,9 @@ def _allocation_snapshot(a: Allocation) -> dict:
 
 
 def _check_limits(*, guaranteed_tps: int, burst_tps: int, daily_tokens: int,
-                  max_concurrency: int, pool: CapacityPool) -> None:
+                  max_concurrency: int, pool: CapacityPool,
+                  guaranteed_input_tps: int | None = None,
+                  burst_input_tps: int | None = None) -> None:
     errors = {}
     if guaranteed_tps < 1:
         errors["guaranteed_tps"] = ["Must be at least 1."]
@@ -78,56 +91,149 @@ def _check_limits(*, guaranteed_tps: int, burst_tps: int, daily_tokens: int,
         errors["daily_tokens"] = ["Must be at least 1."]
     if max_concurrency < 1:
         errors["max_concurrency"] = ["Must be at least 1."]
+    if not pool.meters_input_apart:
+        if guaranteed_input_tps is not None or burst_input_tps is not None:
+            errors["guaranteed_input_tps"] = [
+                "The pool declares no prefill capacity: input counts with output."]
+    elif guaranteed_input_tps < 1:
+        errors["guaranteed_input_tps"] = ["Must be at least 1."]
+    elif burst_input_tps < guaranteed_input_tps:
+        errors["burst_input_tps"] = ["Must be at least guaranteed_input_tps."]
+    elif burst_input_tps > pool.prefill_capacity_tps:
+        errors["burst_input_tps"] = [
+            f"Cannot exceed the pool's prefill capacity ({pool.prefill_capacity_tps})."]
     if errors:
         raise DomainError("The allocation is invalid.", code="invalid_allocation", fields=errors)
 
 
-def _check_room(*, pool: CapacityPool, increase_tps: int) -> None:
+def _input_derived(pool: CapacityPool, tps: int) -> int:
+    """Input TPS in proportion to output TPS, in the ratio of the pool's prefill to decode
+    capacity (rounded down, at least 1): what an allocation gets when none is given."""
+    return max(1, tps * pool.prefill_capacity_tps // pool.capacity_tps)
+
+
+def _input_limits(pool: CapacityPool, *, guaranteed_tps: int, burst_tps: int,
+                  guaranteed_input_tps: int | None, burst_input_tps: int | None
+                  ) -> tuple[int | None, int | None]:
+    """The input TPS an allocation gets: None where the pool meters input with output (any
+    given are left for _check_limits to refuse); given, or derived from the output TPS."""
+    if not pool.meters_input_apart:
+        return guaranteed_input_tps, burst_input_tps
+    if guaranteed_input_tps is None:
+        guaranteed_input_tps = _input_derived(pool, guaranteed_tps)
+    if burst_input_tps is None:
+        burst_input_tps = max(guaranteed_input_tps, _input_derived(pool, burst_tps))
+    return guaranteed_input_tps, burst_input_tps
+
+
+def _check_room(*, pool: CapacityPool, increase_tps: int, increase_input_tps: int = 0) -> None:
     """Refuse a guarantee increase the pool cannot hold. The caller holds the pool lock."""
-    guaranteed = pool_guaranteed_tps(pool=pool)
-    if guaranteed + increase_tps > pool.guaranteeable_tps:
-        raise CapacityExhausted(pool=pool, asked_tps=increase_tps,
-                                guaranteeable_tps=pool.guaranteeable_tps,
-                                guaranteed_tps=guaranteed)
+    if increase_tps > 0:
+        guaranteed = pool_guaranteed_tps(pool=pool)
+        if guaranteed + increase_tps > pool.guaranteeable_tps:
+            raise CapacityExhausted(pool=pool, asked_tps=increase_tps,
+                                    guaranteeable_tps=pool.guaranteeable_tps,
+                                    guaranteed_tps=guaranteed)
+    if increase_input_tps > 0:
+        guaranteed = pool_guaranteed_input_tps(pool=pool)
+        if guaranteed + increase_input_tps > pool.guaranteeable_input_tps:
+            raise CapacityExhausted(pool=pool, asked_tps=increase_input_tps,
+                                    guaranteeable_tps=pool.guaranteeable_input_tps,
+                                    guaranteed_tps=guaranteed, limit="input")
 
 
 @nestable
 @transaction.atomic(durable=True)
 def pool_create(*, model: str, region: str, tier: str, capacity_tps: int,
                 guaranteeable_ratio: Decimal, actor: Actor,
-                limiter_failure_policy: str | None = None) -> CapacityPool:
+                limiter_failure_policy: str | None = None,
+                prefill_capacity_tps: int | None = None,
+                output_estimate_default: int | None = None,
+                output_estimate_floor: int | None = None) -> CapacityPool:
     if CapacityPool.objects.filter(model=model, region=region, tier=tier).exists():
         raise Conflict(f"A pool for {model} in {region} ({tier}) exists already.",
                        code="pool_exists")
     pool = CapacityPool(model=model, region=region, tier=tier, capacity_tps=capacity_tps,
-                        guaranteeable_ratio=guaranteeable_ratio)
+                        guaranteeable_ratio=guaranteeable_ratio,
+                        prefill_capacity_tps=prefill_capacity_tps)
     if limiter_failure_policy:
         pool.limiter_failure_policy = limiter_failure_policy
+    if output_estimate_default is not None:
+        pool.output_estimate_default = output_estimate_default
+    if output_estimate_floor is not None:
+        pool.output_estimate_floor = output_estimate_floor
     pool.save()
     audit_record(actor=actor, action="pool.create", target=pool,
-                 after={"capacity_tps": capacity_tps, "ratio": str(guaranteeable_ratio)})
+                 after={"capacity_tps": capacity_tps, "ratio": str(guaranteeable_ratio),
+                        "prefill_capacity_tps": prefill_capacity_tps})
     return pool
+
+
+_UNCHANGED = object()
+
+
+def _allocations_input_set(*, pool: CapacityPool, actor: Actor) -> None:
+    """The pool started or stopped metering input apart: give its allocations in force input
+    TPS derived from their output TPS (or take them away), and check the input invariant."""
+    for allocation in (allocations_in_force().filter(pool=pool).select_related("org")
+                       .select_for_update(of=("self",)).order_by("pk")):
+        before = _allocation_snapshot(allocation)
+        allocation.guaranteed_input_tps, allocation.burst_input_tps = _input_limits(
+            pool, guaranteed_tps=allocation.guaranteed_tps, burst_tps=allocation.burst_tps,
+            guaranteed_input_tps=None, burst_input_tps=None)
+        allocation.save(update_fields=["guaranteed_input_tps", "burst_input_tps", "updated_at"])
+        audit_record(actor=actor, action="allocation.change", target=allocation,
+                     org=allocation.org, before=before,
+                     after=_allocation_snapshot(allocation),
+                     reason="the pool's prefill capacity changed")
+        limits_publish_org_later(org_id=allocation.org_id)
+    if pool.meters_input_apart:
+        guaranteed = pool_guaranteed_input_tps(pool=pool)
+        if guaranteed > pool.guaranteeable_input_tps:
+            raise CapacityBelowGuarantees(pool=pool, limit="input",
+                                          new_guaranteeable_tps=pool.guaranteeable_input_tps,
+                                          guaranteed_tps=guaranteed)
 
 
 @nestable
 @transaction.atomic(durable=True)
 def pool_capacity_set(*, pool: CapacityPool, capacity_tps: int, actor: Actor,
                       guaranteeable_ratio: Decimal | None = None,
+                      prefill_capacity_tps: int | None | object = _UNCHANGED,
                       reason: str = "") -> CapacityPool:
+    """Set the decode capacity (output tokens/s), and the prefill capacity (input tokens/s;
+    None: input counts with output) when given. Refused below what is guaranteed."""
     pool = pool_lock(pool_id=pool.pk)
     ratio = pool.guaranteeable_ratio if guaranteeable_ratio is None else guaranteeable_ratio
+    prefill = (pool.prefill_capacity_tps if prefill_capacity_tps is _UNCHANGED
+               else prefill_capacity_tps)
     new_guaranteeable = CapacityPool.guaranteeable_for(capacity_tps, ratio)
     guaranteed = pool_guaranteed_tps(pool=pool)
     if new_guaranteeable < guaranteed:
         raise CapacityBelowGuarantees(pool=pool, new_guaranteeable_tps=new_guaranteeable,
                                       guaranteed_tps=guaranteed)
-    if (capacity_tps, ratio) == (pool.capacity_tps, pool.guaranteeable_ratio):
+    if prefill is not None and pool.prefill_capacity_tps is not None:
+        new_guaranteeable_input = CapacityPool.guaranteeable_for(prefill, ratio)
+        guaranteed_input = pool_guaranteed_input_tps(pool=pool)
+        if new_guaranteeable_input < guaranteed_input:
+            raise CapacityBelowGuarantees(pool=pool, limit="input",
+                                          new_guaranteeable_tps=new_guaranteeable_input,
+                                          guaranteed_tps=guaranteed_input)
+    if (capacity_tps, ratio, prefill) == (pool.capacity_tps, pool.guaranteeable_ratio,
+                                          pool.prefill_capacity_tps):
         return pool
-    before = {"capacity_tps": pool.capacity_tps, "ratio": str(pool.guaranteeable_ratio)}
+    before = {"capacity_tps": pool.capacity_tps, "ratio": str(pool.guaranteeable_ratio),
+              "prefill_capacity_tps": pool.prefill_capacity_tps}
+    apart_before = pool.meters_input_apart
     pool.capacity_tps, pool.guaranteeable_ratio = capacity_tps, ratio
-    pool.save(update_fields=["capacity_tps", "guaranteeable_ratio", "updated_at"])
+    pool.prefill_capacity_tps = prefill
+    pool.save(update_fields=["capacity_tps", "guaranteeable_ratio", "prefill_capacity_tps",
+                             "updated_at"])
     audit_record(actor=actor, action="pool.capacity_set", target=pool, before=before,
-                 after={"capacity_tps": capacity_tps, "ratio": str(ratio)}, reason=reason)
+                 after={"capacity_tps": capacity_tps, "ratio": str(ratio),
+                        "prefill_capacity_tps": prefill}, reason=reason)
+    if pool.meters_input_apart != apart_before:
+        _allocations_input_set(pool=pool, actor=actor)
     # Capacity moves the pool's headroom only (its orgs' limits stay): one write for the pool.
     limits_publish_pool_later(pool_id=pool.pk)
     return pool
@@ -137,22 +243,33 @@ def pool_capacity_set(*, pool: CapacityPool, capacity_tps: int, actor: Actor,
 @transaction.atomic(durable=True)
 def pool_settings_set(*, pool: CapacityPool, actor: Actor, capacity_tps: int,
                       guaranteeable_ratio: Decimal, limiter_failure_policy: str,
-                      speed_floor_output_tps: int, ttft_ceiling_ms: int) -> CapacityPool:
-    """Everything an operator edits on a pool; capacity goes through `pool_capacity_set`."""
+                      speed_floor_output_tps: int, ttft_ceiling_ms: int,
+                      prefill_capacity_tps: int | None | object = _UNCHANGED,
+                      output_estimate_default: int | None = None,
+                      output_estimate_floor: int | None = None) -> CapacityPool:
+    """Everything an operator edits on a pool; capacity goes through `pool_capacity_set`. The
+    output estimate default and floor stay as they are when not given."""
     pool = pool_capacity_set.nested(pool=pool, capacity_tps=capacity_tps, actor=actor,
-                                    guaranteeable_ratio=guaranteeable_ratio)
+                                    guaranteeable_ratio=guaranteeable_ratio,
+                                    prefill_capacity_tps=prefill_capacity_tps)
     before = {"limiter_failure_policy": pool.limiter_failure_policy,
               "speed_floor_output_tps": pool.speed_floor_output_tps,
-              "ttft_ceiling_ms": pool.ttft_ceiling_ms}
+              "ttft_ceiling_ms": pool.ttft_ceiling_ms,
+              "output_estimate_default": pool.output_estimate_default,
+              "output_estimate_floor": pool.output_estimate_floor}
     after = {"limiter_failure_policy": limiter_failure_policy,
              "speed_floor_output_tps": speed_floor_output_tps,
-             "ttft_ceiling_ms": ttft_ceiling_ms}
+             "ttft_ceiling_ms": ttft_ceiling_ms,
+             "output_estimate_default": output_estimate_default or pool.output_estimate_default,
+             "output_estimate_floor": (pool.output_estimate_floor if output_estimate_floor is None
+                                       else output_estimate_floor)}
     if before != after:
         for field, value in after.items():
             setattr(pool, field, value)
         pool.save(update_fields=[*after, "updated_at"])
         audit_record(actor=actor, action="pool.settings_set", target=pool, before=before,
                      after=after)
+        limits_publish_pool_later(pool_id=pool.pk)  # the estimate default and floor
     return pool
 
 
@@ -160,7 +277,11 @@ def pool_settings_set(*, pool: CapacityPool, actor: Actor, capacity_tps: int,
 @transaction.atomic(durable=True)
 def allocation_grant(*, org: Organization, pool: CapacityPool, guaranteed_tps: int,
                      burst_tps: int, daily_tokens: int, max_concurrency: int, actor: Actor,
-                     valid_until: datetime | None = None, reason: str = "") -> Allocation:
+                     valid_until: datetime | None = None, reason: str = "",
+                     guaranteed_input_tps: int | None = None,
+                     burst_input_tps: int | None = None) -> Allocation:
+    """Input TPS only where the pool declares a prefill capacity (derived from the output TPS
+    when not given)."""
     # Lock the pool row: concurrent grants must see each other's guarantees. Then the org: an
     # offboarding that commits meanwhile is seen, not granted around.
     pool = pool_lock(pool_id=pool.pk)
@@ -168,14 +289,19 @@ def allocation_grant(*, org: Organization, pool: CapacityPool, guaranteed_tps: i
     if org.status not in ORG_STATES_HOLDING_ALLOCATIONS:
         raise Conflict(f"{org.name} is {org.status} and cannot hold an allocation.",
                        code="org_not_eligible")
+    g_in, b_in = _input_limits(pool, guaranteed_tps=guaranteed_tps, burst_tps=burst_tps,
+                               guaranteed_input_tps=guaranteed_input_tps,
+                               burst_input_tps=burst_input_tps)
     _check_limits(guaranteed_tps=guaranteed_tps, burst_tps=burst_tps,
-                  daily_tokens=daily_tokens, max_concurrency=max_concurrency, pool=pool)
+                  daily_tokens=daily_tokens, max_concurrency=max_concurrency, pool=pool,
+                  guaranteed_input_tps=g_in, burst_input_tps=b_in)
     if Allocation.objects.filter(org=org, pool=pool, status=AllocationStatus.ACTIVE).exists():
         raise Conflict(f"{org.name} already has an allocation in {pool}; change it instead.",
                        code="allocation_exists")
-    _check_room(pool=pool, increase_tps=guaranteed_tps)
+    _check_room(pool=pool, increase_tps=guaranteed_tps, increase_input_tps=g_in or 0)
     allocation = Allocation.objects.create(
         org=org, pool=pool, guaranteed_tps=guaranteed_tps, burst_tps=burst_tps,
+        guaranteed_input_tps=g_in, burst_input_tps=b_in,
         daily_tokens=daily_tokens, max_concurrency=max_concurrency, valid_until=valid_until,
     )
     audit_record(actor=actor, action="allocation.grant", target=allocation, org=org,
@@ -189,7 +315,8 @@ def allocation_grant(*, org: Organization, pool: CapacityPool, guaranteed_tps: i
 def allocation_change(*, allocation: Allocation, actor: Actor, guaranteed_tps: int | None = None,
                       burst_tps: int | None = None, daily_tokens: int | None = None,
                       max_concurrency: int | None = None, valid_until: datetime | None = None,
-                      reason: str = "") -> Allocation:
+                      reason: str = "", guaranteed_input_tps: int | None = None,
+                      burst_input_tps: int | None = None) -> Allocation:
     pool = pool_lock(pool_id=allocation.pool_id)
     allocation = Allocation.objects.select_for_update().get(pk=allocation.pk)
     if allocation.status != AllocationStatus.ACTIVE:
@@ -199,12 +326,19 @@ def allocation_change(*, allocation: Allocation, actor: Actor, guaranteed_tps: i
     b = allocation.burst_tps if burst_tps is None else burst_tps
     d = allocation.daily_tokens if daily_tokens is None else daily_tokens
     c = allocation.max_concurrency if max_concurrency is None else max_concurrency
-    _check_limits(guaranteed_tps=g, burst_tps=b, daily_tokens=d, max_concurrency=c, pool=pool)
-    if g > allocation.guaranteed_tps:
-        _check_room(pool=pool, increase_tps=g - allocation.guaranteed_tps)
-    if g < allocation.guaranteed_tps:
+    g_in = allocation.guaranteed_input_tps if guaranteed_input_tps is None \
+        else guaranteed_input_tps
+    b_in = allocation.burst_input_tps if burst_input_tps is None else burst_input_tps
+    g_in, b_in = _input_limits(pool, guaranteed_tps=g, burst_tps=b, guaranteed_input_tps=g_in,
+                               burst_input_tps=b_in)
+    _check_limits(guaranteed_tps=g, burst_tps=b, daily_tokens=d, max_concurrency=c, pool=pool,
+                  guaranteed_input_tps=g_in, burst_input_tps=b_in)
+    _check_room(pool=pool, increase_tps=g - allocation.guaranteed_tps,
+                increase_input_tps=(g_in or 0) - (allocation.guaranteed_input_tps or 0))
+    if g < allocation.guaranteed_tps or (g_in or 0) < (allocation.guaranteed_input_tps or 0):
         _capacity_freed(pool_id=pool.pk)
     allocation.guaranteed_tps, allocation.burst_tps = g, b
+    allocation.guaranteed_input_tps, allocation.burst_input_tps = g_in, b_in
     allocation.daily_tokens, allocation.max_concurrency = d, c
     if valid_until is not None:
         allocation.valid_until = valid_until

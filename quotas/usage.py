@@ -34,6 +34,7 @@ from quotas.limiter.clock import clock
 from quotas.limiter.connection import LimiterUnavailable
 from quotas.limiter.engine import limiter_reservations_lookup, limiter_settle
 from quotas.limiter.schema import Settlement
+from quotas.models import Tier
 from quotas.partitions import usage_started_at_window
 
 logger = logging.getLogger(__name__)
@@ -61,13 +62,15 @@ class _Row:
 
 def usage_speed(event: UsageInput, route: PoolRoute) -> tuple[int | None, float | None, bool]:
     """Time to first token, output tokens/s, and whether the fast tier's promise was kept
-    (completed, first token within the ceiling, decoding at or above the floor)."""
+    (a fast pool, completed, first token within the ceiling, decoding at or above the floor).
+    The premium is billed on fast-tier tokens only: a standard pool's are never eligible."""
     if event.first_token_at is None:
         return None, None, False
     ttft_ms = int((event.first_token_at - event.started_at).total_seconds() * 1000)
     decode_s = (event.finished_at - event.first_token_at).total_seconds()
     output_tps = event.output_tokens / decode_s if decode_s > 0 and event.output_tokens else None
-    fast = (event.status == "completed" and ttft_ms <= route.ttft_ceiling_ms
+    fast = (route.tier == Tier.FAST and event.status == "completed"
+            and ttft_ms <= route.ttft_ceiling_ms
             and (output_tps is None or output_tps >= route.speed_floor_output_tps))
     return ttft_ms, output_tps, fast
 
@@ -160,13 +163,14 @@ WITH batch AS (
     SELECT * FROM unnest(
         %(request_id)b::varchar[], %(org_id)b::bigint[], %(pool_id)b::bigint[],
         %(api_key_id)b::bigint[], %(status)b::varchar[], %(input_tokens)b::bigint[],
-        %(output_tokens)b::bigint[], %(started_at)b::timestamptz[],
+        %(cached_input_tokens)b::bigint[], %(output_tokens)b::bigint[],
+        %(started_at)b::timestamptz[],
         %(first_token_at)b::timestamptz[], %(finished_at)b::timestamptz[],
         %(ttft_ms)b::integer[], %(output_tps)b::float8[], %(premium_eligible)b::boolean[],
         %(unreserved)b::boolean[]
-    ) AS b(request_id, org_id, pool_id, api_key_id, status, input_tokens, output_tokens,
-           started_at, first_token_at, finished_at, ttft_ms, output_tps, premium_eligible,
-           unreserved)
+    ) AS b(request_id, org_id, pool_id, api_key_id, status, input_tokens, cached_input_tokens,
+           output_tokens, started_at, first_token_at, finished_at, ttft_ms, output_tps,
+           premium_eligible, unreserved)
 ), claimed AS (
     INSERT INTO quotas_usageeventkey (request_id)
     SELECT request_id FROM batch ORDER BY request_id
@@ -174,22 +178,24 @@ WITH batch AS (
     RETURNING request_id
 ), inserted AS (
     INSERT INTO quotas_usageevent (
-        request_id, org_id, pool_id, api_key_id, status, input_tokens, output_tokens,
-        started_at, first_token_at, finished_at, ttft_ms, output_tps, premium_eligible,
-        unreserved, received_at)
-    SELECT request_id, org_id, pool_id, api_key_id, status, input_tokens, output_tokens,
-           started_at, first_token_at, finished_at, ttft_ms, output_tps, premium_eligible,
-           unreserved, %(received_at)s
+        request_id, org_id, pool_id, api_key_id, status, input_tokens, cached_input_tokens,
+        output_tokens, started_at, first_token_at, finished_at, ttft_ms, output_tps,
+        premium_eligible, unreserved, received_at)
+    SELECT request_id, org_id, pool_id, api_key_id, status, input_tokens, cached_input_tokens,
+           output_tokens, started_at, first_token_at, finished_at, ttft_ms, output_tps,
+           premium_eligible, unreserved, %(received_at)s
     FROM batch JOIN claimed USING (request_id)
-    RETURNING request_id, org_id, pool_id, api_key_id, status, input_tokens, output_tokens,
-              started_at, first_token_at, finished_at, ttft_ms, premium_eligible
+    RETURNING request_id, org_id, pool_id, api_key_id, status, input_tokens,
+              cached_input_tokens, output_tokens, started_at, first_token_at, finished_at,
+              ttft_ms, premium_eligible
 ), rolled AS (
     INSERT INTO quotas_usagehourly AS h (
-        org_id, pool_id, api_key_id, hour, requests, errors, input_tokens, output_tokens,
-        premium_input_tokens, premium_output_tokens, ttft_ms_total, ttft_count, decode_ms_total)
+        org_id, pool_id, api_key_id, hour, requests, errors, input_tokens, cached_input_tokens,
+        output_tokens, premium_input_tokens, premium_output_tokens, ttft_ms_total, ttft_count,
+        decode_ms_total)
     SELECT org_id, pool_id, api_key_id, date_trunc('hour', started_at, 'UTC'),
            count(*), count(*) FILTER (WHERE status <> 'completed'),
-           sum(input_tokens), sum(output_tokens),
+           sum(input_tokens), sum(cached_input_tokens), sum(output_tokens),
            coalesce(sum(input_tokens) FILTER (WHERE premium_eligible), 0),
            coalesce(sum(output_tokens) FILTER (WHERE premium_eligible), 0),
            coalesce(sum(ttft_ms), 0), count(ttft_ms),
@@ -201,6 +207,7 @@ WITH batch AS (
         requests = h.requests + EXCLUDED.requests,
         errors = h.errors + EXCLUDED.errors,
         input_tokens = h.input_tokens + EXCLUDED.input_tokens,
+        cached_input_tokens = h.cached_input_tokens + EXCLUDED.cached_input_tokens,
         output_tokens = h.output_tokens + EXCLUDED.output_tokens,
         premium_input_tokens = h.premium_input_tokens + EXCLUDED.premium_input_tokens,
         premium_output_tokens = h.premium_output_tokens + EXCLUDED.premium_output_tokens,
@@ -220,6 +227,7 @@ def _columns(rows: list[_Row]) -> dict[str, list]:
         "api_key_id": [r.ref.api_key_id for r in rows],
         "status": [r.event.status for r in rows],
         "input_tokens": [r.event.input_tokens for r in rows],
+        "cached_input_tokens": [r.event.cached_input_tokens for r in rows],
         "output_tokens": [r.event.output_tokens for r in rows],
         "started_at": [r.event.started_at for r in rows],
         "first_token_at": [r.event.first_token_at for r in rows],
@@ -234,9 +242,11 @@ def _columns(rows: list[_Row]) -> dict[str, list]:
 def _settle(rows: list[_Row]) -> None:
     by_pool: dict[int, list[Settlement]] = defaultdict(list)
     for r in rows:
+        e = r.event
         by_pool[r.ref.pool_id].append(Settlement(
-            request_id=r.event.request_id, org_id=r.ref.org_id,
-            tokens=r.event.input_tokens + r.event.output_tokens))
+            request_id=e.request_id, org_id=r.ref.org_id, input_tokens=e.input_tokens,
+            output_tokens=e.output_tokens, cached_input_tokens=e.cached_input_tokens,
+            api_key_id=r.ref.api_key_id or 0, completed=int(e.status == "completed")))
     for pool_id, settlements in by_pool.items():
         try:
             limiter_settle(pool_id=pool_id, settlements=settlements)
@@ -249,7 +259,7 @@ def _settle(rows: list[_Row]) -> None:
 
 def _usage_cells(rows: list[_Row]) -> list[UsageCell]:
     """The new rows summed per org, pool and UTC hour: the same cells as the hourly rollups."""
-    cells: dict = defaultdict(lambda: [0, 0, 0, 0])
+    cells: dict = defaultdict(lambda: [0, 0, 0, 0, 0])
     for r in rows:
         hour = r.event.started_at.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
         cell = cells[(r.ref.org_id, r.ref.pool_id, hour)]
@@ -258,14 +268,19 @@ def _usage_cells(rows: list[_Row]) -> list[UsageCell]:
         if r.premium_eligible:
             cell[2] += r.event.input_tokens
             cell[3] += r.event.output_tokens
+        cell[4] += r.event.cached_input_tokens
     return [UsageCell(org_id, pool_id, hour, *sums)
             for (org_id, pool_id, hour), sums in cells.items()]
 
 
 def _after_commit(rows: list[_Row]) -> None:
-    _settle(rows)
-    # Billing prices the new usage into the orgs' month spend counters (spend caps).
-    usage_recorded.emit(cells=_usage_cells(rows))
+    # Billing prices the new usage into the orgs' month spend counters (spend caps) before the
+    # settlement frees the money the reservations held: in between the money counts twice
+    # (more refusals for a moment), never zero times (a spend cap passed).
+    try:
+        usage_recorded.emit(cells=_usage_cells(rows))
+    finally:
+        _settle(rows)
 
 
 # key id -> when this process last touched it: saves a query per call for busy keys.

@@ -7,8 +7,10 @@
 - `fields` (only when input was wrong): each bad input field, by name, with its problems.
 - `details` (only when a refusal has facts worth acting on): named values, like the free
   tokens/s of a `capacity_exhausted` or the state that made a transition illegal.
-- `retry_after_ms` (only on the gateway hook's 429): when the same request may pass; null when
-  waiting will not help.
+- `retry_after_ms` (only on the gateway hook's 429 and 503): when the same request may pass;
+  null when waiting will not help.
+- `retryable` (only on the gateway hook): false when sending the same request again cannot
+  help soon (a gateway passes it on as `x-should-retry`, which the OpenAI SDK honours).
 
 No Django imports: the gateway hook's WSGI fast path uses it, and so can a gateway without Django.
 """
@@ -18,7 +20,7 @@ _ABSENT = object()
 
 def error_body(*, code: str, message: str, fields: dict | None = None,
                details: dict | None = None, retry_after_ms: int | None | object = _ABSENT,
-               ) -> dict:
+               retryable: bool | None = None) -> dict:
     error: dict = {"code": code, "message": message}
     if fields:
         error["fields"] = fields
@@ -26,4 +28,6 @@ def error_body(*, code: str, message: str, fields: dict | None = None,
         error["details"] = details
     if retry_after_ms is not _ABSENT:
         error["retry_after_ms"] = retry_after_ms
+    if retryable is not None:
+        error["retryable"] = retryable
     return {"error": error}

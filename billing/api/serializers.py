@@ -51,5 +51,6 @@ class PriceVersionSerializer(serializers.ModelSerializer):
     class Meta:
         model = PriceVersion
         fields = ["id", "pool", "org", "effective_from", "input_micros_per_mtok",
-                  "output_micros_per_mtok", "premium_input_micros_per_mtok",
+                  "cached_input_micros_per_mtok", "output_micros_per_mtok",
+                  "premium_input_micros_per_mtok",
                   "premium_output_micros_per_mtok", "note", "created_at"]

@@ -143,6 +143,10 @@ class OperatorPriceListView(OperatorView):
                                                  required=False, allow_null=True)
         effective_from = serializers.DateTimeField()
         input_micros_per_mtok = serializers.IntegerField(min_value=0)
+        cached_input_micros_per_mtok = serializers.IntegerField(
+            min_value=0, required=False, allow_null=True,
+            help_text="Input tokens served from the upstream's prompt cache; absent or null: "
+                      "the input price.")
         output_micros_per_mtok = serializers.IntegerField(min_value=0)
         premium_input_micros_per_mtok = serializers.IntegerField(min_value=0, default=0)
         premium_output_micros_per_mtok = serializers.IntegerField(min_value=0, default=0)

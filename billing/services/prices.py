@@ -5,10 +5,11 @@ from datetime import datetime
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from billing.models import PriceVersion
+from billing.models import BillingAccount, PriceVersion
 from orgs.models import Organization
 from orgs.services.audit import Actor, audit_record
-from quotas.models import CapacityPool
+from quotas.models import Allocation, CapacityPool
+from quotas.publish import limits_publish_org_later
 from sluice.errors import Conflict, Unprocessable
 from sluice.transactions import nestable
 
@@ -22,6 +23,18 @@ def _refuse_start(message: str, *, code: str, effective_from: datetime) -> None:
                         details={"effective_from": effective_from.isoformat()})
 
 
+def _capped_orgs_publish_later(*, pool: CapacityPool, org: Organization | None) -> None:
+    """The admission engine holds money at the worst case of the pool's prices for capped orgs
+    (billing fills them in on every publish, through quotas' `limits_publishing`): republish
+    the capped orgs of the pool after the commit."""
+    holders = Allocation.objects.filter(pool=pool).values("org_id")
+    if org is not None:
+        holders = holders.filter(org=org)
+    for org_id in (BillingAccount.objects.filter(org_id__in=holders, spend_cap_micros__gt=0)
+                   .values_list("org_id", flat=True)):
+        limits_publish_org_later(org_id=org_id)
+
+
 @nestable
 @transaction.atomic(durable=True)
 def price_version_create(
@@ -29,10 +42,12 @@ def price_version_create(
     output_micros_per_mtok: int, premium_input_micros_per_mtok: int = 0,
     premium_output_micros_per_mtok: int = 0, org: Organization | None = None,
     note: str = "", actor: Actor, now: datetime | None = None,
+    cached_input_micros_per_mtok: int | None = None,
 ) -> PriceVersion:
     """A new version from `effective_from`, which must be a whole hour (so an hourly rollup is
     never split between two prices) and not before the current hour (history is not rewritten:
-    hours already metered keep the price they were metered at)."""
+    hours already metered keep the price they were metered at). Cached input tokens get their
+    own price (None: the input price)."""
     now = now or timezone.now()
     if effective_from != _hour_floor(effective_from):
         _refuse_start("A price version starts on a whole hour (minutes and seconds 0).",
@@ -45,6 +60,7 @@ def price_version_create(
             version = PriceVersion.objects.create(
                 pool=pool, org=org, effective_from=effective_from,
                 input_micros_per_mtok=input_micros_per_mtok,
+                cached_input_micros_per_mtok=cached_input_micros_per_mtok,
                 output_micros_per_mtok=output_micros_per_mtok,
                 premium_input_micros_per_mtok=premium_input_micros_per_mtok,
                 premium_output_micros_per_mtok=premium_output_micros_per_mtok,
@@ -54,7 +70,10 @@ def price_version_create(
                        code="price_version_exists") from None
     audit_record(actor=actor, action="billing.price_version_create", target=version, org=org,
                  after={"pool": pool.pk, "effective_from": effective_from.isoformat(),
-                        "input": input_micros_per_mtok, "output": output_micros_per_mtok,
+                        "input": input_micros_per_mtok,
+                        "cached_input": cached_input_micros_per_mtok,
+                        "output": output_micros_per_mtok,
                         "premium_input": premium_input_micros_per_mtok,
                         "premium_output": premium_output_micros_per_mtok})
+    _capped_orgs_publish_later(pool=pool, org=org)
     return version

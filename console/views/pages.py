@@ -59,7 +59,7 @@ from sluice.messages import flash, redirect_at
 
 PAGE_SIZE = 50
 POOL_SETTINGS = ("guaranteeable_ratio", "limiter_failure_policy", "speed_floor_output_tps",
-                 "ttft_ceiling_ms")
+                 "ttft_ceiling_ms", "output_estimate_default", "output_estimate_floor")
 
 # Console navigation, in menu order: (url name, label, permission). Domains add their pages here
 # (vetting queue, waves, quota requests, price book...).
@@ -283,7 +283,8 @@ def pool_list(request, *, site):
 def _pool_forms(pool, summary) -> dict:
     admission = getattr(pool, "admission", None)
     return {
-        "capacity": PoolCapacityForm(initial={"capacity_tps": summary.capacity_tps},
+        "capacity": PoolCapacityForm(initial={"capacity_tps": summary.capacity_tps,
+                                              "prefill_capacity_tps": pool.prefill_capacity_tps},
                                      auto_id=f"pool{pool.pk}_capacity_%s"),
         "settings": PoolSettingsForm(initial={f: getattr(pool, f) for f in POOL_SETTINGS},
                                      auto_id=f"pool{pool.pk}_settings_%s"),

@@ -18,4 +18,6 @@ urlpatterns = [
     path("orgs/<int:org_id>/api-keys/", views.ApiKeyListApi.as_view(), name="api-org-keys"),
     path("orgs/<int:org_id>/api-keys/<int:key_id>/revoke/", views.ApiKeyRevokeApi.as_view(),
          name="api-org-key-revoke"),
+    path("orgs/<int:org_id>/api-keys/<int:key_id>/limits/", views.ApiKeyLimitsApi.as_view(),
+         name="api-org-key-limits"),
 ]

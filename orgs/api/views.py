@@ -11,7 +11,15 @@ from rest_framework.views import APIView
 
 from orgs import services
 from orgs.auth import ADMIN_KEY_AUTHENTICATION, ADMIN_KEY_THROTTLES
-from orgs.models import KEY_MANAGERS, MEMBER_MANAGERS, Membership, OrgStatus, Role
+from orgs.models import (
+    KEY_LIMIT_MANAGERS,
+    KEY_MANAGERS,
+    MEMBER_MANAGERS,
+    Membership,
+    OrgStatus,
+    Role,
+    ServiceTier,
+)
 from orgs.selectors import (
     operator_require,
     org_api_key_get,
@@ -230,6 +238,18 @@ class ApiKeyOutput(serializers.Serializer):
     expires_at = serializers.DateTimeField(allow_null=True)
     revoked_at = serializers.DateTimeField(allow_null=True)
     last_used_at = serializers.DateTimeField(allow_null=True)
+    default_service_tier = serializers.ChoiceField(
+        choices=ServiceTier.choices, help_text="The tier of this key's requests that ask for "
+        "`auto`: `default` keeps a batch key on standard pools.")
+    slice_output_tps = serializers.IntegerField(
+        allow_null=True, help_text="The key's own output tokens/s inside the org's allocation "
+        "(input and output together where a pool meters them together); null: the org's.")
+    slice_input_tps = serializers.IntegerField(allow_null=True,
+                                               help_text="Its own input tokens/s; null: none.")
+    slice_daily_tokens = serializers.IntegerField(allow_null=True,
+                                                  help_text="Its own tokens per UTC day.")
+    slice_max_concurrency = serializers.IntegerField(allow_null=True,
+                                                     help_text="Its own concurrent requests.")
 
 
 class ApiKeyCreatedOutput(ApiKeyOutput):
@@ -274,4 +294,39 @@ class ApiKeyRevokeApi(APIView):
         org_require_role(user=request.user, org=org, roles=KEY_MANAGERS,
                          perm="orgs.change_apikey")
         key = services.api_key_revoke(key=key, actor=principal_actor(request.user))
+        return Response(ApiKeyOutput(key).data)
+
+
+class ApiKeyLimitsApi(APIView):
+    authentication_classes = ADMIN_KEY_AUTHENTICATION
+    throttle_classes = ADMIN_KEY_THROTTLES
+
+    class InputSerializer(serializers.Serializer):
+        slice_output_tps = serializers.IntegerField(min_value=1, required=False, allow_null=True)
+        slice_input_tps = serializers.IntegerField(min_value=1, required=False, allow_null=True)
+        slice_daily_tokens = serializers.IntegerField(min_value=1, required=False,
+                                                      allow_null=True)
+        slice_max_concurrency = serializers.IntegerField(min_value=1, required=False,
+                                                         allow_null=True)
+        default_service_tier = serializers.ChoiceField(choices=ServiceTier.choices,
+                                                       default=ServiceTier.AUTO)
+
+    @extend_schema(request=InputSerializer, responses=ApiKeyOutput,
+                   description="Replace the key's own slice of the org's limits (absent or "
+                   "null: the org's alone) and its default service tier; owners, admins and "
+                   "the org's admin key. A slice above what the org's allocation allows "
+                   "answers 422 `key_slice_above_allocation` naming each field.")
+    def put(self, request, org_id: int, key_id: int):
+        org = org_get_for_principal(user=request.user, org_id=org_id)
+        key = org_api_key_get(org=org, key_id=key_id)
+        org_require_role(user=request.user, org=org, roles=KEY_LIMIT_MANAGERS,
+                         perm="orgs.change_apikey")
+        data = validated_input(self.InputSerializer, request.data)
+        key_slice = services.KeySlice(
+            output_tps=data.get("slice_output_tps"), input_tps=data.get("slice_input_tps"),
+            daily_tokens=data.get("slice_daily_tokens"),
+            max_concurrency=data.get("slice_max_concurrency"))
+        key = services.api_key_limits_set(key=key, key_slice=key_slice,
+                                          actor=principal_actor(request.user),
+                                          default_service_tier=data["default_service_tier"])
         return Response(ApiKeyOutput(key).data)

@@ -1,7 +1,13 @@
 """Every state change of the orgs domain. Views, admin actions, tasks and commands call these."""
 
 from orgs.services.admin_keys import admin_key_create, admin_key_revoke
-from orgs.services.api_keys import api_key_create, api_key_revoke, api_key_touch
+from orgs.services.api_keys import (
+    KeySlice,
+    api_key_create,
+    api_key_limits_set,
+    api_key_revoke,
+    api_key_touch,
+)
 from orgs.services.audit import audit_record
 from orgs.services.lifecycle import (
     org_admit,
@@ -29,7 +35,9 @@ from orgs.services.operator_tokens import operator_token_create, operator_token_
 __all__ = [
     "admin_key_create",
     "admin_key_revoke",
+    "KeySlice",
     "api_key_create",
+    "api_key_limits_set",
     "api_key_revoke",
     "api_key_touch",
     "audit_record",

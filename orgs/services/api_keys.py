@@ -1,11 +1,12 @@
+from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from orgs.events import api_keys_changed
-from orgs.models import ApiKey, Organization, OrgStatus
+from orgs.events import api_key_slice_checking, api_keys_changed
+from orgs.models import ApiKey, Organization, OrgStatus, ServiceTier
 from orgs.services.audit import Actor, audit_record
 from sluice.errors import Conflict, DomainError
 from sluice.secrets import secret_issue
@@ -53,6 +54,56 @@ def api_key_revoke(*, key: ApiKey, actor: Actor) -> ApiKey:
     key.save(update_fields=["revoked_at"])
     audit_record(actor=actor, action="api_key.revoke", target=key, org=key.org,
                  after={"revoked_at": key.revoked_at.isoformat()})
+    api_keys_changed.emit(org_id=key.org_id)
+    return key
+
+
+@dataclass(frozen=True)
+class KeySlice:
+    """An API key's own limits inside its org's allocation, in every pool (None: the org's
+    alone): output tokens/s (input and output where a pool meters them together), input
+    tokens/s, tokens a UTC day, concurrent requests."""
+    output_tps: int | None = None
+    input_tps: int | None = None
+    daily_tokens: int | None = None
+    max_concurrency: int | None = None
+
+
+def _slice_of(key: ApiKey) -> dict:
+    return {"slice_output_tps": key.slice_output_tps, "slice_input_tps": key.slice_input_tps,
+            "slice_daily_tokens": key.slice_daily_tokens,
+            "slice_max_concurrency": key.slice_max_concurrency,
+            "default_service_tier": key.default_service_tier}
+
+
+@transaction.atomic(durable=True)
+def api_key_limits_set(*, key: ApiKey, key_slice: KeySlice, default_service_tier: str,
+                       actor: Actor) -> ApiKey:
+    """Give a key its own slice of the org's limits (replacing any) and its default service
+    tier. Refused (422 `key_slice_above_allocation`) when a limit exceeds what the org's
+    allocation allows; enforced by the admission engine together with the org's limits."""
+    errors = {f"slice_{name}": ["Must be at least 1."]
+              for name, value in asdict(key_slice).items() if value is not None and value < 1}
+    if default_service_tier not in ServiceTier.values:
+        errors["default_service_tier"] = [f"Must be one of: {', '.join(ServiceTier.values)}."]
+    if errors:
+        raise DomainError("The key's limits are invalid.", code="invalid_key_limits",
+                          fields=errors)
+    # The house lock order: the org, then its rows.
+    Organization.objects.select_for_update().get(pk=key.org_id)
+    key = ApiKey.objects.select_for_update().get(pk=key.pk)
+    if key.revoked_at is not None:
+        raise Conflict("This API key is revoked.", code="already_revoked")
+    api_key_slice_checking.emit(key=key, key_slice=key_slice)
+    before = _slice_of(key)
+    key.slice_output_tps, key.slice_input_tps = key_slice.output_tps, key_slice.input_tps
+    key.slice_daily_tokens = key_slice.daily_tokens
+    key.slice_max_concurrency = key_slice.max_concurrency
+    key.default_service_tier = default_service_tier
+    key.save(update_fields=["slice_output_tps", "slice_input_tps", "slice_daily_tokens",
+                            "slice_max_concurrency", "default_service_tier"])
+    audit_record(actor=actor, action="api_key.limits_set", target=key, org=key.org,
+                 before=before, after=_slice_of(key))
     api_keys_changed.emit(org_id=key.org_id)
     return key
 

@@ -8,7 +8,13 @@ from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from orgs.models import KEY_MANAGERS, MEMBER_MANAGERS, OrgStatus, Role
+from orgs.models import (
+    KEY_LIMIT_MANAGERS,
+    KEY_MANAGERS,
+    MEMBER_MANAGERS,
+    OrgStatus,
+    Role,
+)
 from orgs.selectors import (
     org_api_key_get,
     org_api_keys,
@@ -17,7 +23,9 @@ from orgs.selectors import (
     org_membership_get,
 )
 from orgs.services import (
+    KeySlice,
     api_key_create,
+    api_key_limits_set,
     api_key_revoke,
     invitation_create,
     invitation_revoke,
@@ -25,12 +33,13 @@ from orgs.services import (
     membership_role_change,
 )
 from portal.access import flash_result, org_page
-from portal.forms import ApiKeyCreateForm, InviteForm, RoleForm
+from portal.forms import ApiKeyCreateForm, ApiKeyLimitsForm, InviteForm, RoleForm
 from portal.progress import org_admitted, org_progress
 from portal.selectors import org_invitations_pending, user_email_verified
 from portal.views.application import EDITABLE_STATES
 from quotas.selectors import org_allocations, usage_tokens_by_pool
 from sluice.errors import DomainError
+from sluice.forms import form_add_domain_error
 from sluice.messages import flash, redirect_at
 
 
@@ -178,6 +187,40 @@ def key_revoke(request, membership, key_id: int):
     else:
         messages.success(request, f"The key {key.name} was revoked.")
     return redirect("portal:keys", membership.org.slug)
+
+
+@org_page(page="keys", roles=KEY_LIMIT_MANAGERS)
+def key_limits(request, membership, key_id: int):
+    """A key's own slice of the org's limits and its default service tier (owners, admins)."""
+    key = org_api_key_get(org=membership.org, key_id=key_id)
+    current = {"slice_output_tps": key.slice_output_tps, "slice_input_tps": key.slice_input_tps,
+               "slice_daily_tokens": key.slice_daily_tokens,
+               "slice_max_concurrency": key.slice_max_concurrency,
+               "default_service_tier": key.default_service_tier}
+    form = ApiKeyLimitsForm(request.POST if request.method == "POST" else None, initial=current)
+    status_code = 200
+    if request.method == "POST":
+        status_code = 400
+        if form.is_valid():
+            data = form.cleaned_data
+            try:
+                api_key_limits_set(
+                    key=key, actor=request.user,
+                    default_service_tier=data["default_service_tier"],
+                    key_slice=KeySlice(output_tps=data["slice_output_tps"],
+                                       input_tps=data["slice_input_tps"],
+                                       daily_tokens=data["slice_daily_tokens"],
+                                       max_concurrency=data["slice_max_concurrency"]))
+            except DomainError as error:
+                form_add_domain_error(form=form, error=error)
+                status_code = error.status
+            else:
+                flash(request, messages.SUCCESS, f"The limits of {key.name} were saved.",
+                      at=f"key-{key.pk}")
+                return redirect_at("portal:keys", membership.org.slug, at=f"key-{key.pk}")
+    return render(request, "portal/key_limits.html", {
+        "org": membership.org, "key": key, "form": form,
+        "allocations": org_allocations(org=membership.org)}, status=status_code)
 
 
 @org_page(page="quotas")

@@ -17,18 +17,26 @@ from sluice.api import validated_input
 from sluice.errors import NotFound
 from sluice.pagination import paginate
 
+PREFILL_HELP = ("Input (prefill) tokens/s, metered apart from output; null: input tokens count "
+                "with output against capacity_tps.")
+
 
 class PoolOutput(serializers.Serializer):
     id = serializers.IntegerField()
     model = serializers.CharField()
     region = serializers.CharField()
     tier = serializers.CharField()
-    capacity_tps = serializers.IntegerField()
+    capacity_tps = serializers.IntegerField(help_text="Decode: output tokens/s.")
+    prefill_capacity_tps = serializers.IntegerField(allow_null=True, help_text=PREFILL_HELP)
     guaranteeable_ratio = serializers.DecimalField(max_digits=4, decimal_places=3)
     guaranteeable_tps = serializers.IntegerField()
     limiter_failure_policy = serializers.CharField()
     speed_floor_output_tps = serializers.IntegerField()
     ttft_ceiling_ms = serializers.IntegerField()
+    output_estimate_default = serializers.IntegerField(
+        help_text="Output tokens a request reserves before its org has history.")
+    output_estimate_floor = serializers.IntegerField(
+        help_text="The least an output estimate reserves.")
 
 
 class PoolSummaryOutput(serializers.Serializer):
@@ -39,6 +47,20 @@ class PoolSummaryOutput(serializers.Serializer):
     guaranteed_tps = serializers.IntegerField()
     free_tps = serializers.IntegerField()
     org_count = serializers.IntegerField()
+    prefill_capacity_tps = serializers.IntegerField(
+        required=False, help_text="Present (with the three below) where the pool meters input "
+        "(prefill) tokens/s apart from output.")
+    guaranteeable_input_tps = serializers.IntegerField(required=False)
+    guaranteed_input_tps = serializers.IntegerField(required=False)
+    free_input_tps = serializers.IntegerField(required=False)
+
+    def to_representation(self, summary):
+        body = super().to_representation(summary)
+        if summary.prefill_capacity_tps is None:
+            for name in ("prefill_capacity_tps", "guaranteeable_input_tps",
+                         "guaranteed_input_tps", "free_input_tps"):
+                body.pop(name)
+        return body
 
 
 def _pool_get(pool_id: int) -> CapacityPool:
@@ -58,6 +80,10 @@ class PoolListApi(APIView):
             max_digits=4, decimal_places=3, min_value=Decimal("0.001"), max_value=Decimal("1"))
         limiter_failure_policy = serializers.ChoiceField(
             choices=LimiterFailurePolicy.choices, required=False)
+        prefill_capacity_tps = serializers.IntegerField(min_value=1, required=False,
+                                                        allow_null=True, help_text=PREFILL_HELP)
+        output_estimate_default = serializers.IntegerField(min_value=1, required=False)
+        output_estimate_floor = serializers.IntegerField(min_value=0, required=False)
 
     @extend_schema(responses=PoolSummaryOutput(many=True),
                    description="Every pool with its capacity summary (operators).")
@@ -86,11 +112,16 @@ class PoolCapacityApi(APIView):
         guaranteeable_ratio = serializers.DecimalField(
             max_digits=4, decimal_places=3, min_value=Decimal("0.001"), max_value=Decimal("1"),
             required=False)
+        prefill_capacity_tps = serializers.IntegerField(
+            min_value=1, required=False, allow_null=True,
+            help_text=PREFILL_HELP + " Absent: unchanged. Declaring it gives the pool's "
+            "allocations input TPS in proportion to their output TPS.")
         reason = serializers.CharField(max_length=2000, required=False, default="")
 
     @extend_schema(request=InputSerializer, responses=PoolSummaryOutput,
                    description="Change capacity. Lowering it below what is guaranteed answers "
-                   "422 `capacity_below_guarantees` with the excess.")
+                   "422 `capacity_below_guarantees` with the excess (`details.limit` is "
+                   "`input` for the prefill capacity).")
     def post(self, request, pool_id: int):
         operator_require(user=request.user, perm="quotas.change_capacitypool")
         pool = _pool_get(pool_id)
@@ -105,6 +136,9 @@ class AllocationOutput(serializers.Serializer):
     pool = serializers.IntegerField(source="pool_id")
     guaranteed_tps = serializers.IntegerField()
     burst_tps = serializers.IntegerField()
+    guaranteed_input_tps = serializers.IntegerField(
+        allow_null=True, help_text="Set where the pool meters input apart.")
+    burst_input_tps = serializers.IntegerField(allow_null=True)
     daily_tokens = serializers.IntegerField()
     max_concurrency = serializers.IntegerField()
     status = serializers.CharField()
@@ -115,15 +149,21 @@ class AllocationOutput(serializers.Serializer):
 class _LimitsInput(serializers.Serializer):
     guaranteed_tps = serializers.IntegerField(min_value=1)
     burst_tps = serializers.IntegerField(min_value=1)
+    guaranteed_input_tps = serializers.IntegerField(
+        min_value=1, required=False, help_text="Only where the pool meters input apart; "
+        "absent there: in proportion to guaranteed_tps (prefill / decode capacity).")
+    burst_input_tps = serializers.IntegerField(min_value=1, required=False)
     daily_tokens = serializers.IntegerField(min_value=1)
     max_concurrency = serializers.IntegerField(min_value=1, max_value=100_000)
     valid_until = serializers.DateTimeField(required=False, allow_null=True)
     reason = serializers.CharField(max_length=2000, required=False, default="")
 
     def validate(self, attrs):
-        g, b = attrs.get("guaranteed_tps"), attrs.get("burst_tps")
-        if g is not None and b is not None and b < g:
-            raise serializers.ValidationError({"burst_tps": ["Must be at least guaranteed_tps."]})
+        for low, high in (("guaranteed_tps", "burst_tps"),
+                          ("guaranteed_input_tps", "burst_input_tps")):
+            g, b = attrs.get(low), attrs.get(high)
+            if g is not None and b is not None and b < g:
+                raise serializers.ValidationError({high: [f"Must be at least {low}."]})
         return attrs
 
 

@@ -16,6 +16,10 @@ def duration_format(ms: int) -> str:
 
 
 def ratelimit_headers(d: Decision) -> dict[str, str]:
+    """OpenAI's names for the combined tokens (the tighter of input and output), the UTC day's
+    tokens and concurrent requests; input and output tokens apart where the pool meters them
+    apart (where it does not, one bucket meters both: the tokens headers). Each is the tighter
+    of the key's slice and the org's allocation."""
     headers = {
         "x-ratelimit-limit-tokens": str(d.tokens_limit),
         "x-ratelimit-remaining-tokens": str(d.tokens_remaining),
@@ -27,7 +31,13 @@ def ratelimit_headers(d: Decision) -> dict[str, str]:
         "x-ratelimit-remaining-requests": str(d.requests_remaining),
         "x-ratelimit-reset-requests": duration_format(d.requests_reset_ms),
     }
-    if d.retry_after_ms is not None and not d.allowed:
-        headers["retry-after"] = str(max(1, -(-d.retry_after_ms // 1000)))
-        headers["retry-after-ms"] = str(d.retry_after_ms)
+    if d.input_limit:
+        headers.update({
+            "x-ratelimit-limit-input-tokens": str(d.input_limit),
+            "x-ratelimit-remaining-input-tokens": str(d.input_remaining),
+            "x-ratelimit-reset-input-tokens": duration_format(d.input_reset_ms),
+            "x-ratelimit-limit-output-tokens": str(d.output_limit),
+            "x-ratelimit-remaining-output-tokens": str(d.output_remaining),
+            "x-ratelimit-reset-output-tokens": duration_format(d.output_reset_ms),
+        })
     return headers

@@ -6,29 +6,60 @@ URL) and, for authorize, a WSGI fast path in front of Django (wsgi.py) that skip
 request/response objects and middleware — about a third of the CPU of a decision.
 """
 
-import contextlib
+import logging
 import time
 
 from quotas.gateway import messages
 from quotas.gateway.fail_open import fail_open_authorize, fail_open_heartbeat
 from quotas.gateway.headers import ratelimit_headers
-from quotas.gateway.inputs import BadInput, authorize_input, json_body, usage_input
+from quotas.gateway.inputs import (
+    AuthorizeInput,
+    BadInput,
+    authorize_input,
+    json_body,
+    usage_input,
+)
 from quotas.gateway.metrics import DECISIONS, LIMITER_ERRORS, USAGE_EVENTS
 from quotas.gateway.reservations import reservation_id_issue
-from quotas.gateway.routing import RouteError, pool_route
+from quotas.gateway.routing import (
+    SERVICE_TIER_OF,
+    TIERS_SERVING,
+    PoolRoute,
+    RouteError,
+    pool_routes_for,
+)
 from quotas.gateway.tokens import GatewayIdentity, gateway_authenticate
 from quotas.limiter.connection import LimiterUnavailable
-from quotas.limiter.engine import limiter_authorize
-from quotas.limiter.schema import Decision
+from quotas.limiter.engine import limiter_authorize, limiter_spill_mark
+from quotas.limiter.schema import SPILLED, TIER_MISMATCH, Decision
 from quotas.refusals import refusal_count
 from quotas.usage import usage_record
 from sluice.error_format import error_body
+from sluice.secrets import secret_digest
 
+logger = logging.getLogger(__name__)
 Answer = tuple[int, dict]
 
 
 def _error(code: str, message: str, status: int, *, fields: dict | None = None) -> Answer:
-    return status, error_body(code=code, message=message, fields=fields)
+    return status, error_body(code=code, message=message, fields=fields,
+                              retryable=code in messages.RETRYABLE)
+
+
+def _refusal(code: str, message: str, status: int, *, retry_after_ms: int | None = None,
+             headers: dict | None = None) -> Answer:
+    """An authorize refusal: `allowed: false`, the error, and the headers to forward, which
+    always say whether the caller should retry (`x-should-retry`, honoured by the OpenAI SDK).
+    """
+    retryable = code in messages.RETRYABLE
+    retry = {"retry_after_ms": retry_after_ms} if status in (429, 503) else {}
+    headers = {**(headers or {}), "x-should-retry": "true" if retryable else "false"}
+    if retry_after_ms is not None and status in (429, 503):
+        headers["retry-after"] = str(max(1, -(-retry_after_ms // 1000)))
+        headers["retry-after-ms"] = str(retry_after_ms)
+    return status, {"allowed": False, **error_body(code=code, message=message,
+                                                   retryable=retryable, **retry),
+                    "headers": headers}
 
 
 def hook_call(handler, histogram, *, method: str, authorization: str, body: bytes) -> Answer:
@@ -48,62 +79,176 @@ def hook_call(handler, histogram, *, method: str, authorization: str, body: byte
         histogram.observe(time.perf_counter() - started)
 
 
-def _decision_answer(d: Decision, *, pool_id: int, request_id: str, dry_run: bool,
+def _decision_answer(d: Decision, *, route: PoolRoute, request_id: str, dry_run: bool,
                      limiter: str) -> Answer:
     if d.allowed:
         status = 200
         body = {"allowed": True, "reservation_id": None if dry_run else reservation_id_issue(
-                    pool_id=pool_id, org_id=d.org_id, api_key_id=d.api_key_id,
+                    pool_id=route.pool_id, org_id=d.org_id, api_key_id=d.api_key_id,
                     request_id=request_id),
-                "org": d.org_id, "reserved_tokens": d.reserved_tokens,
+                "org": d.org_id,
+                "pool": {"id": route.pool_id, "model": route.model, "region": route.region,
+                         "tier": route.tier},
+                "service_tier": SERVICE_TIER_OF[route.tier],
+                "reserved_tokens": d.reserved_tokens,
+                "reserved_input_tokens": d.reserved_input_tokens,
+                "reserved_output_tokens": d.reserved_output_tokens,
                 "headers": ratelimit_headers(d)}
         if dry_run:
             body["dry_run"] = True
     else:
         status, message = messages.REFUSALS[d.outcome]
-        retry = {"retry_after_ms": d.retry_after_ms} if status == 429 else {}
-        body = {"allowed": False, **error_body(code=d.outcome, message=message, **retry)}
-        if d.tokens_limit or d.requests_limit:
-            body["headers"] = ratelimit_headers(d)
+        headers = ratelimit_headers(d) if d.tokens_limit or d.requests_limit else None
+        status, body = _refusal(d.outcome, message, status, retry_after_ms=d.retry_after_ms,
+                                headers=headers)
+        if d.scope:  # which limit refused: the org's allocation or the key's slice, and which
+            body["error"]["scope"] = d.scope
+        if d.limit:
+            body["error"]["limit"] = d.limit
     if limiter != "redis":
         body["limiter"] = limiter
     return status, body
 
 
+# Refusals after which `auto` asks the next pool (the standard one): the fast pool is full for
+# this org, or the org holds no allocation there (or is not known there yet).
+SPILL_ON = frozenset({"tps_exceeded", "pool_capacity_exhausted", "no_allocation",
+                      "invalid_api_key"})
+# Refusals that only say "not here": reported only when no pool asked had a better reason.
+NOT_HERE = frozenset({"no_allocation", "invalid_api_key"})
+# API-key digest -> the key's default service tier, as the last decision about it said: `auto`
+# then asks only the pools that tier allows. A hint, checked by the script on every call (a
+# stale one answers TIER_MISMATCH and is corrected), so its size is bounded by clearing.
+KEY_TIER_HINTS_MAX = 50_000
+_key_tier_hints: dict[str, str] = {}
+
+
+def _candidates(routes: list[PoolRoute], service_tier: str, hint: str) -> list[PoolRoute]:
+    if service_tier != "auto" or hint in ("unknown", "auto"):
+        return routes
+    return [r for r in routes if r.tier in TIERS_SERVING[hint]]
+
+
+def _limiter_decide(ask: AuthorizeInput, routes: list[PoolRoute]
+                    ) -> tuple[Decision, PoolRoute] | None:
+    """Ask the pools in order until one admits or refuses for good. None when no pool of a
+    tier the key's default allows serves the model. Raises LimiterUnavailable (with the route
+    it happened on as its argument)."""
+    digest = secret_digest(ask.api_key)
+    refused: list[tuple[Decision, PoolRoute]] = []
+    for _ in range(2):  # a second pass only when the key's default tier turned out stale
+        hint = _key_tier_hints.get(digest, "unknown")
+        for route in _candidates(routes, ask.service_tier, hint):
+            try:
+                d = limiter_authorize(
+                    pool_id=route.pool_id, api_key=ask.api_key, digest=digest,
+                    request_id=ask.request_id, input_tokens=ask.input_tokens,
+                    max_output_tokens=ask.max_output_tokens, tier=ask.service_tier,
+                    key_tier=hint, pool_tier=route.tier, dry_run=ask.dry_run)
+            except LimiterUnavailable as exc:
+                raise LimiterUnavailable(route) from exc
+            if d.key_tier and d.key_tier != hint:
+                if len(_key_tier_hints) >= KEY_TIER_HINTS_MAX:
+                    _key_tier_hints.clear()
+                _key_tier_hints[digest] = d.key_tier
+            if d.outcome in (TIER_MISMATCH, SPILLED):
+                continue
+            if d.allowed:
+                _spills_mark(refused, ask, d)
+                return d, route
+            refused.append((d, route))
+            if ask.service_tier != "auto" or d.outcome not in SPILL_ON:
+                break
+        else:
+            if not refused and _key_tier_hints.get(digest, "unknown") != hint:
+                continue  # every pool asked answered from a stale hint: ask again
+        break
+    # The first pool's refusal: a refusal in the standard pool is an afterthought, unless the
+    # org holds nothing in the fast one.
+    for d, route in refused:
+        if d.outcome not in NOT_HERE:
+            return d, route
+    return refused[0] if refused else None
+
+
+def _spills_mark(refused: list[tuple[Decision, PoolRoute]], ask: AuthorizeInput,
+                 d: Decision) -> None:
+    """A request the fast pool refused for capacity and the standard one admitted: a retry of
+    it must find its reservation in the standard pool, not be admitted by the fast one too."""
+    if ask.dry_run:
+        return
+    for refusal, route in refused:
+        if refusal.outcome in ("tps_exceeded", "pool_capacity_exhausted"):
+            try:
+                limiter_spill_mark(pool_id=route.pool_id, request_id=ask.request_id,
+                                   org_id=d.org_id)
+            except LimiterUnavailable:
+                logger.warning("could not mark %s as spilled in pool %s", ask.request_id,
+                               route.pool_id)
+
+
+_decision_counters: dict = {}
+
+
+def _decisions_counted(outcome: str, limiter: str):
+    """The decisions counter of (outcome, limiter), looked up once: labels() takes a lock and
+    builds a key on every call."""
+    counter = _decision_counters.get((outcome, limiter))
+    if counter is None:
+        counter = _decision_counters[(outcome, limiter)] = DECISIONS.labels(outcome, limiter)
+    return counter
+
+
 def authorize_handle(body: object, gateway: GatewayIdentity) -> Answer:
     ask = authorize_input(body)
     try:
-        route = pool_route(model=ask.model, region=ask.region)
+        routes = pool_routes_for(model=ask.model, region=ask.region,
+                                 service_tier=ask.service_tier)
     except RouteError as exc:
-        return _error(exc.code, exc.message, 404 if exc.code == "unknown_model" else 400)
+        if exc.code == "unknown_model":
+            return _refusal(exc.code, exc.message, 404)
+        return _error(exc.code, exc.message, 400)
     limiter = "redis"
     try:
-        decision = limiter_authorize(
-            pool_id=route.pool_id, api_key=ask.api_key, request_id=ask.request_id,
-            input_tokens=ask.input_tokens, max_output_tokens=ask.max_output_tokens,
-            dry_run=ask.dry_run)
-    except LimiterUnavailable:
+        decided = _limiter_decide(ask, routes)
+        if decided is None:
+            return _refusal("unknown_model", f"No pool serves model {ask.model!r} on the API "
+                            "key's default service tier.", 404)
+        decision, route = decided
+    except LimiterUnavailable as exc:
         # Redis could not decide (down, too slow, read-only, out of memory, or the pool could
         # not be rebuilt): the pool's policy answers. fail_closed refuses (nobody exceeds a
         # limit, nobody gets served); fail_open admits under this process's share of the
         # org's guaranteed rate (service over exactness), unless PostgreSQL is down too.
+        route = exc.args[0]
         policy = "fail_open" if route.fail_open else "fail_closed"
         LIMITER_ERRORS.labels(policy).inc()
-        decision = None
-        if route.fail_open:
-            limiter = "fail_open"
-            with contextlib.suppress(LimiterUnavailable):
-                decision = fail_open_authorize(pool_id=route.pool_id, api_key=ask.api_key,
-                                               cost=ask.input_tokens + ask.max_output_tokens)
+        decision = _fail_open_decide(ask, route) if route.fail_open else None
         if decision is None:
-            DECISIONS.labels("limiter_unavailable", policy).inc()
-            return _error("limiter_unavailable", messages.LIMITER_UNAVAILABLE, 503)
+            _decisions_counted("limiter_unavailable", policy).inc()
+            return _refusal("limiter_unavailable", messages.LIMITER_UNAVAILABLE, 503,
+                            retry_after_ms=messages.LIMITER_UNAVAILABLE_RETRY_MS)
+        limiter = "fail_open"
     else:
         fail_open_heartbeat()
-    DECISIONS.labels(decision.outcome, limiter).inc()
+    _decisions_counted(decision.outcome, limiter).inc()
     refusal_count(decision=decision, pool_id=route.pool_id, limiter=limiter)
-    return _decision_answer(decision, pool_id=route.pool_id, request_id=ask.request_id,
+    return _decision_answer(decision, route=route, request_id=ask.request_id,
                             dry_run=ask.dry_run, limiter=limiter)
+
+
+def _fail_open_decide(ask: AuthorizeInput, route: PoolRoute) -> Decision | None:
+    """The local decision of a fail_open pool; None when it cannot be made either."""
+    output = ask.max_output_tokens or route.output_estimate_default
+    try:
+        decision = fail_open_authorize(pool_id=route.pool_id, api_key=ask.api_key,
+                                       cost=ask.input_tokens + output)
+    except LimiterUnavailable:
+        return None
+    if decision.allowed:
+        decision = decision._replace(reserved_input_tokens=ask.input_tokens,
+                                     reserved_output_tokens=output)
+    return decision
 
 
 def usage_handle(body: object, gateway: GatewayIdentity) -> Answer:

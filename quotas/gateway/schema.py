@@ -11,7 +11,7 @@ from rest_framework import authentication, exceptions, serializers
 from rest_framework.parsers import JSONParser
 from rest_framework.views import APIView
 
-from quotas.gateway.inputs import MAX_EVENTS, REQUEST_ID, USAGE_STATUSES
+from quotas.gateway.inputs import MAX_EVENTS, REQUEST_ID, SERVICE_TIERS, USAGE_STATUSES
 from quotas.gateway.tokens import gateway_authenticate
 
 
@@ -46,13 +46,30 @@ RATELIMIT_HEADERS = [
     f"x-ratelimit-{kind}-{what}"
     for what in ("tokens", "tokens-day", "requests") for kind in ("limit", "remaining", "reset")
 ]
+APART_HEADERS = [
+    f"x-ratelimit-{kind}-{what}"
+    for what in ("input-tokens", "output-tokens") for kind in ("limit", "remaining", "reset")
+]
 RateLimitHeaders = type("RateLimitHeaders", (serializers.Serializer,), {
     **{name: serializers.CharField() for name in RATELIMIT_HEADERS},
-    "retry-after": serializers.CharField(required=False, help_text="Seconds, on 429 only."),
-    "retry-after-ms": serializers.CharField(required=False, help_text="On 429 only."),
-    "__doc__": "Headers to forward to the caller. Limits: tokens = the TPS bucket "
-               "((guaranteed + burst) TPS x 10 s), tokens-day = the UTC day's quota, "
-               "requests = concurrent requests. Resets are durations like 20ms, 1.2s, 6m0s.",
+    **{name: serializers.CharField(
+        required=False, help_text="Where the pool meters input (prefill) and output (decode) "
+        "tokens apart; elsewhere one bucket meters both and the tokens headers say it all.")
+       for name in APART_HEADERS},
+    "retry-after": serializers.CharField(required=False,
+                                         help_text="Seconds, on 429 and 503 only."),
+    "retry-after-ms": serializers.CharField(required=False, help_text="On 429 and 503 only."),
+    "x-should-retry": serializers.ChoiceField(
+        choices=["true", "false"], required=False,
+        help_text="On every refusal: whether the same request may pass soon (the OpenAI SDK "
+                  "honours it; `false` for daily_quota_exhausted, spend_cap_reached, unknown "
+                  "keys, inactive orgs)."),
+    "__doc__": "Headers to forward to the caller. Limits: tokens = the TPS buckets "
+               "(x-ratelimit-limit-tokens = the allocation's burst_tps x 10 s; where input and "
+               "output are metered apart, whichever of the two has the smaller share left), "
+               "tokens-day = the UTC day's quota, requests = concurrent requests; each is the "
+               "tighter of the API key's own slice and the org's allocation. Resets are "
+               "durations like 20ms, 1.2s, 6m0s.",
 })
 
 
@@ -78,9 +95,27 @@ class Authorize(serializers.Serializer):
     region = serializers.CharField(max_length=50, required=False,
                                    help_text="Needed when the model is served in several.")
     input_tokens = serializers.IntegerField(min_value=0, help_text="Estimate.")
-    max_output_tokens = serializers.IntegerField(min_value=1)
+    max_output_tokens = serializers.IntegerField(
+        min_value=1, required=False,
+        help_text="The request's max_tokens (max_completion_tokens, max_output_tokens). "
+                  "Sluice reserves the smaller of it and its output estimate (the p95 of the "
+                  "output lengths recently seen for the key or org in the pool, the pool's "
+                  "default before there is history). Absent: the estimate alone.")
     dry_run = serializers.BooleanField(required=False, default=False,
                                        help_text="Check only; reserve nothing.")
+    service_tier = serializers.ChoiceField(
+        choices=list(SERVICE_TIERS), required=False, default="auto",
+        help_text="OpenAI's names. auto (default): the API key's default tier if it has one, "
+                  "else the fast pool, and the standard pool when the fast one refuses for "
+                  "TPS or capacity (or the org has no allocation there); priority: fast pools "
+                  "only; default: standard pools only.")
+
+
+class ServedPool(serializers.Serializer):
+    id = serializers.IntegerField()
+    model = serializers.CharField()
+    region = serializers.CharField()
+    tier = serializers.ChoiceField(choices=["fast", "standard"])
 
 
 class AuthorizeAllowed(serializers.Serializer):
@@ -88,7 +123,18 @@ class AuthorizeAllowed(serializers.Serializer):
     reservation_id = serializers.CharField(
         allow_null=True, help_text="Quote it in the usage report (null on dry_run).")
     org = serializers.IntegerField(help_text="The caller's organization id.")
-    reserved_tokens = serializers.IntegerField(help_text="input_tokens + max_output_tokens.")
+    pool = ServedPool(help_text="The pool that serves the request: forward it to this pool's "
+                                "upstream.")
+    service_tier = serializers.ChoiceField(
+        choices=["priority", "default"],
+        help_text="The tier that serves it (fast: priority, standard: default); return it in "
+                  "the response's service_tier, as OpenAI does.")
+    reserved_tokens = serializers.IntegerField(
+        help_text="reserved_input_tokens + reserved_output_tokens.")
+    reserved_input_tokens = serializers.IntegerField(help_text="input_tokens.")
+    reserved_output_tokens = serializers.IntegerField(
+        help_text="The smaller of max_output_tokens and the output estimate. Usage beyond it "
+                  "is debited when reported (the buckets may owe tokens), the rest refunded.")
     headers = RateLimitHeaders()
     dry_run = serializers.BooleanField(required=False)
     limiter = serializers.ChoiceField(
@@ -98,7 +144,20 @@ class AuthorizeAllowed(serializers.Serializer):
 
 
 class RefusalDetail(ErrorDetail):
-    retry_after_ms = serializers.IntegerField(required=False, allow_null=True)
+    retry_after_ms = serializers.IntegerField(
+        required=False, allow_null=True,
+        help_text="429 and 503: when the same request may pass (daily_quota_exhausted: the "
+                  "next 00:00 UTC); null when waiting will not help.")
+    retryable = serializers.BooleanField(
+        help_text="False when retrying the same request cannot help soon; the same fact as "
+                  "the x-should-retry header.")
+    scope = serializers.ChoiceField(
+        choices=["org", "key"], required=False,
+        help_text="On a refusal by a limit: the org's allocation, or the API key's own slice.")
+    limit = serializers.ChoiceField(
+        choices=["input", "output"], required=False,
+        help_text="On tps_exceeded and pool_capacity_exhausted: which tokens ran out (where "
+                  "input is metered with output, output).")
 
 
 class AuthorizeRefused(serializers.Serializer):
@@ -106,7 +165,9 @@ class AuthorizeRefused(serializers.Serializer):
     error = RefusalDetail(help_text=(
         "429: tps_exceeded, daily_quota_exhausted, concurrency_exceeded, "
         "pool_capacity_exhausted. 401: invalid_api_key. 403: org_not_active, "
-        "payment_required, no_allocation, spend_cap_reached. 409: request_id_conflict."))
+        "payment_required, no_allocation, spend_cap_reached (the request's worst-case price "
+        "does not fit the cap minus month to date minus money held by requests in flight). "
+        "409: request_id_conflict. 404: unknown_model. 503: limiter_unavailable."))
     headers = RateLimitHeaders(required=False)
 
 
@@ -124,7 +185,8 @@ class AuthorizeSchema(APIView):
                    429: AuthorizeRefused, 503: ErrorResponse},
         examples=[OpenApiExample("request", request_only=True, value={
             "request_id": "req_01HX", "api_key": "sk_0123456789ab_...", "model": "fast-70b",
-            "region": "us-east", "input_tokens": 900, "max_output_tokens": 600})],
+            "region": "us-east", "input_tokens": 900, "max_output_tokens": 600,
+            "service_tier": "auto"})],
     )
     def post(self, request):
         raise NotImplementedError("served by quotas.gateway.views.authorize")
@@ -138,6 +200,11 @@ class UsageEvent(serializers.Serializer):
                                   "admitted while failing open); without it such usage is "
                                   "rejected with code unknown_request.")
     input_tokens = serializers.IntegerField(min_value=0)
+    cached_input_tokens = serializers.IntegerField(
+        min_value=0, required=False, default=0,
+        help_text="Of input_tokens, those the upstream served from its prompt cache (OpenAI: "
+                  "usage.prompt_tokens_details.cached_tokens): they use no prefill capacity "
+                  "and are billed at the cached input price. At most input_tokens.")
     output_tokens = serializers.IntegerField(min_value=0)
     status = serializers.ChoiceField(choices=USAGE_STATUSES)
     started_at = serializers.DateTimeField()

@@ -40,3 +40,19 @@ def ms_until_next_utc_day(at: datetime) -> int:
     at = at.astimezone(UTC)
     midnight = (at + timedelta(days=1)).replace(hour=0, minute=0, second=0, microsecond=0)
     return int((midnight - at).total_seconds() * 1000)
+
+
+_DAY_MS = 86_400_000
+_today: tuple[int, str, str] = (-1, "", "")  # the UTC day's first epoch ms, YYYYMMDD, YYYYMM
+
+
+def time_stamps(at: datetime) -> tuple[int, str, str]:
+    """`at` as epoch ms, and its UTC day (YYYYMMDD) and month (YYYYMM), formatted once a day:
+    authorize needs all three on every request."""
+    global _today
+    ms = epoch_ms(at)
+    start, day, month = _today
+    if not start <= ms < start + _DAY_MS:
+        start, day, month = ms - ms % _DAY_MS, day_stamp(at), month_stamp(at)
+        _today = (start, day, month)
+    return ms, day, month

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+import hiredis
 import redis
 from redis.cluster import RedisCluster
 
@@ -116,6 +117,9 @@ def limiter_reset() -> None:
         for client in _clients.values():
             client.close()
         _clients.clear()
+        for conn in _hot_connections:
+            conn.disconnect()
+        _hot_connections.clear()
         _broken_until, _failures = 0.0, 0
     _script.cache_clear()
 
@@ -144,6 +148,10 @@ def script_run(name: str, *, keys: Sequence[str], args: Sequence, bulk: bool = F
     return _script_run_hot(name, keys=keys, args=args)
 
 
+_hot = threading.local()
+_hot_connections: list = []  # every thread's, closed by limiter_reset
+
+
 def _connection_pool(client: redis.Redis | RedisCluster, key: str) -> redis.ConnectionPool:
     if isinstance(client, RedisCluster):
         # The node serving KEYS[1]'s slot: every key of the call shares its pool hash tag.
@@ -151,13 +159,31 @@ def _connection_pool(client: redis.Redis | RedisCluster, key: str) -> redis.Conn
     return client.connection_pool
 
 
+def _hot_connection(pool: redis.ConnectionPool) -> redis.Connection:
+    """This thread's own connection to `pool`'s server, kept out of the pool: a decision is one
+    EVALSHA, and the pool's get and release cost more client CPU than packing, sending and
+    reading it. (A thread uses one at a time per server; it reconnects by itself after a
+    failure. Web workers' threads live as long as their process, so there are as many as
+    threads, times the cluster's nodes.)"""
+    conns = getattr(_hot, "conns", None)
+    if conns is None:
+        conns = _hot.conns = {}
+    conn = conns.get(pool)
+    if conn is None:
+        conn = conns[pool] = pool.connection_class(**pool.connection_kwargs)
+        with _lock:
+            _hot_connections.append(conn)
+    return conn
+
+
 def _evalsha(script, keys: Sequence[str], args: Sequence):
-    """EVALSHA on a pooled connection, without the client's per-command machinery (retries,
-    observability hooks): this runs once per inference request."""
-    pool = _connection_pool(script.registered_client, keys[0])
-    conn = pool.get_connection()
+    """EVALSHA without the client's per-command machinery (pool, retries, observability
+    hooks), packed by hiredis in C: this runs once per inference request."""
+    conn = _hot_connection(_connection_pool(script.registered_client, keys[0]))
     try:
-        conn.send_command("EVALSHA", script.sha, len(keys), *keys, *args)
+        conn.send_packed_command(
+            (hiredis.pack_command(("EVALSHA", script.sha, len(keys), *keys, *args)),),
+            check_health=False)
         return conn.read_response()
     except redis.TimeoutError as exc:
         conn.disconnect()  # the reply may still come: never hand this socket out again
@@ -165,8 +191,6 @@ def _evalsha(script, keys: Sequence[str], args: Sequence):
     except redis.ConnectionError:
         conn.disconnect()
         raise
-    finally:
-        pool.release(conn)
 
 
 def _script_run_hot(name: str, *, keys: Sequence[str], args: Sequence):

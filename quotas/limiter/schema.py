@@ -26,40 +26,68 @@ from functools import cache
 from typing import NamedTuple
 
 ALLOWED, DUPLICATE, UNSYNCED = "allowed", "duplicate", "unsynced"
+# Internal outcomes: the hook routes on them and never shows them to a gateway.
+TIER_MISMATCH = "tier_mismatch"  # the pool's tier is not the one the key's default asks for
+SPILLED = "spilled"  # the request_id was served by another pool (a spilled request's retry)
+# A key's default service tier, as its registry entry stores it and authorize names it.
+KEY_TIERS = ("auto", "priority", "default")
 
 
 # Stored hash fields: readable name = the field as stored.
 
 class OrgFields(NamedTuple):
-    """{p}:org:<org>: one org's state and limits in the pool (org_publish writes them all)."""
+    """{p}:org:<org>: one org's state and limits in the pool (org_publish writes them all).
+    Rates are tokens/s, capacities tokens. The output buckets meter output (decode) tokens; when
+    the org has no input rates (its pool declares no prefill capacity) they meter input and
+    output together, as before input was metered apart."""
     status: str = "st"
     suspension_reason: str = "sr"
     has_allocation: str = "alloc"  # 1 while an allocation is in force, else 0
     daily_tokens: str = "daily"
     max_concurrency: str = "conc"
     spend_cap: str = "scap"  # micro-dollars a month, 0 = none
-    guaranteed_rate: str = "gr"  # tokens/s
-    guaranteed_capacity: str = "gc"  # tokens
+    guaranteed_rate: str = "gr"
+    guaranteed_capacity: str = "gc"
     burst_rate: str = "br"  # on top of the guaranteed rate
     burst_capacity: str = "bc"
+    input_guaranteed_rate: str = "igr"  # 0: input is metered with output
+    input_guaranteed_capacity: str = "igc"
+    input_burst_rate: str = "ibr"
+    input_burst_capacity: str = "ibc"
+    # What a reservation holds against the spend cap, per million tokens, premium included
+    # (micro-dollars; 0 without a cap): the worst case of the pool's prices for this org.
+    input_price: str = "pi"
+    output_price: str = "po"
 
 
 class PoolFields(NamedTuple):
-    """{p}:pool: the rate bursts borrow at (capacity minus every guarantee in force)."""
+    """{p}:pool: the rates bursts borrow at (capacity minus every guarantee in force), and the
+    output estimate of an org without enough history (publishes write these; HeadroomFields
+    share the hash)."""
     headroom_rate: str = "hr"
     headroom_capacity: str = "hc"
+    input_headroom_rate: str = "ihr"
+    input_headroom_capacity: str = "ihc"
+    estimate_default: str = "ed"  # output tokens reserved before an org has history
+    estimate_floor: str = "ef"  # an estimate never reserves fewer
 
 
 class BucketFields(NamedTuple):
-    """{p}:tb:<org>: the org's two token buckets (a missing bucket is full)."""
+    """The org's token buckets, in {p}:org:<org> beside OrgFields (one read for limits and
+    levels). A missing bucket is full; a level may be negative: usage beyond a reservation is
+    a debt the refill pays."""
     guaranteed: str = "g"
     burst: str = "b"
+    input_guaranteed: str = "gi"
+    input_burst: str = "bi"
     at: str = "t"  # epoch ms of the last refill
 
 
 class HeadroomFields(NamedTuple):
-    """{p}:hb: the pool's headroom bucket, shared by every org's burst."""
+    """The pool's headroom buckets, shared by every org's burst, in {p}:pool beside
+    PoolFields."""
     level: str = "l"
+    input_level: str = "li"
     at: str = "t"
 
 
@@ -67,34 +95,79 @@ class ReservationFields(NamedTuple):
     """{p}:res:<request_id>: one admitted request, until settled (then kept for retries)."""
     org: str = "o"
     api_key: str = "k"
-    cost: str = "c"  # tokens reserved
-    from_guaranteed: str = "g"
+    cost: str = "c"  # tokens reserved, input and output
+    input: str = "i"  # of which input
     from_burst: str = "b"  # also borrowed from the pool's headroom
+    input_from_burst: str = "bi"  # (absent: 0)
+    key_slice: str = "ks"  # 1: the key's own buckets were debited too (absent: no)
     day: str = "d"  # YYYYMMDD the tokens were counted in
     expires: str = "x"  # epoch ms
-    state: str = "s"  # open, settled
+    state: str = "s"  # settled; spilled: a marker, served by another pool (absent: open)
+
+
+class KeySliceFields(NamedTuple):
+    """{p}:key:<key_id>: an API key's own limits within its org's (0 = none), and its state."""
+    output_rate: str = "or"
+    output_capacity: str = "oc"
+    input_rate: str = "ir"
+    input_capacity: str = "ic"
+    daily_tokens: str = "daily"
+    max_concurrency: str = "conc"
+    output_level: str = "lo"  # a missing level is full
+    input_level: str = "li"
+    at: str = "t"
+    day: str = "d"  # YYYYMMDD of day_used
+    day_used: str = "du"
+
+
+class EstimateFields(NamedTuple):
+    """The output estimates settle derives (p95 of recent output lengths), in {p}:org:<org>
+    beside OrgFields: the org's, and one per API key with enough history."""
+    org: str = "est"
+    key_prefix: str = "est:"  # + the key's id
+
+
+class HistogramFields(NamedTuple):
+    """{p}:hist:<org>[:<key_id>]: recent output lengths, a log-spaced histogram (one field per
+    bucket index) whose weights grow by 2^(1/half-life) per observation, renormalised now and
+    then: older observations count exponentially less."""
+    count: str = "n"  # observations ever
+    base: str = "z"  # the observation whose weight is 1
+    total: str = "w"  # sum of the buckets' weights
+
+
+class MoneyFields(NamedTuple):
+    """{p}:money:<org>: micro-dollars held by open reservations (the org has a spend cap), one
+    field per request_id, and their sum."""
+    total: str = "#"  # not a valid request_id
 
 
 ORG, POOL, BUCKET, HEADROOM, RESERVATION = (OrgFields(), PoolFields(), BucketFields(),
                                             HeadroomFields(), ReservationFields())
-FIELDS = {"org": ORG, "pool": POOL, "bucket": BUCKET, "headroom": HEADROOM, "res": RESERVATION}
+KEY_SLICE, ESTIMATE, HISTOGRAM, MONEY = (KeySliceFields(), EstimateFields(), HistogramFields(),
+                                         MoneyFields())
+FIELDS = {"org": ORG, "pool": POOL, "bucket": BUCKET, "headroom": HEADROOM, "res": RESERVATION,
+          "key": KEY_SLICE, "est": ESTIMATE, "hist": HISTOGRAM, "money": MONEY}
 
 
 class KeyNames(NamedTuple):
     """A pool's keys are "{p<pool>}:<name>[:<part>...]": the hash tag puts them all in one
     Redis Cluster slot, so one script may touch any of them."""
-    registry: str = "keys"  # hash: API-key digest -> "<org>:<key_id>:<expires ms, 0 = never>"
+    registry: str = "keys"  # hash: API-key digest -> "<org>:<key_id>:<expires ms, 0 = never>
+    #                         :<default tier (KEY_TIERS)>:<1 when the key has a slice>"
     synced: str = "synced"  # set once the pool was rebuilt in full
-    pool: str = "pool"  # hash: PoolFields
-    headroom_bucket: str = "hb"  # hash: HeadroomFields
+    pool: str = "pool"  # hash: PoolFields, HeadroomFields
     reservation: str = "res"  # :<request_id>, hash: ReservationFields
-    org: str = "org"  # :<org>, hash: OrgFields
+    org: str = "org"  # :<org>, hash: OrgFields, BucketFields, EstimateFields
     org_keys: str = "okeys"  # :<org>, set: the org's digests in the registry
-    buckets: str = "tb"  # :<org>, hash: BucketFields
     inflight: str = "inflight"  # :<org>, sorted set: request_id by expiry
     day: str = "day"  # :<org>:<YYYYMMDD>, tokens reserved or used that UTC day
     spend: str = "spend"  # :<org>:<YYYYMM>, micro-dollars spent that month
     rebuild: str = "rebuild"  # the rebuild lock: the holder's random token, with a TTL
+    money: str = "money"  # :<org>, hash: MoneyFields
+    key_slice: str = "key"  # :<key_id>, hash: KeySliceFields
+    key_inflight: str = "kinflight"  # :<key_id>, sorted set: request_id by expiry
+    histogram: str = "hist"  # :<org>[:<key_id>], hash: HistogramFields
 
 
 KEY = KeyNames()
@@ -121,13 +194,15 @@ def pool_key(pool_id: int, name: str, *parts: object) -> str:
 
 # Replies.
 
-@dataclass(frozen=True)
-class Decision:
-    """authorize's reply, field for field in this order."""
+class Decision(NamedTuple):
+    """authorize's reply, field for field in this order. Each header triple (limit, remaining,
+    reset) is the tighter of the key's slice and the org's allocation; `tokens_*` is the
+    tighter of input and output (the same bucket when input is metered with output). A named
+    tuple: decoded once per decision, where a dataclass's __init__ cost several times more."""
     outcome: str  # "allowed", "duplicate", or the refusal code
     org_id: int | None = None
     api_key_id: int | None = None
-    reserved_tokens: int = 0
+    reserved_tokens: int = 0  # input and output
     retry_after_ms: int | None = None
     tokens_limit: int = 0
     tokens_remaining: int = 0
@@ -138,6 +213,17 @@ class Decision:
     requests_limit: int = 0
     requests_remaining: int = 0
     requests_reset_ms: int = 0
+    reserved_input_tokens: int = 0
+    reserved_output_tokens: int = 0
+    key_tier: str | None = None  # the key's default service tier (KEY_TIERS)
+    scope: str | None = None  # on a refusal by a limit: "org", or "key" (the key's slice)
+    limit: str | None = None  # on tps_exceeded / pool_capacity_exhausted: "input", "output"
+    input_limit: int = 0
+    input_remaining: int = 0
+    input_reset_ms: int = 0
+    output_limit: int = 0
+    output_remaining: int = 0
+    output_reset_ms: int = 0
 
     @property
     def allowed(self) -> bool:
@@ -156,7 +242,11 @@ class Settlement:
     """One item of settle: a finished request and what it used."""
     request_id: str
     org_id: int
-    tokens: int  # input + output actually used
+    input_tokens: int
+    output_tokens: int = 0
+    cached_input_tokens: int = 0  # served from the upstream's cache: not input capacity
+    api_key_id: int = 0  # 0: none known
+    completed: int = 0  # 1: the output length is a sample of the org's (and key's) estimate
 
 
 # Script arguments. A script taking a list gets one extra key per item (after its KEYS) and the
@@ -166,14 +256,17 @@ class AuthorizeKeys(NamedTuple):
     registry: str
     synced: str
     pool: str
-    headroom_bucket: str
     reservation: str
 
 
 class AuthorizeArgs(NamedTuple):
     digest: str  # SHA-256 of the API key: Redis never sees a key
     request_id: str
-    cost: int  # tokens to reserve
+    input_tokens: int
+    max_output_tokens: int  # -1: absent (the estimate alone is reserved)
+    tier: str  # what the request asked for: auto, priority, default
+    key_tier: str  # what the caller believes the key's default tier is, or "unknown"
+    pool_tier: str  # this pool's: fast, standard
     now_ms: int
     day: str  # YYYYMMDD (UTC)
     month: str  # YYYYMM
@@ -184,13 +277,15 @@ class AuthorizeArgs(NamedTuple):
 
 class SettleKeys(NamedTuple):
     pool: str
-    headroom_bucket: str
 
 
 class SettleArgs(NamedTuple):
     now_ms: int
     day: str
     record_ttl_ms: int
+    estimate_min_samples: int  # observations before an org's (key's) own estimate is used
+    estimate_half_life: int  # observations after which one counts half as much
+    estimate_ttl_ms: int  # an idle org's (key's) histogram and estimate are forgotten after it
 
 
 class LookupArgs(NamedTuple):
@@ -201,6 +296,15 @@ class LookupItem(NamedTuple):
     """One per request_id asked about: its reservation's key, no arguments."""
 
 
+class SpillMarkKeys(NamedTuple):
+    reservation: str
+
+
+class SpillMarkArgs(NamedTuple):
+    org: int
+    record_ttl_ms: int
+
+
 class OrgPublishKeys(NamedTuple):
     registry: str
     pool: str
@@ -208,6 +312,7 @@ class OrgPublishKeys(NamedTuple):
     org_keys: str
     day: str  # today's counter
     spend: str  # this month's counter
+    money: str  # the money held by open reservations
 
 
 class OrgPublishArgs(NamedTuple):
@@ -217,7 +322,10 @@ class OrgPublishArgs(NamedTuple):
 class OrgPublishState(NamedTuple):
     org: dict  # every OrgFields value, by readable name
     pool: dict  # every PoolFields value
-    api_keys: list  # [{"digest", "entry"}]: the registry entries of the org's usable keys
+    # [{"key_id", "digest", "entry", "slice": every KeySliceFields limit or None,
+    #   "day_used": the key's tokens recorded today}]: the org's usable keys
+    api_keys: list
+    day: str  # YYYYMMDD of day_used
     day_used: int  # tokens recorded today: the floor of a day counter rebuilt after a flush
     month_spend: int  # micro-dollars rated this month: the floor of the month's counter
     month_spend_ttl_s: int  # how long a month's counter lives
@@ -230,6 +338,10 @@ class PoolPublishKeys(NamedTuple):
 class PoolPublishArgs(NamedTuple):
     headroom_rate: int
     headroom_capacity: int
+    input_headroom_rate: int
+    input_headroom_capacity: int
+    estimate_default: int
+    estimate_floor: int
 
 
 @dataclass(frozen=True)
@@ -246,12 +358,13 @@ SCRIPTS = {
                         shared=("buckets",)),
     "settle": Script(keys=SettleKeys, args=SettleArgs, item=Settlement, shared=("buckets",)),
     "lookup": Script(keys=None, args=LookupArgs, item=LookupItem, reply=HeldReservation),
+    "spill_mark": Script(keys=SpillMarkKeys, args=SpillMarkArgs),
     "org_publish": Script(keys=OrgPublishKeys, args=OrgPublishArgs),
     "pool_publish": Script(keys=PoolPublishKeys, args=PoolPublishArgs),
 }
 
 
-@cache  # reply_decode asks once per decision
+@cache
 def field_names(layout: type | None) -> tuple[str, ...]:
     """The fields of a NamedTuple or dataclass, in order."""
     if layout is None:
@@ -276,7 +389,11 @@ def stored_values(layout: NamedTuple, **values) -> dict:
 
 
 def reply_decode(layout: type, reply: list):
-    return layout(**dict(zip(field_names(layout), reply, strict=True)))
+    """A reply (a NamedTuple layout) from its fields in order; one short or long is an error,
+    not a shifted decode."""
+    if len(reply) != len(layout._fields):
+        raise ValueError(f"{layout.__name__} has {len(layout._fields)} fields, not {len(reply)}")
+    return layout._make(reply)
 
 
 def _lua(value) -> str:

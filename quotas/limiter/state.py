@@ -1,4 +1,4 @@
-"""What the admission engine knows, written: orgs and their keys, pool headroom, spend.
+"""What the admission engine knows, written: orgs and their keys, pools' own values, spend.
 
 The caller says what is true (quotas/publish.py reads it from PostgreSQL); these functions turn
 it into the engine's stored form, one script call per org and pool, or per pool.
@@ -33,10 +33,22 @@ SPEND_COUNTER_SECONDS = 40 * 86400  # a month's counter outlives the month
 
 
 @dataclass(frozen=True)
+class KeySliceState:
+    """An API key's own limits inside its org's allocation (0 = none of its own)."""
+    output_tps: int = 0  # with input metered apart; else input and output together
+    input_tps: int = 0  # ignored in a pool that meters input with output
+    daily_tokens: int = 0
+    max_concurrency: int = 0
+
+
+@dataclass(frozen=True)
 class ApiKeyState:
     key_id: int
     digest: str  # SHA-256 of the key
     expires_ms: int  # epoch ms, 0 = never
+    default_tier: str = "auto"  # the service tier of requests that ask for `auto` (KEY_TIERS)
+    slice: KeySliceState | None = None
+    day_used_tokens: int = 0  # recorded so far this UTC day (floor of the key's day counter)
 
 
 @dataclass(frozen=True)
@@ -47,7 +59,7 @@ class OrgState:
     status: str
     suspension_reason: str
     has_allocation: bool  # an allocation in force; the limits below are its, else 0
-    guaranteed_tps: int
+    guaranteed_tps: int  # output; input and output together when input_guaranteed_tps is 0
     burst_tps: int  # on top of the guarantee
     daily_tokens: int
     max_concurrency: int
@@ -55,45 +67,82 @@ class OrgState:
     day_used_tokens: int  # recorded so far this UTC day
     month_spend_micros: int  # rated so far this month
     api_keys: list[ApiKeyState]
+    input_guaranteed_tps: int = 0  # 0: the pool meters input with output
+    input_burst_tps: int = 0  # on top of the input guarantee
+    # What a reservation holds against the spend cap per million tokens, premium included.
+    input_micros_per_mtok: int = 0
+    output_micros_per_mtok: int = 0
 
 
-def _pool_headroom(headroom_tps: int) -> dict:
-    return stored_values(POOL, headroom_rate=headroom_tps,
-                         headroom_capacity=headroom_tps * BUCKET_SECONDS)
+@dataclass(frozen=True)
+class PoolState:
+    """A pool's own values: what bursts borrow (capacity minus every guarantee in force), and
+    the output estimate of an org without history."""
+    headroom_tps: int
+    estimate_default: int  # output tokens
+    estimate_floor: int
+    input_headroom_tps: int = 0  # 0 with no prefill capacity declared
 
 
-def limiter_org_publish(*, pool_id: int, org: OrgState, headroom_tps: int,
+def _pool_values(pool: PoolState) -> dict:
+    return stored_values(
+        POOL, headroom_rate=pool.headroom_tps, headroom_capacity=pool.headroom_tps * BUCKET_SECONDS,
+        input_headroom_rate=pool.input_headroom_tps,
+        input_headroom_capacity=pool.input_headroom_tps * BUCKET_SECONDS,
+        estimate_default=pool.estimate_default, estimate_floor=pool.estimate_floor)
+
+
+def _slice_values(s: KeySliceState | None) -> dict | None:
+    if s is None:
+        return None
+    return {"output_rate": s.output_tps, "output_capacity": s.output_tps * BUCKET_SECONDS,
+            "input_rate": s.input_tps, "input_capacity": s.input_tps * BUCKET_SECONDS,
+            "daily_tokens": s.daily_tokens, "max_concurrency": s.max_concurrency}
+
+
+def _key_entry(org_id: int, k: ApiKeyState) -> dict:
+    return {"key_id": k.key_id, "digest": k.digest,
+            "entry": f"{org_id}:{k.key_id}:{k.expires_ms}:{k.default_tier}:"
+                     f"{int(k.slice is not None)}",
+            "slice": _slice_values(k.slice), "day_used": k.day_used_tokens}
+
+
+def limiter_org_publish(*, pool_id: int, org: OrgState, pool: PoolState,
                         now: datetime) -> None:
-    """Replace what the pool knows of `org` (and the pool's headroom). Raises
+    """Replace what the pool knows of `org` (and the pool's own values). Raises
     LimiterUnavailable."""
-    g, b = org.guaranteed_tps, org.burst_tps
+    g, b, gi, bi = (org.guaranteed_tps, org.burst_tps, org.input_guaranteed_tps,
+                    org.input_burst_tps)
     state = OrgPublishState(
         org=stored_values(
             ORG, status=org.status, suspension_reason=org.suspension_reason,
             has_allocation=int(org.has_allocation), daily_tokens=org.daily_tokens,
             max_concurrency=org.max_concurrency, spend_cap=org.spend_cap_micros,
             guaranteed_rate=g, guaranteed_capacity=g * BUCKET_SECONDS,
-            burst_rate=b, burst_capacity=b * BUCKET_SECONDS),
-        pool=_pool_headroom(headroom_tps),
-        api_keys=[{"digest": k.digest, "entry": f"{org.org_id}:{k.key_id}:{k.expires_ms}"}
-                  for k in org.api_keys],
-        day_used=org.day_used_tokens, month_spend=org.month_spend_micros,
+            burst_rate=b, burst_capacity=b * BUCKET_SECONDS,
+            input_guaranteed_rate=gi, input_guaranteed_capacity=gi * BUCKET_SECONDS,
+            input_burst_rate=bi, input_burst_capacity=bi * BUCKET_SECONDS,
+            input_price=org.input_micros_per_mtok, output_price=org.output_micros_per_mtok),
+        pool=_pool_values(pool),
+        api_keys=[_key_entry(org.org_id, k) for k in org.api_keys],
+        day=day_stamp(now), day_used=org.day_used_tokens, month_spend=org.month_spend_micros,
         month_spend_ttl_s=SPEND_COUNTER_SECONDS)
     keys = OrgPublishKeys(
         registry=pool_key(pool_id, KEY.registry), pool=pool_key(pool_id, KEY.pool),
         org=pool_key(pool_id, KEY.org, org.org_id),
         org_keys=pool_key(pool_id, KEY.org_keys, org.org_id),
         day=pool_key(pool_id, KEY.day, org.org_id, day_stamp(now)),
-        spend=pool_key(pool_id, KEY.spend, org.org_id, month_stamp(now)))
+        spend=pool_key(pool_id, KEY.spend, org.org_id, month_stamp(now)),
+        money=pool_key(pool_id, KEY.money, org.org_id))
     script_run("org_publish", keys=keys, bulk=True,
                args=OrgPublishArgs(state=json.dumps(state._asdict())))
 
 
-def limiter_pool_publish(*, pool_id: int, headroom_tps: int) -> None:
-    """Set the pool's headroom (what its orgs' bursts borrow from). Raises
+def limiter_pool_publish(*, pool_id: int, pool: PoolState) -> None:
+    """Set the pool's own values (headroom, estimate default and floor). Raises
     LimiterUnavailable."""
     script_run("pool_publish", keys=PoolPublishKeys(pool=pool_key(pool_id, KEY.pool)),
-               args=PoolPublishArgs(**_pool_headroom(headroom_tps)), bulk=True)
+               args=PoolPublishArgs(**_pool_values(pool)), bulk=True)
 
 
 def limiter_pool_synced_mark(*, pool_id: int) -> None:

@@ -42,10 +42,13 @@ def test_publishing_capped_orgs_costs_the_same_queries_for_one_or_ten(
     for org in orgs:
         BillingAccount.objects.create(org=org, spend_cap_micros=10**9)
     spend: dict = {}
+    prices: dict = {}
     with django_assert_max_num_queries(4):  # caps, usage, prices, discounts
-        limits_publishing_received(org_ids=frozenset(o.pk for o in orgs), now=NOW,
-                                   spend=spend)
+        limits_publishing_received(org_ids=frozenset(o.pk for o in orgs),
+                                   pool_ids=frozenset({pool.pk}), now=NOW, spend=spend,
+                                   prices=prices)
     assert set(spend) == {o.pk for o in orgs}
+    assert set(prices) == {(o.pk, pool.pk) for o in orgs}
     assert all(cap == 10**9 and month_to_date > 0 for cap, month_to_date in spend.values())
 
 
@@ -54,6 +57,9 @@ def test_uncapped_orgs_are_published_without_a_cap(pool):
     BillingAccount.objects.create(org=capped, spend_cap_micros=5_000_000)
     BillingAccount.objects.create(org=uncapped)
     spend: dict = {}
-    limits_publishing_received(org_ids=frozenset({capped.pk, uncapped.pk}), now=NOW,
-                               spend=spend)
+    prices: dict = {}
+    limits_publishing_received(org_ids=frozenset({capped.pk, uncapped.pk}),
+                               pool_ids=frozenset({pool.pk}), now=NOW, spend=spend,
+                               prices=prices)
     assert spend == {capped.pk: (5_000_000, 0)}
+    assert set(prices) == {(capped.pk, pool.pk)}

@@ -67,6 +67,30 @@ def test_authorize_allows_refuses_and_retries_idempotently(service, tmp_path):
     sluice.close()
 
 
+def test_contract_2_fields(service, tmp_path):
+    url, token, t = service
+    sluice = client(url, token, tmp_path)
+    grant = sluice.authorize(request_id="n1", api_key=t.plaintext, model=t.pool.model,
+                             input_tokens=10, service_tier="priority")  # no max_output_tokens
+    assert grant.allowed and grant.service_tier == "priority"
+    assert grant.pool == {"id": t.pool.pk, "model": t.pool.model, "region": t.pool.region,
+                          "tier": "fast"}
+    assert (grant.reserved_input_tokens, grant.reserved_output_tokens) == (
+        10, t.pool.output_estimate_default)
+    refused = sluice.authorize(request_id="n2", api_key=t.plaintext, model=t.pool.model,
+                               input_tokens=10, service_tier="default")
+    assert (refused.allowed, refused.error_code, refused.retryable) == (
+        False, "unknown_model", False)
+    start = datetime.now(UTC) - timedelta(seconds=3)
+    sluice.report_usage(UsageEvent(request_id="n1", reservation_id=grant.reservation_id,
+                                   input_tokens=10, cached_input_tokens=4, output_tokens=5,
+                                   status="completed", started_at=start,
+                                   finished_at=start + timedelta(seconds=1)))
+    sluice.flush()
+    assert StoredEvent.objects.get(request_id="n1").cached_input_tokens == 4
+    sluice.close()
+
+
 def test_usage_is_batched_and_settles(service, tmp_path):
     url, token, t = service
     sluice = client(url, token, tmp_path)

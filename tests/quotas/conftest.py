@@ -1,3 +1,4 @@
+import threading
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -22,6 +23,13 @@ def limiter_clock():
     clock.freeze(FROZEN_AT)
     yield clock
     clock.unfreeze()
+
+
+@pytest.fixture
+def patient_redis(settings):
+    """Tests of thousands of decisions, or of 50 threads, on a busy 2-core machine: a slow Redis
+    reply must not read as Redis down (the hot path's timeout is 50 ms)."""
+    settings.REDIS_TIMEOUT_SECONDS = 5
 
 
 @pytest.fixture
@@ -56,3 +64,19 @@ def tenant_create(*, pool=None, org=None, sync=True, **limits) -> Tenant:
 def tenant(limiter, db):
     return tenant_create(guaranteed_tps=100, burst_tps=100, daily_tokens=100_000,
                          max_concurrency=5)
+
+
+def threads_race(n: int, worker) -> None:
+    """worker(i) for i in range(n), in n threads released together by a barrier; returns when
+    all have finished."""
+    barrier = threading.Barrier(n)
+
+    def run(i: int) -> None:
+        barrier.wait()
+        worker(i)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()

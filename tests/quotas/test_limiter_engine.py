@@ -62,7 +62,7 @@ def test_settlement_frees_the_slot_and_refunds(tenant):
     for i in range(5):
         authorize(tenant, f"r{i}", input_tokens=100, max_output_tokens=100)
     assert limiter_settle(pool_id=tenant.pool.pk, settlements=[
-        Settlement(request_id="r0", org_id=tenant.org.pk, tokens=20)]) == 1
+        Settlement(request_id="r0", org_id=tenant.org.pk, input_tokens=20)]) == 1
     d = authorize(tenant, "r5", input_tokens=1, max_output_tokens=1)
     assert d.outcome == "allowed"
     assert d.day_remaining == 100_000 - 4 * 200 - 20 - 2
@@ -71,7 +71,7 @@ def test_settlement_frees_the_slot_and_refunds(tenant):
 
 def test_settlement_is_idempotent(tenant):
     authorize(tenant, "r1", input_tokens=100, max_output_tokens=100)
-    s = [Settlement(request_id="r1", org_id=tenant.org.pk, tokens=20)]
+    s = [Settlement(request_id="r1", org_id=tenant.org.pk, input_tokens=20)]
     assert limiter_settle(pool_id=tenant.pool.pk, settlements=s) == 1
     assert limiter_settle(pool_id=tenant.pool.pk, settlements=s) == 0
     assert authorize(tenant, "r2", input_tokens=1, max_output_tokens=1).day_remaining == \
@@ -81,8 +81,8 @@ def test_settlement_is_idempotent(tenant):
 def test_excess_usage_is_debited_and_unreserved_usage_counted(tenant):
     authorize(tenant, "r1", input_tokens=10, max_output_tokens=10)
     limiter_settle(pool_id=tenant.pool.pk, settlements=[
-        Settlement(request_id="r1", org_id=tenant.org.pk, tokens=50),
-        Settlement(request_id="never-authorized", org_id=tenant.org.pk, tokens=30)])
+        Settlement(request_id="r1", org_id=tenant.org.pk, input_tokens=50),
+        Settlement(request_id="never-authorized", org_id=tenant.org.pk, input_tokens=30)])
     d = authorize(tenant, "r2", input_tokens=1, max_output_tokens=1)
     assert d.day_remaining == 100_000 - 50 - 30 - 2
 
@@ -102,7 +102,7 @@ def test_tps_bucket_refills_at_the_guaranteed_rate(tenant, limiter_clock):
     for i in range(10):
         assert authorize(tenant, f"r{i}").allowed  # 10 x 100 tokens = the 1,000-token bucket
         limiter_settle(pool_id=tenant.pool.pk, settlements=[
-            Settlement(request_id=f"r{i}", org_id=tenant.org.pk, tokens=100)])
+            Settlement(request_id=f"r{i}", org_id=tenant.org.pk, input_tokens=100)])
     denied = authorize(tenant, "r10")
     assert denied.outcome == "tps_exceeded" and denied.retry_after_ms == 1000
     limiter_clock.advance(seconds=1)

@@ -47,7 +47,7 @@ from quotas.limiter.clock import clock
 from quotas.limiter.connection import EngineConfig, engine_configure
 from quotas.limiter.engine import limiter_authorize, limiter_settle
 from quotas.limiter.schema import Settlement
-from quotas.limiter.state import (ApiKeyState, OrgState, limiter_org_publish,
+from quotas.limiter.state import (ApiKeyState, OrgState, PoolState, limiter_org_publish,
                                   limiter_pool_synced_mark)
 from sluice.secrets import secret_digest
 
@@ -56,7 +56,8 @@ org = OrgState(org_id=7, status="active", suspension_reason="", has_allocation=T
                guaranteed_tps=100, burst_tps=0, daily_tokens=10_000, max_concurrency=2,
                spend_cap_micros=0, day_used_tokens=0, month_spend_micros=0,
                api_keys=[ApiKeyState(key_id=3, digest=secret_digest("sk_pure"), expires_ms=0)])
-limiter_org_publish(pool_id=1, org=org, headroom_tps=0, now=clock.now())
+limiter_org_publish(pool_id=1, org=org, now=clock.now(),
+                    pool=PoolState(headroom_tps=0, estimate_default=4096, estimate_floor=64))
 limiter_pool_synced_mark(pool_id=1)
 decision = limiter_authorize(pool_id=1, api_key="sk_pure", request_id="r1", input_tokens=30,
                              max_output_tokens=70)

@@ -15,11 +15,12 @@ LUA = {path.stem: path.read_text() for path in SCRIPTS_DIR.glob("*.lua")}
 SHARED = {name for name in LUA if name.startswith("_")}
 # Values a script compares or stores (not names of anything): org status and suspension reason
 # (set by the orgs app), reservation states, flags, and Redis range syntax.
-VALUES = {"active", "payment", "open", "settled", "1", "(", "+inf", "-inf", ":"}
+VALUES = {"active", "payment", "open", "settled", "spilled", "1", "(", "+inf", "-inf", ":",
+          "auto", "priority", "default", "fast", "unknown", "org", "key", "input", "output"}
 OUTCOMES = {"allowed", "duplicate", "unsynced", "invalid_api_key", "payment_required",
             "org_not_active", "no_allocation", "request_id_conflict", "spend_cap_reached",
             "concurrency_exceeded", "daily_quota_exhausted", "tps_exceeded",
-            "pool_capacity_exhausted"}
+            "pool_capacity_exhausted", "tier_mismatch", "spilled"}
 
 
 def _code(source: str) -> str:
@@ -103,7 +104,8 @@ def test_python_names_hash_fields_only_through_the_schema():
 
 
 def test_a_reply_decodes_by_name_with_the_declared_defaults():
-    decision = schema.reply_decode(schema.Decision, ["tps_exceeded", 7, 9, 100, None, *[0] * 9])
+    decision = schema.reply_decode(schema.Decision, ["tps_exceeded", 7, 9, 100, None, *[0] * 9,
+                                                     60, 40, "auto", "org", "output", *[0] * 6])
     assert (decision.outcome, decision.org_id, decision.api_key_id) == ("tps_exceeded", 7, 9)
     assert decision.retry_after_ms is None and not decision.allowed
     with pytest.raises(ValueError):  # a reply one slot short is an error, not a shifted decode

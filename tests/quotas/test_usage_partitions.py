@@ -236,12 +236,14 @@ def test_existing_events_move_into_monthly_partitions():
     executor = MigrationExecutor(connection)
     before = next(parent.key for parent in executor.loader.graph.node_map[PARTITIONING].parents
                   if parent.key[0] == "quotas")
+    from tests.factories import OrganizationFactory, PoolFactory
+
+    # Made with today's models, before the schema goes back to the unpartitioned table (and
+    # before later migrations' columns, which the factories would write).
+    org, pool = OrganizationFactory(), PoolFactory()
     _migrated_to(executor, [before])
     try:
-        from tests.factories import OrganizationFactory, PoolFactory
-
         assert not usage_events_partitioned()
-        org, pool = OrganizationFactory(), PoolFactory()
         starts = [datetime(2025, 1, 31, 23, 59, 59, tzinfo=UTC),
                   datetime(2025, 2, 1, tzinfo=UTC), datetime(2025, 4, 9, 8, tzinfo=UTC)]
         with connection.cursor() as cursor:

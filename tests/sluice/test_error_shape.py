@@ -16,7 +16,7 @@ from tests.factories import AllocationFactory, OrganizationFactory, PoolFactory
 
 pytestmark = pytest.mark.django_db
 
-SHAPE = {"code", "message", "fields", "details", "retry_after_ms"}
+SHAPE = {"code", "message", "fields", "details", "retry_after_ms", "retryable"}
 
 
 def one_shape(body: dict) -> dict:
@@ -85,7 +85,8 @@ def test_the_gateway_hook_answers_in_the_same_shape():
                   content_type="application/json")
     error = one_shape(r.json())
     assert (r.status_code, error["code"]) == (400, "invalid_input")
-    assert {"api_key", "model", "input_tokens", "max_output_tokens"} <= set(error["fields"])
+    # max_output_tokens is optional since hook contract 2 (the output estimate alone).
+    assert {"api_key", "model", "input_tokens"} <= set(error["fields"])
     r = Client(HTTP_AUTHORIZATION="Bearer gw_nope").post(
         "/api/gateway/v1/usage", {}, content_type="application/json")
     assert (r.status_code, one_shape(r.json())["code"]) == (401, "invalid_gateway_token")

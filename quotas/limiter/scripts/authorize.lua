@@ -2,7 +2,13 @@
 --
 -- KEYS (K): AuthorizeKeys, ARGV (A): AuthorizeArgs, reply: Decision (quotas/limiter/schema.py).
 -- The org's keys are derived from the pool's tag: the org is known only after the key lookup.
-local cost, now = tonumber(A.cost), tonumber(A.now_ms)
+--
+-- The request reserves its input tokens and an estimate of its output: the smaller of its
+-- max_output_tokens and the p95 of the output lengths recently observed for its key (with
+-- enough history) or org in this pool (settle keeps it), never below the pool's floor, and the
+-- pool's default before the org has history. Settle debits any overshoot and refunds the rest.
+local now, input = tonumber(A.now_ms), tonumber(A.input_tokens)
+local max_output = tonumber(A.max_output_tokens)
 local ttl, record_ttl = tonumber(A.ttl_ms), tonumber(A.record_ttl_ms)
 local dry = A.dry_run == '1'
 
@@ -12,101 +18,288 @@ if not entry then
   if redis.call('EXISTS', K.synced) == 0 then return reply{outcome = 'unsynced'} end
   return reply{outcome = 'invalid_api_key'}
 end
-local org, key_id, key_expires = string.match(entry, '^(%d+):(%d+):(%d+)$')
+-- An entry written before keys had tiers and slices ends after the expiry.
+local org, key_id, key_expires, key_tier, sliced = string.match(
+  entry, '^(%d+):(%d+):(%d+):?(%a*):?(%d?)$')
 if tonumber(key_expires) > 0 and tonumber(key_expires) <= now then
   return reply{outcome = 'invalid_api_key'}
 end
 local org_id, api_key_id = tonumber(org), tonumber(key_id)
+if #key_tier == 0 then key_tier = 'auto' end  -- an entry written before keys had tiers
 local function refuse(outcome)
-  return reply{outcome = outcome, org_id = org_id, api_key_id = api_key_id}
+  return reply{outcome = outcome, org_id = org_id, api_key_id = api_key_id, key_tier = key_tier}
 end
 
-local status, suspension_reason, has_allocation, daily, conc, spend_cap,
-      guaranteed_rate, guaranteed_capacity, burst_rate, burst_capacity = unpack(redis.call(
+-- The service tier: what the request asked for, else the key's default. A pool of another tier
+-- answers tier_mismatch and the caller routes to one that serves it; so does a caller that
+-- chose this pool from a stale belief about the key's default.
+local tier = A.tier
+if tier == 'auto' then
+  if A.key_tier ~= 'unknown' and A.key_tier ~= key_tier then return refuse('tier_mismatch') end
+  tier = key_tier
+end
+if (tier == 'priority' and A.pool_tier ~= 'fast')
+    or (tier == 'default' and A.pool_tier == 'fast') then
+  return refuse('tier_mismatch')
+end
+
+-- The org's state, limits, prices and output estimates, then its buckets (BUCKET_FIELDS).
+local o = redis.call(
   'HMGET', key(KEY.org, org), F.org.status, F.org.suspension_reason, F.org.has_allocation,
-  F.org.daily_tokens, F.org.max_concurrency, F.org.spend_cap, F.org.guaranteed_rate,
-  F.org.guaranteed_capacity, F.org.burst_rate, F.org.burst_capacity))
-if not status then return reply{outcome = 'unsynced'} end
-if status ~= 'active' then
-  if suspension_reason == 'payment' then return refuse('payment_required') end
+  F.org.daily_tokens, F.org.max_concurrency, F.org.spend_cap, F.org.input_price,
+  F.org.output_price, F.est.org, F.est.key_prefix .. key_id, unpack(BUCKET_FIELDS))
+if not o[1] then return reply{outcome = 'unsynced'} end
+if o[1] ~= 'active' then
+  if o[2] == 'payment' then return refuse('payment_required') end
   return refuse('org_not_active')
 end
-if has_allocation ~= '1' then return refuse('no_allocation') end
+if o[3] ~= '1' then return refuse('no_allocation') end
 
-local previous_org, previous_cost = unpack(redis.call('HMGET', K.reservation, F.res.org,
-                                                      F.res.cost))
+local previous_org, previous_cost, previous_input, previous_state = unpack(redis.call(
+  'HMGET', K.reservation, F.res.org, F.res.cost, F.res.input, F.res.state))
 if previous_org and previous_org ~= org then return refuse('request_id_conflict') end
+if previous_state == 'spilled' then return refuse('spilled') end
 
-spend_cap = num(spend_cap, 0)
-if spend_cap > 0 and not previous_org then
-  local spent = num(redis.call('GET', key(KEY.spend, org, A.month)), 0)
-  if spent >= spend_cap then return refuse('spend_cap_reached') end
+local p = redis.call('HMGET', K.pool, F.pool.estimate_default, F.pool.estimate_floor,
+                     unpack(HEADROOM_FIELDS))
+local output
+if previous_org then
+  input = num(previous_input, tonumber(previous_cost))
+  output = tonumber(previous_cost) - input
+else
+  -- A pool published before estimates existed has no default: reserve max_output_tokens.
+  local estimate = num(o[10], false) or num(o[9], false) or num(p[1], false)
+  if estimate then
+    estimate = math.max(estimate, num(p[2], 0))
+    output = (max_output >= 0 and max_output < estimate) and max_output or estimate
+  else
+    output = math.max(max_output, 0)
+  end
 end
+local total = input + output
 
-daily, conc = num(daily, 0), num(conc, 0)
+local headroom = headroom_of(p, 2, now)
+local s = buckets_of(o, 10, headroom, now)
+local cost_output, cost_input = output, input
+if not s.apart then cost_output, cost_input = total, 0 end
+local k = nil
+if sliced == '1' then k = key_slice_read(key_id, now, A.day) end
+
+local daily, conc, spend_cap = num(o[4], 0), num(o[5], 0), num(o[6], 0)
 local inflight_key, day_key = key(KEY.inflight, org), key(KEY.day, org, A.day)
 local active = redis.call('ZCOUNT', inflight_key, '(' .. now, '+inf')
 local used = num(redis.call('GET', day_key), 0)
-local s = buckets_read(org, now, {guaranteed_rate, guaranteed_capacity, burst_rate,
-                                  burst_capacity})
-local g, b, h = s.guaranteed, s.burst, s.headroom
+local key_inflight, key_active = nil, 0
+if k then key_inflight = key(KEY.key_inflight, key_id) end
+if k and k.conc > 0 then key_active = redis.call('ZCOUNT', key_inflight, '(' .. now, '+inf') end
 
-local conc_reset = 0
-if active >= conc then  -- the next slot frees when the oldest reservation expires (or settles)
-  local oldest = redis.call('ZRANGEBYSCORE', inflight_key, '(' .. now, '+inf', 'WITHSCORES',
-                            'LIMIT', 0, 1)
-  if oldest[2] then conc_reset = tonumber(oldest[2]) - now end
+-- Money: with a spend cap, the request holds its worst-case price (estimate x price, premium
+-- included) until settled or expired, against cap - month to date - money held.
+local money_key, money = nil, 0
+local function money_room()
+  local expired = redis.call('ZRANGEBYSCORE', inflight_key, '-inf', now, 'LIMIT', 0, 500)
+  if #expired > 0 then  -- the expired reservations' money is free again
+    local freed = 0
+    for _, held in ipairs(redis.call('HMGET', money_key, unpack(expired))) do
+      freed = freed + num(held, 0)
+    end
+    redis.call('HDEL', money_key, unpack(expired))
+    redis.call('HINCRBY', money_key, F.money.total, -freed)
+    redis.call('ZREM', inflight_key, unpack(expired))
+  end
+  local spent = num(redis.call('GET', key(KEY.spend, org, A.month)), 0)
+  return spend_cap - spent - num(redis.call('HGET', money_key, F.money.total), 0)
 end
+if spend_cap > 0 and not previous_org then
+  money_key = key(KEY.money, org)
+  money = math.ceil((input * num(o[7], 0) + output * num(o[8], 0)) / 1000000)
+  local room = money_room()
+  if room <= 0 or money > room then return refuse('spend_cap_reached') end
+end
+
+local function oldest_expiry(zset)  -- when the next slot frees (its reservation expires)
+  local oldest = redis.call('ZRANGEBYSCORE', zset, '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0,
+                            1)
+  if oldest[2] then return tonumber(oldest[2]) - now end
+  return 0
+end
+local conc_reset, key_conc_reset = 0, 0
+if active >= conc then conc_reset = oldest_expiry(inflight_key) end
+if k and k.conc > 0 and key_active >= k.conc then key_conc_reset = oldest_expiry(key_inflight) end
 local day_reset = DAY_MS - now % DAY_MS  -- until 00:00 UTC
 
-local take_g = math.min(cost, math.max(g.level, 0))
-local rest = cost - take_g
-local outcome, retry = 'allowed', nil  -- retry stays nil where waiting cannot help
-if previous_org then
-  outcome, cost, take_g, rest = 'duplicate', tonumber(previous_cost), 0, 0
-elseif active >= conc then
-  outcome, retry = 'concurrency_exceeded', math.max(1, math.min(conc_reset, 1000))
-elseif used + cost > daily then
-  outcome, retry = 'daily_quota_exhausted', day_reset
-elseif rest > 0 and rest > math.max(b.level, 0) then
-  outcome = 'tps_exceeded'
-  if cost <= g.capacity + b.capacity then
-    retry = math.ceil((cost - math.max(g.level, 0) - math.max(b.level, 0)) * 1000
-                      / (g.rate + b.rate))
+-- How one dimension pays `cost`: while the org's guaranteed bucket drains (it is not full),
+-- first the refill the pool's headroom bucket would lose to its capacity since its last write
+-- (it sat full, nobody borrowing: taking it deprives no one), within the org's burst; then the
+-- guaranteed bucket; then borrowed from the burst and the headroom together.
+local function plan(d, cost)
+  local free = 0
+  if d.g.level < d.g.capacity then
+    free = math.min(cost, d.h.overflow, d.b.overflow + math.max(d.b.level, 0))
   end
-elseif rest > 0 and rest > math.max(h.level, 0) then
-  outcome = 'pool_capacity_exhausted'
-  if h.rate > 0 then retry = math.ceil((rest - math.max(h.level, 0)) * 1000 / h.rate)
-  else retry = math.ceil((cost - math.max(g.level, 0)) * 1000 / math.max(g.rate, 1)) end
+  local free_burst = math.max(0, free - d.b.overflow)  -- what the burst's level pays of it
+  local from_guaranteed = math.min(cost - free, math.max(d.g.level, 0))
+  local borrow = cost - free - from_guaranteed
+  if borrow > 0 and borrow > math.max(d.b.level - free_burst, 0) then
+    local retry = nil  -- a request larger than the buckets never fits
+    if cost <= d.g.capacity + d.b.capacity then  -- a debt (negative level) is repaid first
+      retry = math.ceil((cost - d.g.level - math.max(d.b.level, 0)) * 1000
+                        / math.max(d.g.rate + d.b.rate, 1))
+    end
+    return nil, 'tps_exceeded', retry
+  end
+  if borrow > 0 and borrow > math.max(d.h.level, 0) then
+    if d.h.rate > 0 then
+      return nil, 'pool_capacity_exhausted',
+             math.ceil((borrow - math.max(d.h.level, 0)) * 1000 / d.h.rate)
+    end
+    return nil, 'pool_capacity_exhausted',
+           math.ceil((cost - d.g.level) * 1000 / math.max(d.g.rate, 1))
+  end
+  return {free = free, free_burst = free_burst, guaranteed = from_guaranteed, borrow = borrow}
+end
+
+local NONE = {free = 0, free_burst = 0, guaranteed = 0, borrow = 0}  -- nothing taken
+
+local function key_fits(b, cost)  -- a key's own bucket of one dimension (rate 0: no limit)
+  if b.rate == 0 or cost <= math.max(b.level, 0) then return true, nil end
+  if cost > b.capacity then return false, nil end
+  return false, math.ceil((cost - b.level) * 1000 / b.rate)
+end
+
+local outcome, retry, scope, limit = 'allowed', nil, nil, nil  -- retry nil: waiting cannot help
+local out_plan, in_plan
+if previous_org then
+  outcome = 'duplicate'
+elseif active >= conc then
+  outcome, retry, scope = 'concurrency_exceeded', math.max(1, math.min(conc_reset, 1000)), 'org'
+elseif k and k.conc > 0 and key_active >= k.conc then
+  outcome, retry, scope = 'concurrency_exceeded', math.max(1, math.min(key_conc_reset, 1000)),
+                          'key'
+elseif used + total > daily then
+  outcome, retry, scope = 'daily_quota_exhausted', day_reset, 'org'
+elseif k and k.daily > 0 and k.day_used + total > k.daily then
+  outcome, retry, scope = 'daily_quota_exhausted', day_reset, 'key'
+else
+  local fits
+  out_plan, outcome, retry = plan(s.output, cost_output)
+  scope, limit = 'org', 'output'
+  if out_plan and k then
+    fits, retry = key_fits(k.output, cost_output)
+    if not fits then outcome, scope = 'tps_exceeded', 'key' end
+  end
+  if out_plan and (not k or fits) then
+    if s.apart then in_plan, outcome, retry = plan(s.input, cost_input) else in_plan = NONE end
+    scope, limit = 'org', 'input'
+    if in_plan and k then
+      fits, retry = key_fits(k.input, cost_input)
+      if not fits then outcome, scope = 'tps_exceeded', 'key' end
+    end
+    if in_plan and (not k or fits) then outcome, scope, limit = 'allowed', nil, nil end
+  end
 end
 
 if outcome == 'allowed' then
-  g.level, b.level, h.level = g.level - take_g, b.level - rest, h.level - rest
-  used, active = used + cost, active + 1
+  local function take(d, taken)
+    d.g.level = d.g.level - taken.guaranteed
+    d.b.level = d.b.level - taken.borrow - taken.free_burst
+    d.h.level = d.h.level - taken.borrow
+    -- The headroom's overflow is measured from its last write: write it when it was taken
+    -- (or the next caller would take it again) and when it was missing (or none would be).
+    return taken.borrow > 0 or taken.free > 0 or d.h.missing
+  end
+  local headroom_changed = take(s.output, out_plan)
+  if s.apart then headroom_changed = take(s.input, in_plan) or headroom_changed end
+  used, active = used + total, active + 1
+  if k then  -- a bucket without a rate of its own is no limit, and keeps no debt
+    if k.output.rate > 0 then k.output.level = k.output.level - cost_output end
+    if k.input.rate > 0 then k.input.level = k.input.level - cost_input end
+    k.day_used, key_active = k.day_used + total, key_active + 1
+  end
   if not dry then
-    buckets_write(org, s, rest > 0)
-    redis.call('INCRBY', day_key, cost)
-    redis.call('PEXPIRE', day_key, 2 * DAY_MS)
+    buckets_write(org, s)
+    if headroom_changed then headroom_write(headroom) end
+    if redis.call('INCRBY', day_key, total) == total then  -- a new day's counter
+      redis.call('PEXPIRE', day_key, 2 * DAY_MS)
+    end
     redis.call('ZREMRANGEBYSCORE', inflight_key, '-inf', now)
     redis.call('ZADD', inflight_key, now + ttl, A.request_id)
     redis.call('PEXPIRE', inflight_key, ttl + DAY_MS)
-    redis.call('HSET', K.reservation, F.res.org, org, F.res.api_key, key_id, F.res.cost, cost,
-               F.res.from_guaranteed, take_g, F.res.from_burst, rest, F.res.day, A.day,
-               F.res.expires, now + ttl, F.res.state, 'open')
+    -- Fields that are 0 are left out (absent reads as 0): the record is kept for hours.
+    local record = {F.res.org, org, F.res.api_key, key_id, F.res.cost, total, F.res.input, input,
+                    F.res.from_burst, out_plan.borrow + out_plan.free, F.res.day, A.day,
+                    F.res.expires, now + ttl}
+    if in_plan.borrow + in_plan.free > 0 then
+      record[#record + 1] = F.res.input_from_burst
+      record[#record + 1] = in_plan.borrow + in_plan.free
+    end
+    if k then
+      record[#record + 1] = F.res.key_slice
+      record[#record + 1] = 1
+    end
+    redis.call('HSET', K.reservation, unpack(record))
     redis.call('PEXPIRE', K.reservation, record_ttl)
+    if k then
+      key_slice_write(key_id, k)
+      redis.call('ZREMRANGEBYSCORE', key_inflight, '-inf', now)
+      redis.call('ZADD', key_inflight, now + ttl, A.request_id)
+      redis.call('PEXPIRE', key_inflight, ttl + DAY_MS)
+    end
+    if money > 0 then
+      redis.call('HSET', money_key, A.request_id, money)
+      redis.call('HINCRBY', money_key, F.money.total, money)
+      redis.call('PEXPIRE', money_key, ttl + DAY_MS)
+    end
   end
 end
 
-local reset = 0
-if g.rate > 0 then reset = math.max(reset, (g.capacity - g.level) * 1000 / g.rate) end
-if b.rate > 0 then reset = math.max(reset, (b.capacity - b.level) * 1000 / b.rate) end
+-- Headers: {limit, remaining, reset ms} per limit, the tighter of the org's and the key's.
+local function org_view(d)
+  local reset = 0
+  if d.g.rate > 0 then reset = math.max(reset, (d.g.capacity - d.g.level) * 1000 / d.g.rate) end
+  if d.b.rate > 0 then reset = math.max(reset, (d.b.capacity - d.b.level) * 1000 / d.b.rate) end
+  return {d.g.capacity + d.b.capacity,
+          math.floor(math.max(d.g.level, 0) + math.max(d.b.level, 0)), math.ceil(reset)}
+end
+local function key_view(b)
+  return {b.capacity, math.floor(math.max(b.level, 0)),
+          math.ceil((b.capacity - b.level) * 1000 / b.rate)}
+end
+local function tighter(view, other)
+  if other and other[2] < view[2] then return other end
+  return view
+end
+-- Input and output apart only where they are metered apart (else {0, 0, 0}: one bucket meters
+-- both, and the combined tokens headers say it all).
+local out_view, in_view = org_view(s.output), {0, 0, 0}
+if k and k.output.rate > 0 then out_view = tighter(out_view, key_view(k.output)) end
+local tokens_view = out_view
+if s.apart then
+  in_view = org_view(s.input)
+  if k and k.input.rate > 0 then in_view = tighter(in_view, key_view(k.input)) end
+  -- The combined tokens headers: whichever of input and output has the smaller share left.
+  if in_view[2] * out_view[1] < out_view[2] * in_view[1] then tokens_view = in_view end
+end
+local day_view = {daily, math.max(0, daily - used), day_reset}
+local requests_view = {conc, math.max(0, conc - active), conc_reset}
+if k and k.daily > 0 then
+  day_view = tighter(day_view, {k.daily, math.max(0, k.daily - k.day_used), day_reset})
+end
+if k and k.conc > 0 then
+  requests_view = tighter(requests_view, {k.conc, math.max(0, k.conc - key_active),
+                                          key_conc_reset})
+end
+
 return reply{
-  outcome = outcome, org_id = org_id, api_key_id = api_key_id,
-  reserved_tokens = cost, retry_after_ms = retry,
-  tokens_limit = g.capacity + b.capacity,
-  tokens_remaining = math.floor(math.max(g.level, 0) + math.max(b.level, 0)),
-  tokens_reset_ms = math.ceil(reset),
-  day_limit = daily, day_remaining = math.max(0, daily - used), day_reset_ms = day_reset,
-  requests_limit = conc, requests_remaining = math.max(0, conc - active),
-  requests_reset_ms = conc_reset,
+  outcome = outcome, org_id = org_id, api_key_id = api_key_id, key_tier = key_tier,
+  reserved_tokens = total, reserved_input_tokens = input, reserved_output_tokens = output,
+  retry_after_ms = retry,
+  scope = scope, limit = limit,
+  tokens_limit = tokens_view[1], tokens_remaining = tokens_view[2],
+  tokens_reset_ms = tokens_view[3],
+  input_limit = in_view[1], input_remaining = in_view[2], input_reset_ms = in_view[3],
+  output_limit = out_view[1], output_remaining = out_view[2], output_reset_ms = out_view[3],
+  day_limit = day_view[1], day_remaining = day_view[2], day_reset_ms = day_view[3],
+  requests_limit = requests_view[1], requests_remaining = requests_view[2],
+  requests_reset_ms = requests_view[3],
 }

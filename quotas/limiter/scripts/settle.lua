@@ -1,50 +1,178 @@
 -- Settle finished requests of one pool, idempotently by request_id: refund what a reservation
--- did not use (or debit the excess), free its concurrency slot, and count usage that had no
--- reservation (expired, or admitted while failing open). Bucket changes are summed per org and
--- written once, so a batch of 500 events costs one bucket read and write per org.
+-- did not use (or debit the excess: the buckets may go negative, the debt is paid by the
+-- refill, never forgiven), free its concurrency slot and the money it held, count usage that
+-- had no reservation (expired, or admitted while failing open), and learn the output length
+-- of completed requests for the estimates authorize reserves. Buckets and histograms are read
+-- and written once per org (and key), so a batch of 500 events costs one read and write each.
 --
 -- KEYS (K): SettleKeys, then one reservation key per item; ARGV (A): SettleArgs, then each
 -- item's Settlement fields (ITEMS, quotas/limiter/schema.py). Returns how many were settled.
 -- An org's keys are derived from the pool's tag: the owner is read from each reservation.
 local now, today, record_ttl = tonumber(A.now_ms), A.day, tonumber(A.record_ttl_ms)
+local min_samples, half_life = tonumber(A.estimate_min_samples), tonumber(A.estimate_half_life)
+local estimate_ttl = tonumber(A.estimate_ttl_ms)
 local settled = 0
-local per_org = {}  -- org -> what its buckets get back, or owe
+local orgs, keys, histograms = {}, {}, {}  -- each read once, written once at the end
+local headroom, headroom_changed = nil, false  -- the pool's, shared by its orgs
+
+local function org_buckets(org)
+  if not orgs[org] then
+    headroom = headroom or headroom_of(redis.call('HMGET', K.pool, unpack(HEADROOM_FIELDS)), 0,
+                                       now)
+    orgs[org] = buckets_of(redis.call('HMGET', key(KEY.org, org), unpack(BUCKET_FIELDS)), 0,
+                           headroom, now)
+  end
+  return orgs[org]
+end
+
+local function key_slice(key_id)
+  keys[key_id] = keys[key_id] or key_slice_read(key_id, now, today)
+  return keys[key_id]
+end
+
+-- A key's own bucket of one dimension gets back `unused` (capped), or owes `-unused`.
+local function key_bucket_settle(b, unused)
+  if b.rate > 0 then b.level = math.min(b.capacity, b.level + unused) end
+end
+
+-- Output lengths are kept in log-spaced buckets: index floor(8 log2(n + 1)), so a bucket spans
+-- a ratio of 2^(1/8) (9%). Weights grow by 2^(1/half_life) per observation (older ones count
+-- less); past 2^32 every weight is scaled back and negligible buckets are dropped.
+local LOG2 = math.log(2)
+local function histogram(owner, key_id)
+  local hkey = key_id and key(KEY.histogram, owner, key_id) or key(KEY.histogram, owner)
+  local h = histograms[hkey]
+  if h then return h end
+  h = {owner = owner, key_id = key_id, weights = {}, n = 0, z = 0, total = 0, dropped = {}}
+  local raw = redis.call('HGETALL', hkey)
+  for i = 1, #raw, 2 do
+    local field, value = raw[i], tonumber(raw[i + 1])
+    if field == F.hist.count then h.n = value
+    elseif field == F.hist.base then h.z = value
+    elseif field == F.hist.total then h.total = value
+    else h.weights[tonumber(field)] = value end
+  end
+  histograms[hkey] = h
+  return h
+end
+
+local function observe(h, output)
+  h.n = h.n + 1
+  if (h.n - h.z) / half_life >= 32 then
+    local scale = 2 ^ (-(h.n - h.z) / half_life)
+    h.total = 0
+    for index, weight in pairs(h.weights) do
+      if weight * scale < 1e-6 then
+        h.weights[index] = nil
+        h.dropped[#h.dropped + 1] = index
+      else
+        h.weights[index] = weight * scale
+        h.total = h.total + weight * scale
+      end
+    end
+    h.z = h.n
+  end
+  local weight = 2 ^ ((h.n - h.z) / half_life)
+  local index = math.floor(8 * math.log(output + 1) / LOG2)
+  h.weights[index] = (h.weights[index] or 0) + weight
+  h.total = h.total + weight
+end
+
+-- The p95: the upper edge of the bucket where the weight below reaches 95% (never below the
+-- weighted p95, at most 9% above it).
+local function p95(h)
+  local indexes = {}
+  for index in pairs(h.weights) do indexes[#indexes + 1] = index end
+  table.sort(indexes)
+  local below = 0
+  for _, index in ipairs(indexes) do
+    below = below + h.weights[index]
+    if below >= 0.95 * h.total then return math.ceil(2 ^ ((index + 1) / 8) - 1) end
+  end
+  return math.ceil(2 ^ ((indexes[#indexes] + 1) / 8) - 1)
+end
 
 for _, item in ipairs(ITEMS) do
-  local actual = tonumber(item.tokens)
-  local reserved_by, cost, from_burst, reserved_day, state = unpack(redis.call(
-    'HMGET', item.key, F.res.org, F.res.cost, F.res.from_burst, F.res.day, F.res.state))
+  local input, output = tonumber(item.input_tokens), tonumber(item.output_tokens)
+  -- Cached input tokens were served from the upstream's cache: no prefill capacity spent.
+  local prefill = input - tonumber(item.cached_input_tokens)
+  local r = redis.call('HMGET', item.key, F.res.org, F.res.cost, F.res.input, F.res.from_burst,
+                       F.res.input_from_burst, F.res.key_slice, F.res.day, F.res.state,
+                       F.res.api_key)
+  local reserved_by, state = r[1], r[8]
   if state ~= 'settled' then
-    local owner, day, delta, borrowed = item.org_id, today, actual, 0
-    if reserved_by then
-      owner, day = reserved_by, reserved_day
-      delta, borrowed = actual - tonumber(cost), tonumber(from_burst)
+    local owner, day, key_id = item.org_id, today, tonumber(item.api_key_id)
+    local reserved_in, reserved_out, borrowed_out, borrowed_in = 0, 0, 0, 0
+    local reserved = reserved_by and state ~= 'spilled'
+    if reserved then
+      owner, day, key_id = reserved_by, r[7], num(r[9], 0)
+      reserved_in = num(r[3], tonumber(r[2]))
+      reserved_out = tonumber(r[2]) - reserved_in
+      borrowed_out, borrowed_in = num(r[4], 0), num(r[5], 0)
       redis.call('ZREM', key(KEY.inflight, owner), item.request_id)
+      local money_key = key(KEY.money, owner)
+      local held = redis.call('HGET', money_key, item.request_id)
+      if held then
+        redis.call('HDEL', money_key, item.request_id)
+        redis.call('HINCRBY', money_key, F.money.total, -tonumber(held))
+      end
     end
     local day_key = key(KEY.day, owner, day)
-    redis.call('INCRBY', day_key, delta)
+    redis.call('INCRBY', day_key, input + output - reserved_in - reserved_out)
     redis.call('PEXPIRE', day_key, 2 * DAY_MS)
-    local acc = per_org[owner] or {excess = 0, to_burst = 0, to_guaranteed = 0}
-    if delta > 0 then
-      acc.excess = acc.excess + delta  -- used more than reserved: a debt the guaranteed rate repays
-    else
-      local to_burst = math.min(-delta, borrowed)
-      acc.to_burst = acc.to_burst + to_burst
-      acc.to_guaranteed = acc.to_guaranteed - delta - to_burst
+
+    local s = org_buckets(owner)
+    local unused_out, unused_in = reserved_out - output, reserved_in - prefill
+    if not s.apart then unused_out, unused_in = unused_out + unused_in, 0 end
+    headroom_changed = buckets_settle(s.output, unused_out, borrowed_out) or headroom_changed
+    if s.apart then
+      headroom_changed = buckets_settle(s.input, unused_in, borrowed_in) or headroom_changed
     end
-    per_org[owner] = acc
+
+    -- The key's own slice: settled like its reservation debited it, or, without one, debited
+    -- if the key has a slice.
+    local sliced = reserved and r[6] == '1'
+    if key_id > 0 and not reserved then
+      sliced = redis.call('EXISTS', key(KEY.key_slice, key_id)) == 1
+    end
+    if sliced then
+      local k = key_slice(key_id)
+      key_bucket_settle(k.output, unused_out)
+      key_bucket_settle(k.input, unused_in)
+      if day == k.day then k.day_used = k.day_used - unused_out - unused_in end
+      if reserved then redis.call('ZREM', key(KEY.key_inflight, key_id), item.request_id) end
+    end
+
+    if item.completed == '1' then
+      observe(histogram(owner, nil), output)
+      if key_id > 0 then observe(histogram(owner, key_id), output) end
+    end
+
     redis.call('HSET', item.key, F.res.org, owner, F.res.state, 'settled')
     redis.call('PEXPIRE', item.key, record_ttl)
     settled = settled + 1
   end
 end
 
-for org, acc in pairs(per_org) do
-  local s = buckets_read(org, now)
-  s.burst.level = math.min(s.burst.capacity, s.burst.level + acc.to_burst)
-  s.headroom.level = math.min(s.headroom.capacity, s.headroom.level + acc.to_burst)
-  s.guaranteed.level = math.min(s.guaranteed.capacity, s.guaranteed.level + acc.to_guaranteed)
-                       - acc.excess
-  buckets_write(org, s, acc.to_burst > 0)
+for org, s in pairs(orgs) do buckets_write(org, s) end
+if headroom_changed then headroom_write(headroom) end
+for key_id, k in pairs(keys) do key_slice_write(key_id, k) end
+for hkey, h in pairs(histograms) do
+  local fields = {F.hist.count, h.n, F.hist.base, h.z, F.hist.total, h.total}
+  for index, weight in pairs(h.weights) do
+    fields[#fields + 1] = index
+    fields[#fields + 1] = weight
+  end
+  if #h.dropped > 0 then redis.call('HDEL', hkey, unpack(h.dropped)) end
+  redis.call('HSET', hkey, unpack(fields))
+  redis.call('PEXPIRE', hkey, estimate_ttl)
+  -- The estimate authorize reads beside the org's limits; none until there is enough history
+  -- (a histogram forgotten after a long idle starts again).
+  local field = h.key_id and (F.est.key_prefix .. h.key_id) or F.est.org
+  if h.n >= min_samples then
+    redis.call('HSET', key(KEY.org, h.owner), field, p95(h))
+  else
+    redis.call('HDEL', key(KEY.org, h.owner), field)
+  end
 end
 return settled

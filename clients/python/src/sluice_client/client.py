@@ -33,6 +33,19 @@ class AuthorizeResult:
     message: str | None = None
     retry_after_ms: int | None = None
     limiter: str = "redis"
+    # The pool that serves the request ({"id", "model", "region", "tier"}): forward it there.
+    pool: dict | None = None
+    # The tier that serves it, "priority" (fast) or "default" (standard): return it to the
+    # caller in the response's service_tier.
+    service_tier: str | None = None
+    reserved_input_tokens: int = 0
+    reserved_output_tokens: int = 0
+    # On refusals: False when sending the same request again cannot help soon (also the
+    # x-should-retry header, to forward); which limit refused ("org" or "key") and, for TPS
+    # and pool capacity, which tokens ran out ("input" or "output").
+    retryable: bool | None = None
+    scope: str | None = None
+    limit: str | None = None
 
     @classmethod
     def from_response(cls, response: httpx.Response) -> "AuthorizeResult":
@@ -43,7 +56,12 @@ class AuthorizeResult:
                    reserved_tokens=body.get("reserved_tokens", 0),
                    headers=body.get("headers", {}), error_code=error.get("code"),
                    message=error.get("message"), retry_after_ms=error.get("retry_after_ms"),
-                   limiter=body.get("limiter", "redis"))
+                   limiter=body.get("limiter", "redis"), pool=body.get("pool"),
+                   service_tier=body.get("service_tier"),
+                   reserved_input_tokens=body.get("reserved_input_tokens", 0),
+                   reserved_output_tokens=body.get("reserved_output_tokens", 0),
+                   retryable=error.get("retryable"), scope=error.get("scope"),
+                   limit=error.get("limit"))
 
 
 @dataclass(frozen=True)
@@ -56,9 +74,13 @@ class UsageEvent:
     finished_at: datetime
     first_token_at: datetime | None = None
     reservation_id: str | None = None
+    # Of input_tokens, those the upstream served from its prompt cache (OpenAI:
+    # usage.prompt_tokens_details.cached_tokens).
+    cached_input_tokens: int = 0
 
     def as_json(self) -> dict:
         body = {"request_id": self.request_id, "input_tokens": self.input_tokens,
+                "cached_input_tokens": self.cached_input_tokens,
                 "output_tokens": self.output_tokens, "status": self.status,
                 "started_at": self.started_at.isoformat(),
                 "first_token_at": self.first_token_at.isoformat() if self.first_token_at
@@ -88,13 +110,19 @@ class SluiceClient:
     # -- authorize ---------------------------------------------------------------------------
 
     def authorize(self, *, request_id: str, api_key: str, model: str, input_tokens: int,
-                  max_output_tokens: int, region: str | None = None,
-                  dry_run: bool = False) -> AuthorizeResult:
+                  max_output_tokens: int | None = None, region: str | None = None,
+                  dry_run: bool = False, service_tier: str | None = None) -> AuthorizeResult:
+        """`max_output_tokens` None: Sluice reserves its output estimate alone. `service_tier`
+        None: the server's default (auto: the key's default tier, else fast, spilling to
+        standard); "priority" or "default" as the caller asked."""
         body = {"request_id": request_id, "api_key": api_key, "model": model,
-                "input_tokens": input_tokens, "max_output_tokens": max_output_tokens,
-                "dry_run": dry_run}
+                "input_tokens": input_tokens, "dry_run": dry_run}
+        if max_output_tokens is not None:
+            body["max_output_tokens"] = max_output_tokens
         if region:
             body["region"] = region
+        if service_tier:
+            body["service_tier"] = service_tier
         return AuthorizeResult.from_response(self._post("/api/gateway/v1/authorize", body))
 
     def _post(self, path: str, body: dict) -> httpx.Response:

@@ -1,0 +1,96 @@
+"""Issue 10, item 2: after Redis restarts empty (here: a flush), every counter the engine keeps
+is at least what PostgreSQL has recorded, whatever order authorize, usage and the periodic
+sync arrive in. Before the fix, usage that reached the pool first created the day's counter
+from its one event, and the rebuild's SET NX never loaded the day's recorded usage."""
+
+from itertools import permutations
+
+import pytest
+from django.db.models import F, Sum
+from django.test import Client
+
+from billing.services.accounts import spend_cap_set
+from billing.services.caps import month_to_date_micros
+from orgs.services.api_keys import KeySlice, api_key_limits_set
+from quotas.gateway.reservations import reservation_id_issue
+from quotas.gateway.routing import pool_routes_reload
+from quotas.gateway.tokens import gateway_token_cache_clear, gateway_token_create
+from quotas.limiter.clock import day_stamp, month_stamp
+from quotas.limiter.engine import limiter_authorize
+from quotas.limiter.schema import KEY, KEY_SLICE, pool_key
+from quotas.models import UsageHourly
+from quotas.publish import limiter_sync_pool
+from tests.quotas.conftest import tenant_create
+from tests.quotas.test_usage_ingest import USAGE, event
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def hook(limiter):
+    gateway_token_cache_clear()
+    _, plaintext = gateway_token_create(name="edge-restart", actor="test")
+    return Client(HTTP_AUTHORIZATION=f"Bearer {plaintext}")
+
+
+@pytest.fixture
+def report(hook, django_capture_on_commit_callbacks):
+    def post(t, request_id, clock):
+        reservation = reservation_id_issue(pool_id=t.pool.pk, org_id=t.org.pk,
+                                           api_key_id=t.key.pk, request_id=request_id)
+        with django_capture_on_commit_callbacks(execute=True):
+            r = hook.post(USAGE, event(request_id, clock, reservation_id=reservation),
+                          content_type="application/json")
+        assert r.json()["recorded"] == 1
+    return post
+
+
+def _recorded_today(t, clock) -> int:
+    start = clock.now().replace(hour=0, minute=0, second=0, microsecond=0)
+    return UsageHourly.objects.filter(org=t.org, pool=t.pool, hour__gte=start).aggregate(
+        total=Sum(F("input_tokens") + F("output_tokens")))["total"] or 0
+
+
+def _counter(redis_client, t, name, stamp) -> int:
+    return int(redis_client.get(pool_key(t.pool.pk, name, t.org.pk, stamp)) or 0)
+
+
+def _key_day(redis_client, t, stamp) -> int:
+    day, used = redis_client.hmget(pool_key(t.pool.pk, KEY.key_slice, t.key.pk), KEY_SLICE.day,
+                                   KEY_SLICE.day_used)
+    return int(used or 0) if (day or b"").decode() == stamp else 0
+
+
+@pytest.mark.parametrize("order", list(permutations("AUS")), ids="".join)
+def test_counters_after_a_flush_never_fall_below_what_postgres_recorded(
+        limiter, limiter_clock, report, order):
+    t = tenant_create(guaranteed_tps=10_000, burst_tps=10_000, daily_tokens=10**9,
+                      max_concurrency=100)
+    pool_routes_reload()
+    spend_cap_set(org=t.org, cap_micros=10**12, thresholds=[100], actor="test")
+    # The key has a slice of its own: its day counter must survive the flush too.
+    api_key_limits_set(key=t.key, key_slice=KeySlice(daily_tokens=10**8),
+                       default_service_tier="auto", actor="test")
+    limiter_sync_pool(pool_id=t.pool.pk)
+    for i in range(5):  # the day's usage so far: 5 x 400 tokens, priced into the month
+        report(t, f"before-{i}", limiter_clock)
+
+    limiter.flushdb()  # Redis restarts empty
+    steps = {
+        "A": lambda: limiter_authorize(pool_id=t.pool.pk, api_key=t.plaintext,
+                                       request_id="after-a", input_tokens=1,
+                                       max_output_tokens=1),
+        "U": lambda: report(t, "after-u", limiter_clock),
+        "S": lambda: limiter_sync_pool(pool_id=t.pool.pk),
+    }
+    for step in order:
+        steps[step]()
+
+    now = limiter_clock.now()
+    recorded = _recorded_today(t, limiter_clock)
+    assert _counter(limiter, t, KEY.day, day_stamp(now)) >= recorded
+    assert _key_day(limiter, t, day_stamp(now)) >= recorded  # the key made all of it
+    assert _counter(limiter, t, KEY.spend, month_stamp(now)) >= month_to_date_micros(
+        org=t.org, now=now)
+    # Money held by requests in flight: PostgreSQL records none, and a flush forgets none
+    # that could be owed (the reservations went with it).
