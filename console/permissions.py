@@ -29,6 +29,7 @@ VIEW_BILLING_PROBLEMS = "billing.view_outboxmessage"
 RETRY_OUTBOX = "billing.change_outboxmessage"
 REPROCESS_STRIPE_EVENT = "billing.change_stripeevent"
 VIEW_INVOICES = "billing.view_invoice"
+CHANGE_INVOICES = "billing.change_invoice"  # void, re-issue, close a month
 VIEW_GATEWAY_TOKENS = "quotas.view_gatewaytoken"
 ADD_GATEWAY_TOKEN = "quotas.add_gatewaytoken"  # noqa: S105 - a permission name
 REVOKE_GATEWAY_TOKEN = "quotas.change_gatewaytoken"  # noqa: S105 - a permission name
@@ -54,7 +55,7 @@ OPERATOR_PERMISSIONS = SUPPORT_PERMISSIONS + [
     "quotas.change_orgpoolpreference", DECIDE_QUOTA_REQUESTS,
     "quotas.add_gatewaytoken", "quotas.change_gatewaytoken",
     "billing.add_priceversion", "billing.change_outboxmessage", "billing.change_stripeevent",
-    "billing.change_billingaccount",
+    "billing.change_billingaccount", CHANGE_INVOICES,
 ]
 GROUP_PERMISSIONS = {"support": SUPPORT_PERMISSIONS, "operator": OPERATOR_PERMISSIONS}
 

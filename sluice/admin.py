@@ -5,6 +5,11 @@ A ModelAdmin whose rows are added or edited in the admin uses `ServiceAdminMixin
 `ReadOnlyAdminMixin`; actions call services through `run_service_on_each`. No admin saves or
 deletes a row itself.
 
+Every list-page action changes rows, so every action needs the change permission of its model
+(`ActionPermissionMixin`, under all three mixins): read-only support staff see the list without
+the action menu, and a hand-made POST of an action is a 403 with nothing run. An action may ask
+for more (`@admin.action(permissions=[...])`), never for less.
+
 Where the service runs, and why there: Django runs an add/change POST inside its own transaction
 (ModelAdmin.changeform_view), so the service runs nested (`service.nested`, see
 sluice/transactions.py) in a savepoint of that transaction, after the form's whole validation
@@ -16,13 +21,34 @@ row; later, in save_model, Django no longer shows the form, so a refusal could o
 """
 
 from django.contrib import messages
+from django.contrib.admin import helpers
+from django.core.exceptions import PermissionDenied
 from django.db import transaction
 
 from sluice.errors import DomainError
 from sluice.forms import form_add_domain_error
 
 
-class ServiceAdminMixin:
+class ActionPermissionMixin:
+    """The one place an admin action's permission is checked (see the module docstring)."""
+
+    def get_actions(self, request):
+        if not self.has_change_permission(request):
+            return {}
+        return super().get_actions(request)  # then each action's own `allowed_permissions`
+
+    def changelist_view(self, request, extra_context=None):
+        # With no action offered Django would ignore the POST and show the list (200): say no.
+        if request.method == "POST" and helpers.ACTION_CHECKBOX_NAME in request.POST:
+            offered = self.get_actions(request)
+            known = {name for _func, name, _description in self._get_base_actions()}
+            posted = {name for name in request.POST.getlist("action") if name}
+            if any(name in known and name not in offered for name in posted):
+                raise PermissionDenied("This action is not permitted for your role.")
+        return super().changelist_view(request, extra_context)
+
+
+class ServiceAdminMixin(ActionPermissionMixin):
     def service_save(self, *, request, obj, data: dict):
         """Create (`obj` is None) or change `obj` from the form's `data` with the nested form
         of a service; return the row."""
@@ -57,7 +83,7 @@ class ServiceAdminMixin:
         return False  # no service deletes these rows
 
 
-class _RowsNotEditedMixin:
+class _RowsNotEditedMixin(ActionPermissionMixin):
     def has_change_permission(self, request, obj=None):
         # Actions still run: Django asks for the change permission without a row to offer them.
         return obj is None and super().has_change_permission(request)
