@@ -19,6 +19,7 @@ from django.db.models import (
 )
 from django.utils import timezone
 
+from orgs.selectors import orgs_visible_to
 from quotas.models import (
     Allocation,
     AllocationStatus,
@@ -39,6 +40,16 @@ def pool_get(*, pool_id: int) -> CapacityPool:
     if pool is None:
         raise NotFound("No such pool.")
     return pool
+
+
+def allocation_get_for_user(*, user, allocation_id: int) -> Allocation:
+    """One query scoped to the orgs `user` may see: another org's allocation answers exactly
+    like a missing one (same 404, same message)."""
+    allocation = (Allocation.objects.filter(pk=allocation_id, org__in=orgs_visible_to(user=user))
+                  .first())
+    if allocation is None:
+        raise NotFound("No such allocation.")
+    return allocation
 
 
 def _in_force(*, now: datetime, prefix: str = "") -> Q:

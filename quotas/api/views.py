@@ -9,10 +9,14 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from orgs.models import Organization
-from orgs.selectors import operator_require, org_get_for_user, user_is_operator
+from orgs.selectors import operator_require, user_is_operator
 from quotas import services
 from quotas.models import Allocation, AllocationStatus, CapacityPool, LimiterFailurePolicy, Tier
-from quotas.selectors import pool_capacity_summaries, pool_capacity_summary
+from quotas.selectors import (
+    allocation_get_for_user,
+    pool_capacity_summaries,
+    pool_capacity_summary,
+)
 from sluice.api import validated_input
 from sluice.errors import NotFound
 from sluice.pagination import paginate
@@ -198,14 +202,6 @@ class AllocationListApi(APIView):
         return Response(AllocationOutput(allocation).data, status=status.HTTP_201_CREATED)
 
 
-def _allocation_get(request, allocation_id: int) -> Allocation:
-    allocation = Allocation.objects.filter(pk=allocation_id).first()
-    if allocation is None:
-        raise NotFound("No such allocation.")
-    org_get_for_user(user=request.user, org_id=allocation.org_id)  # 404 for other orgs
-    return allocation
-
-
 class AllocationDetailApi(APIView):
     class InputSerializer(_LimitsInput):
         def __init__(self, *args, **kwargs):
@@ -215,11 +211,12 @@ class AllocationDetailApi(APIView):
 
     @extend_schema(responses=AllocationOutput)
     def get(self, request, allocation_id: int):
-        return Response(AllocationOutput(_allocation_get(request, allocation_id)).data)
+        allocation = allocation_get_for_user(user=request.user, allocation_id=allocation_id)
+        return Response(AllocationOutput(allocation).data)
 
     @extend_schema(request=InputSerializer, responses=AllocationOutput)
     def patch(self, request, allocation_id: int):
-        allocation = _allocation_get(request, allocation_id)
+        allocation = allocation_get_for_user(user=request.user, allocation_id=allocation_id)
         operator_require(user=request.user, perm="quotas.change_allocation")
         data = validated_input(self.InputSerializer, request.data)
         allocation = services.allocation_change(allocation=allocation, actor=request.user,
@@ -233,7 +230,7 @@ class AllocationEndApi(APIView):
 
     @extend_schema(request=InputSerializer, responses=AllocationOutput)
     def post(self, request, allocation_id: int):
-        allocation = _allocation_get(request, allocation_id)
+        allocation = allocation_get_for_user(user=request.user, allocation_id=allocation_id)
         operator_require(user=request.user, perm="quotas.change_allocation")
         data = validated_input(self.InputSerializer, request.data)
         allocation = services.allocation_end(allocation=allocation, actor=request.user,

@@ -72,3 +72,15 @@ def test_anonymous_gets_401_everywhere(anon_client, b_objects):
         response = getattr(anon_client, method)(url, body, format="json")
         assert response.status_code in (401, 403), url
         assert response.json()["error"]["code"] in ("not_authenticated", "authentication_failed")
+
+
+def test_other_orgs_objects_answer_exactly_like_missing_ones(two_orgs, b_objects):
+    """Not just 404: the same body, so the message does not tell "exists, not yours" from
+    "does not exist" (issue 10, item 14: an allocation said "No such organization.")."""
+    a, _ = two_orgs
+    missing = {name: 10**9 + i for i, name in enumerate(b_objects)}
+    for (method, url, body), (_, missing_url, _) in zip(
+            org_scoped_requests(b_objects), org_scoped_requests(missing), strict=True):
+        theirs = getattr(a.client, method)(url, body, format="json")
+        absent = getattr(a.client, method)(missing_url, body, format="json")
+        assert (theirs.status_code, theirs.json()) == (absent.status_code, absent.json()), url
