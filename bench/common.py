@@ -14,7 +14,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.base")
-os.environ.setdefault("SLUICE_SECRET_KEY", "bench-only-secret-key")
+os.environ.setdefault("SLUICE_SECRET_KEY", "bench-only-secret-key-" + "x" * 40)
+os.environ.setdefault("SLUICE_EMAIL_BACKEND", "django.core.mail.backends.locmem.EmailBackend")
 os.environ.setdefault("SLUICE_DEBUG", "0")
 os.environ.setdefault("SLUICE_LOG_LEVEL", "WARNING")
 

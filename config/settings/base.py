@@ -5,6 +5,7 @@ from pathlib import Path
 
 import dj_database_url
 from celery.schedules import crontab
+from django.core.exceptions import ImproperlyConfigured
 from kombu import Queue
 
 from config.env import (
@@ -44,6 +45,11 @@ KNOWN_ENV = {
     "SLUICE_STRIPE_WEBHOOK_SECRET",
     "SLUICE_DUNNING_GRACE_DAYS",
     "SLUICE_SECURE_COOKIES",
+    "SLUICE_SSL_REDIRECT",
+    "SLUICE_HSTS_SECONDS",
+    "SLUICE_HSTS_INCLUDE_SUBDOMAINS",
+    "SLUICE_HSTS_PRELOAD",
+    "SLUICE_TRUST_X_FORWARDED_PROTO",
     "SLUICE_LOG_LEVEL",
     "SLUICE_REAPPLY_COOLING_OFF_DAYS",
     "SLUICE_ADMIN_KEY_RATE_PER_MINUTE",
@@ -58,6 +64,11 @@ DEBUG = env_bool("SLUICE_DEBUG", False)
 SECRET_KEY = env_str("SLUICE_SECRET_KEY", "dev-only-insecure-key") if DEBUG else env_str(
     "SLUICE_SECRET_KEY"
 )
+# Django's own bar (security.W009): a short key signs sessions and reset links guessably.
+if not DEBUG and (len(SECRET_KEY) < 50 or len(set(SECRET_KEY)) < 5):
+    raise ImproperlyConfigured(
+        "SLUICE_SECRET_KEY must be at least 50 characters with at least 5 different ones, e.g. "
+        "python -c 'import secrets; print(secrets.token_urlsafe(50))'.")
 
 ALLOWED_HOSTS = env_list("SLUICE_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("SLUICE_CSRF_TRUSTED_ORIGINS", [])
@@ -119,8 +130,6 @@ TEMPLATES = [
 # PostgreSQL only: the same SQL runs in development, tests and production.
 DATABASES = {"default": dj_database_url.parse(env_str("DATABASE_URL"), conn_max_age=60)}
 if DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
-    from django.core.exceptions import ImproperlyConfigured
-
     raise ImproperlyConfigured("DATABASE_URL must point at PostgreSQL.")
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
@@ -175,10 +184,32 @@ SESSION_COOKIE_SECURE = SECURE_COOKIES
 CSRF_COOKIE_SECURE = SECURE_COOKIES
 SESSION_COOKIE_HTTPONLY = True
 X_FRAME_OPTIONS = "DENY"
+# HTTPS. Opt-in, because both outlive a mistake: a redirect breaks plain-HTTP callers (a
+# gateway on the internal network), and browsers remember HSTS for its whole max-age.
+SECURE_SSL_REDIRECT = env_bool("SLUICE_SSL_REDIRECT", False)
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$"]  # load balancers probe over plain HTTP
+SECURE_HSTS_SECONDS = env_int("SLUICE_HSTS_SECONDS", 0, minimum=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SLUICE_HSTS_INCLUDE_SUBDOMAINS", False)
+SECURE_HSTS_PRELOAD = env_bool("SLUICE_HSTS_PRELOAD", False)
+# Behind a TLS-terminating proxy that sets X-Forwarded-Proto (and strips it from clients):
+# request.is_secure() and the SSL redirect then see the client's scheme, not the proxy's http.
+SECURE_PROXY_SSL_HEADER = (("HTTP_X_FORWARDED_PROTO", "https")
+                           if env_bool("SLUICE_TRUST_X_FORWARDED_PROTO", False) else None)
 
-EMAIL_BACKEND = env_str("SLUICE_EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+# Emails carry secrets (password reset links, invitation tokens): in production they go to a
+# mail server, never to the log. The console backend (prints them) is for development only.
+_LOGGING_EMAIL_BACKENDS = {"django.core.mail.backends.console.EmailBackend",
+                           "django.core.mail.backends.filebased.EmailBackend"}
+_SMTP_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+EMAIL_BACKEND = env_str("SLUICE_EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend"
+                        if DEBUG else _SMTP_BACKEND)
+if not DEBUG and EMAIL_BACKEND in _LOGGING_EMAIL_BACKENDS:
+    raise ImproperlyConfigured(f"SLUICE_EMAIL_BACKEND={EMAIL_BACKEND} writes emails (reset "
+                               "links, invitation tokens) where logs go; not in production.")
 DEFAULT_FROM_EMAIL = env_str("SLUICE_DEFAULT_FROM_EMAIL", "Sluice <no-reply@sluice.dev>")
-EMAIL_HOST = env_str("SLUICE_EMAIL_HOST", "localhost")
+# SMTP in production needs its server named: no silent "localhost" that may not exist.
+EMAIL_HOST = env_str("SLUICE_EMAIL_HOST") if not DEBUG and EMAIL_BACKEND == _SMTP_BACKEND \
+    else env_str("SLUICE_EMAIL_HOST", "localhost")
 EMAIL_PORT = env_int("SLUICE_EMAIL_PORT", 25)
 EMAIL_HOST_USER = env_str("SLUICE_EMAIL_HOST_USER", "")
 EMAIL_HOST_PASSWORD = env_str("SLUICE_EMAIL_HOST_PASSWORD", "")

@@ -4,7 +4,9 @@ REDIS_URL, which dev.py sets to the embedded servers when the machine has none).
 import os
 
 os.environ.setdefault("SLUICE_DEBUG", "0")
-os.environ.setdefault("SLUICE_SECRET_KEY", "test-secret-key-not-for-production")
+os.environ.setdefault("SLUICE_SECRET_KEY", "test-secret-key-not-for-production-" + "x" * 30)
+# Production settings refuse to start without a mail server; tests keep emails in memory.
+os.environ.setdefault("SLUICE_EMAIL_BACKEND", "django.core.mail.backends.locmem.EmailBackend")
 
 from config.settings.base import *  # noqa: E402,F403
 
