@@ -3,7 +3,11 @@
 A Redis counter per (username, client IP): after MAX_FAILURES failures within WINDOW_SECONDS the
 pair is locked until the window runs out. Keyed on the pair rather than the username alone so an
 attacker cannot lock a victim out from elsewhere; TOTP protects operator accounts on top of this.
-The counter key expires by itself, so a lockout needs no clean-up job.
+A second counter per client IP, across usernames, stops password spraying (one password tried
+on many accounts, each pair staying under its limit): after IP_MAX_FAILURES failures the address
+is locked for every username. A success clears its pair only, never the address's count, so one
+account the attacker owns cannot reset it. Counter keys expire by themselves, so a lockout needs
+no clean-up job.
 """
 
 import hashlib
@@ -16,16 +20,22 @@ from django.conf import settings
 logger = logging.getLogger(__name__)
 
 MAX_FAILURES = 5
+# Per address: high enough for an office behind one NAT address, low enough that spraying
+# gets a few dozen guesses per window instead of unlimited ones.
+IP_MAX_FAILURES = 30
 WINDOW_SECONDS = 15 * 60
 
 _client: redis.Redis | None = None
 
-# INCR, and start the window on the first failure only. A script rather than EXPIRE's NX flag,
-# which needs Redis 7 (the embedded development Redis is 6.2).
+# INCR both counters (pair, address), and start each window on its first failure only. A script
+# rather than EXPIRE's NX flag, which needs Redis 7 (the embedded development Redis is 6.2).
 _COUNT_FAILURE = """
-local failures = redis.call('INCR', KEYS[1])
-if failures == 1 then redis.call('EXPIRE', KEYS[1], ARGV[1]) end
-return failures
+local counts = {}
+for i, key in ipairs(KEYS) do
+  counts[i] = redis.call('INCR', key)
+  if counts[i] == 1 then redis.call('EXPIRE', key, ARGV[1]) end
+end
+return counts
 """
 
 
@@ -42,6 +52,11 @@ def _key(*, username: str, ip: str) -> str:
     return f"login-failures:{digest}"
 
 
+def _ip_key(*, ip: str) -> str:
+    digest = hashlib.sha256(f"ip|{ip}".encode()).hexdigest()[:32]
+    return f"login-failures-ip:{digest}"
+
+
 @dataclass(frozen=True)
 class LoginLock:
     locked: bool
@@ -51,24 +66,30 @@ class LoginLock:
 def login_lock_status(*, username: str, ip: str) -> LoginLock:
     try:
         pipe = _redis().pipeline()
-        pipe.get(_key(username=username, ip=ip))
-        pipe.ttl(_key(username=username, ip=ip))
-        failures, ttl = pipe.execute()
+        for key in (_key(username=username, ip=ip), _ip_key(ip=ip)):
+            pipe.get(key)
+            pipe.ttl(key)
+        failures, ttl, ip_failures, ip_ttl = pipe.execute()
     except redis.RedisError:
         # Fail open: a Redis outage must not lock every user out of sign-in. Passwords are still
         # checked, and operators still need their second factor.
         logger.warning("login throttle unavailable; sign-in is not rate limited", exc_info=True)
         return LoginLock(locked=False)
-    if failures is not None and int(failures) >= MAX_FAILURES:
-        return LoginLock(locked=True, retry_after_seconds=max(int(ttl), 1))
+    waits = [int(t) for count, t, limit in ((failures, ttl, MAX_FAILURES),
+                                            (ip_failures, ip_ttl, IP_MAX_FAILURES))
+             if count is not None and int(count) >= limit]
+    if waits:
+        return LoginLock(locked=True, retry_after_seconds=max(*waits, 1))
     return LoginLock(locked=False)
 
 
 def login_failure_record(*, username: str, ip: str) -> int:
-    """Counts one failure; the window starts at the first failure and is not extended."""
-    key = _key(username=username, ip=ip)
+    """Counts one failure for the pair and for the address; each window starts at its first
+    failure and is not extended. Returns the pair's count."""
+    keys = [_key(username=username, ip=ip), _ip_key(ip=ip)]
     try:
-        failures = _redis().register_script(_COUNT_FAILURE)(keys=[key], args=[WINDOW_SECONDS])
+        failures, _ip_failures = _redis().register_script(_COUNT_FAILURE)(
+            keys=keys, args=[WINDOW_SECONDS])
     except redis.RedisError:
         logger.warning("login throttle unavailable; failure not counted", exc_info=True)
         return 0

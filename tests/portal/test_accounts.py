@@ -94,10 +94,11 @@ def test_successful_login_clears_the_failure_count(redis_client):
                                           "password": PASSWORD}).status_code == 302
 
 
-def test_password_reset_by_email(redis_client):
+def test_password_reset_by_email(redis_client, django_capture_on_commit_callbacks):
     user = UserFactory()
     client = Client()
-    client.post("/portal/password-reset/", {"email": user.email})
+    with django_capture_on_commit_callbacks(execute=True):  # the email leaves after the commit
+        client.post("/portal/password-reset/", {"email": user.email})
     (message,) = mail.outbox
     response = client.get(_link_in(message), follow=True)
     response = client.post(response.redirect_chain[-1][0], {
@@ -162,3 +163,44 @@ def test_signup_through_a_dead_invitation_link_creates_no_account(redis_client):
                              {"email": "new@voice.test", "password": STRONG})
     assert response.status_code == 404
     assert not User.objects.filter(username="new@voice.test").exists()
+
+
+def test_spraying_one_password_over_many_accounts_locks_the_address(redis_client):
+    from sluice.login_throttle import IP_MAX_FAILURES
+
+    victim = UserFactory()
+    client = Client()
+    for n in range(IP_MAX_FAILURES):
+        client.post("/portal/login/", {"username": f"guess{n}@voice.test",
+                                       "password": "Spring2026"})
+    response = client.post("/portal/login/", {"username": victim.username, "password": PASSWORD})
+    assert response.status_code == 200
+    assert "Too many failed sign-in attempts" in response.content.decode()
+    elsewhere = Client(REMOTE_ADDR="10.1.2.3")
+    assert elsewhere.post("/portal/login/", {"username": victim.username,
+                                             "password": PASSWORD}).status_code == 302
+
+
+def test_password_reset_email_leaves_after_the_response(redis_client,
+                                                        django_capture_on_commit_callbacks):
+    """The request only queues the email (issue 10, item 17): it is built and sent by a task
+    after the commit, so the response takes as long for a known address as for an unknown one
+    and no reset token is stored on the way."""
+    from sluice.models import OutboundEmail
+
+    user = UserFactory()
+    client = Client()
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        response = client.post("/portal/password-reset/", {"email": user.email})
+        assert response.status_code == 302
+        assert mail.outbox == []  # nothing sent inside the request
+    (queued,) = OutboundEmail.objects.all()
+    assert str(user.pk) in str(queued.params) and "token" not in str(queued.params)
+    for callback in callbacks:
+        callback()
+    (message,) = mail.outbox
+    assert message.to == [user.email]
+    assert "/portal/password-reset/" in _link_in(message)
+    with django_capture_on_commit_callbacks(execute=False):
+        unknown = client.post("/portal/password-reset/", {"email": "nobody@voice.test"})
+    assert unknown.status_code == 302 and OutboundEmail.objects.count() == 1
