@@ -3,7 +3,7 @@ verification. Org-level changes (members, keys, lifecycle) are the orgs services
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.contrib.auth.tokens import PasswordResetTokenGenerator
+from django.contrib.auth.tokens import PasswordResetTokenGenerator, default_token_generator
 from django.db import IntegrityError, transaction
 from django.urls import reverse
 from django.utils import timezone
@@ -107,3 +107,24 @@ def email_mark_verified(*, user, actor) -> bool:
         audit_record(actor=actor, action="user.email_verify", target=user,
                      after={"email": user.email})
     return created
+
+
+def password_reset_email_queue(*, user) -> None:
+    """Queued, built and sent by a task after the response: the request does the same work for
+    a known address as for an unknown one (no SMTP round trip to time), and the reset token is
+    made when the email is built, so it is never stored on the way."""
+    email_queue(kind="portal.password_reset", params={"user_id": user.pk},
+                key=f"user:{user.pk}:password_reset:{timezone.now().isoformat()}")
+
+
+@email_kind("portal.password_reset")
+def _password_reset_email(*, user_id: int) -> Email | None:
+    user = User.objects.filter(pk=user_id, is_active=True).first()
+    if user is None or not user.has_usable_password():
+        return None  # deactivated since it was asked for: no link
+    uid = urlsafe_base64_encode(force_bytes(user.pk))
+    token = default_token_generator.make_token(user)
+    return Email(to=[user.email], subject="Reset your Sluice password",
+                 template="portal/email/password_reset",
+                 context={"email": user.email, "link": settings.PUBLIC_URL + reverse(
+                     "portal:password_reset_confirm", args=[uid, token])})

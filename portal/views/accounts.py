@@ -11,7 +11,7 @@ from django.utils.http import urlsafe_base64_decode
 from django.views.decorators.http import require_POST
 
 from orgs.services import invitation_accept
-from portal.forms import AccountForm, LoginForm, OrgApplyForm, SignUpForm
+from portal.forms import AccountForm, LoginForm, OrgApplyForm, PasswordResetForm, SignUpForm
 from portal.selectors import membership_get, memberships_for_user
 from portal.services import (
     account_join,
@@ -53,8 +53,7 @@ class LoginView(auth_views.LoginView):
 
 class PasswordResetView(auth_views.PasswordResetView):
     template_name = "portal/password_reset.html"
-    email_template_name = "portal/email/password_reset.txt"
-    subject_template_name = "portal/email/password_reset_subject.txt"
+    form_class = PasswordResetForm  # the email leaves after the response (portal/services.py)
     success_url = reverse_lazy("portal:password_reset_done")
 
 
