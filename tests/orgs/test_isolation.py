@@ -5,6 +5,7 @@ import pytest
 
 from orgs.models import Membership
 from orgs.services import api_key_create, invitation_create
+from quotas.quota_requests import quota_request_create
 from tests.factories import AllocationFactory
 
 pytestmark = pytest.mark.django_db
@@ -16,9 +17,12 @@ def b_objects(two_orgs):
     key, _ = api_key_create(org=b.org, name="b-key", actor=b.owner)
     member = Membership.objects.get(org=b.org)
     allocation = AllocationFactory(org=b.org)
+    quota_request = quota_request_create(
+        org=b.org, pool=allocation.pool, guaranteed_tps=20, burst_tps=40, daily_tokens=2_000,
+        max_concurrency=2, reason="more", actor=b.owner)
     invitation, _ = invitation_create(org=b.org, email="x@b.test", role="viewer", actor=b.owner)
     return {"org": b.org.pk, "key": key.pk, "member": member.pk, "allocation": allocation.pk,
-            "invitation": invitation.pk}
+            "invitation": invitation.pk, "quota_request": quota_request.pk}
 
 
 def org_scoped_requests(ids):
@@ -39,6 +43,11 @@ def org_scoped_requests(ids):
         ("get", f"/api/v1/allocations/{ids['allocation']}/", None),
         ("patch", f"/api/v1/allocations/{ids['allocation']}/", {"guaranteed_tps": 1}),
         ("post", f"/api/v1/allocations/{ids['allocation']}/end/", {}),
+        ("put", f"/api/v1/orgs/{org}/api-keys/{ids['key']}/limits/", {}),
+        ("get", f"/api/v1/orgs/{org}/quota-requests/", None),
+        ("post", f"/api/v1/orgs/{org}/quota-requests/{ids['quota_request']}/cancel/", {}),
+        ("get", f"/api/v1/orgs/{org}/billing/invoices", None),
+        ("put", f"/api/v1/orgs/{org}/billing/spend-cap", {"spend_cap_micros": 1}),
     ]
 
 
