@@ -24,7 +24,7 @@ estimate default, and a `synced` marker set once the pool has been rebuilt in fu
 import logging
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
 from django.db import DatabaseError, transaction
@@ -145,7 +145,10 @@ def _key_state(key: ApiKey, day_used: int) -> ApiKeyState:
 def _day_used(org_ids: set[int], pool_ids: set[int], now: datetime) -> dict:
     """(org, pool) and (org, pool, key) -> tokens recorded this UTC day."""
     start = now.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
-    rows = (UsageHourly.objects.filter(org_id__in=org_ids, pool_id__in=pool_ids, hour__gte=start)
+    # Bounded above too: usage of a later day (a start a little ahead of our clock) is not
+    # today's, whatever arrived.
+    rows = (UsageHourly.objects.filter(org_id__in=org_ids, pool_id__in=pool_ids, hour__gte=start,
+                                       hour__lt=start + timedelta(days=1))
             .values_list("org_id", "pool_id", "api_key_id")
             .annotate(total=Sum(F("input_tokens") + F("output_tokens"))))
     used: dict = defaultdict(int)
