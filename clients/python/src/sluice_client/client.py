@@ -18,7 +18,12 @@ RETRYABLE_REJECTIONS = {"attribution_unavailable"}
 
 
 class SluiceUnavailable(Exception):
-    """Sluice could not be reached (after retries)."""
+    """Sluice could not be reached (after retries). `status_code`: the last HTTP status it
+    answered, None when it did not answer at all."""
+
+    def __init__(self, message: str, *, status_code: int | None = None):
+        super().__init__(message)
+        self.status_code = status_code
 
 
 @dataclass(frozen=True)
@@ -129,18 +134,20 @@ class SluiceClient:
         """POST, retrying network errors and 5xx with the same body (same request_id): the
         endpoints are idempotent. A 503 that is a decision (limiter_unavailable) is final."""
         last: Exception | None = None
+        status_code = None
         for attempt in range(self.retries + 1):
             if attempt:
                 time.sleep(min(0.05 * 2 ** attempt, 1.0))
             try:
                 response = self._http.post(self.base_url + path, json=body)
             except httpx.TransportError as exc:
-                last = exc
+                last, status_code = exc, None
                 continue
             if response.status_code < 500 or _is_decision(response):
                 return response
-            last = SluiceUnavailable(f"HTTP {response.status_code}")
-        raise SluiceUnavailable(str(last)) from last
+            status_code = response.status_code
+            last = SluiceUnavailable(f"HTTP {response.status_code}", status_code=status_code)
+        raise SluiceUnavailable(str(last), status_code=status_code) from last
 
     # -- usage -------------------------------------------------------------------------------
 
@@ -175,10 +182,15 @@ class SluiceClient:
                 break
         return events
 
+    @property
+    def dead_letter_path(self) -> str:
+        """Where the events Sluice refused for good go: JSON lines, each event with the
+        `sluice_error` ({"code", "message"}) it was refused with."""
+        return str(self.spool.dead)
+
     def _send_queued(self) -> None:
         while batch := self._drain():
-            if not self._deliver(batch):
-                self.spool.append(batch)
+            self.spool.append(self._deliver(batch))
 
     def _replay(self) -> None:
         spooled = self.spool.take()
@@ -187,31 +199,74 @@ class SluiceClient:
         undelivered = []
         for i in range(0, len(spooled), self.batch_size):
             batch = spooled[i:i + self.batch_size]
-            if undelivered or not self._deliver(batch):
-                undelivered.extend(batch)  # Sluice is down again: keep the rest for later
+            if undelivered:  # Sluice is down again: keep the rest for later
+                undelivered.extend(batch)
+            else:
+                undelivered.extend(self._deliver(batch))
         self.spool.append(undelivered)
         self.spool.taken()
 
-    def _deliver(self, batch: list[dict]) -> bool:
-        """True when Sluice answered for every event (even if some go to the dead file)."""
+    def _deliver(self, batch: list[dict]) -> list[dict]:
+        """Send a batch; the events to keep for later (Sluice unreachable, or an
+        attribution it could not make just then). What Sluice refuses for good, event by event,
+        goes to the dead-letter file and never holds back the others: a batch Sluice fails on
+        (a 500 after retries, or too large) is split until the event it fails on is alone."""
         try:
             response = self._post("/api/gateway/v1/usage", {"events": batch})
-        except SluiceUnavailable:
-            return False
+        except SluiceUnavailable as exc:
+            if exc.status_code != 500:
+                return batch  # unreachable, or a proxy in front says so (502, 503, 504)
+            return self._split(batch, "server_error", "Sluice failed on this event (HTTP 500).")
+        if response.status_code == 413:
+            return self._split(batch, "request_too_large", "Too large for Sluice alone.")
         if response.status_code == 400:
-            logger.error("sluice refused a usage batch as malformed: %s", response.text)
-            self.spool.append(batch, dead=True)
-            return True
+            return self._refused(batch, response)
         if response.status_code != 200:
-            return False
-        retry, dead = [], []
+            return batch  # 401 (the gateway token), 429...: a person or time fixes it
+        retry = []
         for event, result in zip(batch, response.json()["results"], strict=True):
             if result["result"] == "rejected":
-                code = result.get("error", {}).get("code")
-                (retry if code in RETRYABLE_REJECTIONS else dead).append(event)
-        self.spool.append(retry)
-        self.spool.append(dead, dead=True)
-        return True
+                error = result.get("error") or {}
+                if error.get("code") in RETRYABLE_REJECTIONS:
+                    retry.append(event)
+                else:
+                    self._dead([event], error)
+        return retry
+
+    def _split(self, batch: list[dict], code: str, message: str) -> list[dict]:
+        if len(batch) == 1:
+            self._dead(batch, {"code": code, "message": message})
+            return []
+        half = len(batch) // 2
+        kept = self._deliver(batch[:half])
+        if kept and kept == batch[:half]:  # unreachable meanwhile: try again later
+            return kept + batch[half:]
+        return kept + self._deliver(batch[half:])
+
+    def _refused(self, batch: list[dict], response: httpx.Response) -> list[dict]:
+        """A 400: the events it names go to the dead-letter file, the others again to Sluice.
+        One it cannot place (the whole body refused) sends the batch there."""
+        try:
+            error = response.json()["error"]
+        except (ValueError, KeyError, TypeError):
+            error = {"code": "malformed_request", "message": response.text[:200]}
+        named = (error.get("fields") or {}).get("events")
+        bad = {int(i) for i in named if i.isdigit() and int(i) < len(batch)} \
+            if isinstance(named, dict) else set()
+        if not bad:
+            return self._dead(batch, error)
+        for i in sorted(bad):
+            self._dead([batch[i]], {"code": error.get("code"), "message": error.get("message"),
+                                    "fields": named[str(i)]})
+        rest = [e for i, e in enumerate(batch) if i not in bad]
+        return self._deliver(rest) if rest else []
+
+    def _dead(self, events: list[dict], error: dict) -> list[dict]:
+        self.spool.append([{**e, "sluice_error": error} for e in events], dead=True)
+        for e in events:
+            logger.error("sluice refused usage event %s (%s): moved to %s", e.get("request_id"),
+                         error.get("code"), self.spool.dead)
+        return []
 
 
 def _is_decision(response: httpx.Response) -> bool:
