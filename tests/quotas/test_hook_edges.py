@@ -180,3 +180,12 @@ def test_the_schema_bounds_token_counts_and_batches(operator_client):
     assert (events["minItems"], events["maxItems"]) == (1, MAX_EVENTS)
 
 
+
+
+def test_a_key_created_for_an_org_without_any_allocation_is_known_at_once(
+        view, tenant, django_capture_on_commit_callbacks):
+    org = OrganizationFactory(status=OrgStatus.ACTIVE)
+    with django_capture_on_commit_callbacks(execute=True):
+        _, plaintext = api_key_create(org=org, name="k", actor="test")
+    r = view(AUTHORIZE, orjson.dumps(ask(tenant, api_key=plaintext)))
+    assert (r.status_code, r.json()["error"]["code"]) == (403, "no_allocation")
