@@ -10,6 +10,8 @@ import logging
 import time
 from collections.abc import Callable
 
+from django.db import InterfaceError, OperationalError
+
 from quotas.gateway import messages
 from quotas.gateway.fail_open import fail_open_authorize, fail_open_heartbeat
 from quotas.gateway.headers import ratelimit_headers
@@ -85,6 +87,12 @@ def hook_call(handler, histogram, *, method: str, authorization: str,
         return handler(json_body(read_body()), gateway)
     except BadInput as exc:
         return _error(exc.code, exc.message, 400, fields=exc.fields)
+    except (OperationalError, InterfaceError):
+        # PostgreSQL unreachable: a 503, so a client keeps the usage for later instead of
+        # hunting in it for an event to blame (a 500 says "failed on this request").
+        logger.exception("gateway hook: %s could not reach PostgreSQL", handler.__name__)
+        return _error("database_unavailable", "The database is unreachable; retry shortly.",
+                      503)
     except Exception:
         # Django's handler would answer its HTML page, and the fast path none at all.
         logger.exception("gateway hook: %s failed", handler.__name__)

@@ -189,3 +189,16 @@ def test_a_key_created_for_an_org_without_any_allocation_is_known_at_once(
         _, plaintext = api_key_create(org=org, name="k", actor="test")
     r = view(AUTHORIZE, orjson.dumps(ask(tenant, api_key=plaintext)))
     assert (r.status_code, r.json()["error"]["code"]) == (403, "no_allocation")
+
+
+def test_postgresql_unreachable_is_a_503_not_a_500(view, tenant, limiter_clock, monkeypatch):
+    from django.db import OperationalError
+
+    from quotas.gateway import hook
+
+    def unreachable(*, events):
+        raise OperationalError("connection refused")
+    monkeypatch.setattr(hook, "usage_record", unreachable)
+    r = view(USAGE, orjson.dumps(usage_event(tenant)))
+    assert r.status_code == 503 and shape(r)["code"] == "database_unavailable"
+    assert r.json()["error"]["retryable"] is True
