@@ -170,16 +170,17 @@ def _dead_letters(sluice) -> dict[str, str]:
 def test_one_poisoned_event_never_wedges_the_spool(service, tmp_path):
     url, token, t = service
     sluice = client(url, token, tmp_path, retries=0, transport=_PoisonedService())
-    grants = _grants(sluice, t, "a", "b", "c", "poison-1", "d")
+    grants = _grants(sluice, t, "a", "b", "c", "poison-1", "poison-2", "d")
     # A batch Sluice failed on before (spooled), then more usage queued after it.
-    sluice.spool.append([usage(rid, grants[rid]).as_json() for rid in ("a", "poison-1", "b")])
+    sluice.spool.append([usage(rid, grants[rid]).as_json()
+                         for rid in ("a", "poison-1", "poison-2", "b")])
     for rid in ("c", "d"):
         sluice.report_usage(usage(rid, grants[rid]))
     sluice.flush()
     assert sorted(StoredEvent.objects.values_list("request_id", flat=True)) == [
         "a", "b", "c", "d"]
     assert len(sluice.spool) == 0
-    assert _dead_letters(sluice) == {"poison-1": "server_error"}
+    assert _dead_letters(sluice) == {"poison-1": "server_error", "poison-2": "server_error"}
     sluice.close()
 
 
@@ -208,4 +209,23 @@ def test_a_proxy_s_503_keeps_the_batch_for_later(service, tmp_path):
     sluice.report_usage(usage("a", grants["a"]))
     sluice.flush()
     assert len(sluice.spool) == 1 and not Path(sluice.dead_letter_path).exists()
+    sluice.close()
+
+
+def test_a_sluice_failing_on_everything_dead_letters_nothing(service, tmp_path):
+    url, token, t = service
+
+    class Failing(httpx.HTTPTransport):
+        def handle_request(self, request):
+            if request.url.path.endswith("/usage"):
+                return httpx.Response(500, json={"error": {"code": "internal_error",
+                                                           "message": "boom"}})
+            return super().handle_request(request)
+
+    grants = _grants(client(url, token, tmp_path), t, "a", "b", "c")
+    sluice = client(url, token, tmp_path, retries=0, transport=Failing())
+    for rid in ("a", "b", "c"):
+        sluice.report_usage(usage(rid, grants[rid]))
+    sluice.flush()  # the queued batch fails, is spooled, and the replay fails again
+    assert len(sluice.spool) == 3 and not Path(sluice.dead_letter_path).exists()
     sluice.close()
