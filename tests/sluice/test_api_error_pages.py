@@ -56,6 +56,13 @@ def test_a_body_past_the_upload_limit_to_the_stripe_webhook_is_the_json_400(sett
     assert r.status_code == 400 and one_shape(r.json())["code"] == "malformed_request"
 
 
+def test_a_body_past_the_upload_limit_to_a_rest_endpoint_is_the_json_400(operator_client,
+                                                                         settings):
+    body = b'{"model": "' + b"m" * (settings.DATA_UPLOAD_MAX_MEMORY_SIZE + 1) + b'"}'
+    r = operator_client.generic("POST", "/api/v1/pools/", body, content_type="application/json")
+    assert r.status_code == 400 and one_shape(r.json())["code"] == "malformed_request"
+
+
 def test_405_under_api_is_json_and_names_the_allowed_methods(operator_client):
     r = Client().get("/api/billing/stripe/webhook")
     assert r.status_code == 405 and r["Allow"] == "POST"
