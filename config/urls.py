@@ -33,3 +33,9 @@ urlpatterns = [
     path("api/billing/stripe/webhook", stripe_webhook, name="stripe-webhook"),
     path("portal/", include("portal.urls")),
 ]
+
+# Under /api/ these answer the one JSON error shape; elsewhere Django's pages.
+handler400 = "sluice.error_pages.bad_request"
+handler403 = "sluice.error_pages.permission_denied"
+handler404 = "sluice.error_pages.page_not_found"
+handler500 = "sluice.error_pages.server_error"

@@ -24,13 +24,13 @@ estimate default, and a `synced` marker set once the pool has been rebuilt in fu
 import logging
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
 from django.db import DatabaseError, transaction
 from django.db.models import F, Q, Sum
 
-from orgs.models import ApiKey, Organization
+from orgs.models import ApiKey, Organization, OrgStatus
 from quotas.events import limits_publishing
 from quotas.limiter.clock import clock, epoch_ms
 from quotas.limiter.connection import EngineConfig, LimiterUnavailable, engine_configure
@@ -145,7 +145,10 @@ def _key_state(key: ApiKey, day_used: int) -> ApiKeyState:
 def _day_used(org_ids: set[int], pool_ids: set[int], now: datetime) -> dict:
     """(org, pool) and (org, pool, key) -> tokens recorded this UTC day."""
     start = now.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
-    rows = (UsageHourly.objects.filter(org_id__in=org_ids, pool_id__in=pool_ids, hour__gte=start)
+    # Bounded above too: usage of a later day (a start a little ahead of our clock) is not
+    # today's, whatever arrived.
+    rows = (UsageHourly.objects.filter(org_id__in=org_ids, pool_id__in=pool_ids, hour__gte=start,
+                                       hour__lt=start + timedelta(days=1))
             .values_list("org_id", "pool_id", "api_key_id")
             .annotate(total=Sum(F("input_tokens") + F("output_tokens"))))
     used: dict = defaultdict(int)
@@ -191,7 +194,31 @@ def _memberships(*, org_ids=None, pool_ids=None, now: datetime) -> list[_OrgInPo
         for sibling in siblings[m.pool.pk]:
             pairs.setdefault((m.org.pk, sibling.pk), _OrgInPool(m.org, sibling, None))
     wanted = None if pool_ids is None else set(pool_ids)
-    return [m for m in pairs.values() if wanted is None or m.pool.pk in wanted]
+    return ([m for m in pairs.values() if wanted is None or m.pool.pk in wanted]
+            + _unallocated(org_ids=org_ids, pool_ids=pool_ids))
+
+
+# Orgs whose keys a pool knows although they never held an allocation anywhere.
+_KNOWN_WITHOUT_ALLOCATION = (OrgStatus.ACTIVE, OrgStatus.SUSPENDED)
+
+
+def _unallocated(*, org_ids=None, pool_ids=None) -> list[_OrgInPool]:
+    """An admitted org that holds no allocation at all, in every pool (asked): its keys are
+    known there without an allocation, so its callers hear 403 no_allocation (or why the org is
+    not active), not 401 "unknown key". Few orgs: admission grants an allocation; they leave
+    these pools' registries when they get one and the pools are rebuilt (meanwhile such a pool
+    still answers no_allocation, which is true)."""
+    orgs = (Organization.objects.filter(status__in=_KNOWN_WITHOUT_ALLOCATION)
+            .exclude(pk__in=Allocation.objects.values("org_id")).order_by("pk"))
+    if org_ids is not None:
+        orgs = orgs.filter(pk__in=org_ids)
+    orgs = list(orgs)
+    if not orgs:
+        return []
+    pools = CapacityPool.objects.order_by("pk")
+    if pool_ids is not None:
+        pools = pools.filter(pk__in=pool_ids)
+    return [_OrgInPool(org, pool, None) for pool in pools for org in orgs]
 
 
 def _org_state(m: _OrgInPool, *, keys: list[ApiKeyState], day_used: int, money: _Money

@@ -15,7 +15,7 @@ that arrives after expiry, or that was admitted while failing open, is still cou
 import logging
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import psycopg
 from django.conf import settings
@@ -320,21 +320,51 @@ def _store(rows: list[_Row]) -> set[str]:
     return inserted
 
 
-def _partitioned(events: list[UsageInput]) -> tuple[list[UsageInput], list[UsageResult]]:
-    """The events whose month has a partition to go in; the others (older than the raw
-    retention, or beyond the months made ahead) are rejected on their own, where they would
-    fail the whole batch's INSERT."""
-    earliest, latest = usage_started_at_window(now=clock.now())
+# The window of a usage event's timestamps (README, "Usage: which timestamps are accepted"):
+# started_at <= first_token_at <= finished_at; nothing later than the clock plus FUTURE_SKEW
+# (the gateway's clock may run a little ahead of ours); a request lasting at most
+# LONGEST_REQUEST; and started_at no older than the raw retention (nor than the oldest
+# partition). Outside it an event is rejected on its own: a future one would count against a
+# later day's quota, and extreme ones overflow (ttft_ms is a 32-bit integer; year 9999 with a
+# negative offset is past what Python's datetime can convert to UTC).
+FUTURE_SKEW = timedelta(minutes=5)
+LONGEST_REQUEST = timedelta(hours=24)
+
+
+def _rejected(e: UsageInput, code: str, message: str) -> UsageResult:
+    return UsageResult(e.request_id, REJECTED, code, message)
+
+
+def _timely(events: list[UsageInput]) -> tuple[list[UsageInput], list[UsageResult]]:
+    """The events whose timestamps fall in the window; the others are rejected one by one.
+    Comparisons of aware datetimes never overflow, whatever their offsets."""
+    now = clock.now()
+    earliest, newest = usage_started_at_window(now=now)
+    latest = min(newest - timedelta(microseconds=1), now + FUTURE_SKEW)  # newest: exclusive
     kept, rejected = [], []
     for e in events:
-        if earliest <= e.started_at < latest:
-            kept.append(e)
+        first = e.first_token_at or e.started_at
+        if not e.started_at <= first <= e.finished_at:
+            rejected.append(_rejected(e, "timestamps_out_of_order", "Need started_at <= "
+                                      "first_token_at <= finished_at."))
+        elif not earliest <= e.started_at <= latest:
+            rejected.append(_rejected(
+                e, "started_at_out_of_range",
+                f"started_at must be from {earliest:%Y-%m-%d %H:%M} to "
+                f"{latest:%Y-%m-%d %H:%M:%S} UTC: usage is kept "
+                f"{settings.USAGE_RAW_RETENTION_DAYS} days, and may be at most "
+                f"{FUTURE_SKEW.seconds // 60} minutes ahead of the server's clock."))
+        elif e.finished_at > now + FUTURE_SKEW:
+            rejected.append(_rejected(
+                e, "finished_at_out_of_range", f"finished_at may be at most "
+                f"{FUTURE_SKEW.seconds // 60} minutes ahead of the server's clock."))
+        elif e.finished_at - e.started_at > LONGEST_REQUEST:
+            rejected.append(_rejected(
+                e, "duration_out_of_range", f"A request lasts at most "
+                f"{LONGEST_REQUEST.total_seconds() / 3600:g} hours from started_at to "
+                "finished_at."))
         else:
-            rejected.append(UsageResult(
-                e.request_id, REJECTED, "started_at_out_of_range",
-                f"started_at must be from {earliest:%Y-%m-%d %H:%M} to before "
-                f"{latest:%Y-%m-%d %H:%M} UTC: usage is kept "
-                f"{settings.USAGE_RAW_RETENTION_DAYS} days."))
+            kept.append(e)
     return kept, rejected
 
 
@@ -343,7 +373,7 @@ def usage_record(*, events: list[UsageInput]) -> list[UsageResult]:
     first: dict[str, UsageInput] = {}
     for e in events:
         first.setdefault(e.request_id, e)
-    candidates, outside = _partitioned(list(first.values()))
+    candidates, outside = _timely(list(first.values()))
     rows, rejected = _attribute(candidates)
     rejected += outside
     inserted = _store(rows) if rows else set()

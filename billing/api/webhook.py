@@ -3,14 +3,14 @@ the signature is the authentication. Bad or stale signature: 400 and nothing sto
 
 from django.http import JsonResponse
 from django.views.decorators.csrf import csrf_exempt
-from django.views.decorators.http import require_POST
 
 from billing import services, stripe_api
 from sluice.error_format import error_body
+from sluice.error_pages import require_post_json
 
 
 @csrf_exempt
-@require_POST
+@require_post_json
 def stripe_webhook(request):
     try:
         event = stripe_api.webhook_event_verify(

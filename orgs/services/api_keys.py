@@ -116,4 +116,9 @@ LAST_USED_RESOLUTION = timedelta(minutes=1)
 def api_key_touch(*, key_ids: list[int], at: datetime) -> int:
     """Conditional update: rows already touched within the resolution are not rewritten."""
     stale = Q(last_used_at__isnull=True) | Q(last_used_at__lt=at - LAST_USED_RESOLUTION)
-    return ApiKey.objects.filter(stale, pk__in=key_ids).update(last_used_at=at)
+    # The rows are locked in primary-key order (the sub-select's FOR UPDATE), whatever plan the
+    # UPDATE gets: usage batches touch keys inside their transaction, and two touching the same
+    # keys in different orders would deadlock. Still one statement.
+    locked = (ApiKey.objects.filter(stale, pk__in=key_ids).order_by("pk").select_for_update()
+              .values("pk"))
+    return ApiKey.objects.filter(stale, pk__in=locked).update(last_used_at=at)

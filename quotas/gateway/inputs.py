@@ -8,9 +8,12 @@ from datetime import datetime
 
 import orjson
 
+# Matched with fullmatch(): `$` alone also matches before a trailing newline ("abc\n").
 REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 MAX_TOKENS = 10_000_000
 MAX_EVENTS = 1000
+# A usage batch nests three deep (object, events list, event); nothing valid nests deeper.
+MAX_DEPTH = 8
 USAGE_STATUSES = ("completed", "failed", "cancelled")
 
 
@@ -28,6 +31,49 @@ def json_body(raw: bytes) -> object:
         return orjson.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
         raise BadInput(f"The body is not JSON: {exc}", code="malformed_request") from exc
+
+
+def _nests_deeper(value: object, limit: int) -> bool:
+    """Whether `value` nests lists and objects more than `limit` deep (iterative: orjson
+    accepts 1,024 levels, more than Python's recursion limit)."""
+    stack = [(value, 1)]
+    while stack:
+        value, depth = stack.pop()
+        children = (value.values() if isinstance(value, dict)
+                    else value if isinstance(value, list) else ())
+        for child in children:
+            if isinstance(child, dict | list):
+                if depth + 1 > limit:
+                    return True
+                stack.append((child, depth + 1))
+    return False
+
+
+def _refuse(body: object, fields: dict) -> BadInput:
+    """The error of a body that fails validation. Checked only then (a valid body cannot nest
+    deep: every field is a scalar), so well-formed requests pay nothing for it."""
+    if _nests_deeper(body, MAX_DEPTH):
+        return BadInput(f"The body nests deeper than {MAX_DEPTH} levels.",
+                        code="malformed_request")
+    return BadInput("The request is invalid.", fields=fields)
+
+
+def body_read(environ: dict, *, limit: int) -> bytes:
+    """A hook request's body from its WSGI environ: Content-Length bytes, or, when the body is
+    chunked (no Content-Length, which a WSGI server may pass on as is), up to the end of the
+    stream. More than `limit` bytes is malformed_request, as is a missing length."""
+    length = environ.get("CONTENT_LENGTH") or ""
+    stream = environ["wsgi.input"]
+    if length:
+        if not length.isdigit() or int(length) > limit:
+            raise BadInput(f"The body must be at most {limit} bytes.", code="malformed_request")
+        return stream.read(int(length))
+    if "chunked" not in environ.get("HTTP_TRANSFER_ENCODING", "").lower():
+        return b""
+    body = stream.read(limit + 1)
+    if len(body) > limit:
+        raise BadInput(f"The body must be at most {limit} bytes.", code="malformed_request")
+    return body
 
 
 class _Fields:
@@ -49,11 +95,19 @@ class _Fields:
             return None
         if not isinstance(value, str) or not value or len(value) > max_length:
             self._fail(name, f"Must be a non-empty string of at most {max_length} characters.")
-        elif pattern is not None and not pattern.match(value):
+        elif pattern is not None and not pattern.fullmatch(value):
             self._fail(name, "Must be 1-128 characters of A-Z a-z 0-9 . _ : -")
         else:
             return value
         return None
+
+    def absent_or_text(self, name: str, *, max_length: int) -> str | None:
+        """An optional string that, when present, is a string: null is not "absent"."""
+        if name in self.body and self.body[name] is None:
+            self._fail(name, f"Must be a non-empty string of at most {max_length} characters; "
+                       "leave the field out when there is none.")
+            return None
+        return self.text(name, max_length=max_length, required=False)
 
     def integer(self, name: str, *, minimum: int, default: int | None = None,
                 required: bool = True) -> int | None:
@@ -125,7 +179,7 @@ def authorize_input(body: object) -> AuthorizeInput:
         service_tier=f.choice("service_tier", SERVICE_TIERS, default="auto"),
     )
     if f.errors:
-        raise BadInput("The request is invalid.", fields=f.errors)
+        raise _refuse(body, f.errors)
     return parsed
 
 
@@ -148,7 +202,7 @@ def _usage_event(body: object) -> tuple[UsageInput | None, dict]:
     f = _Fields(body)
     event = UsageInput(
         request_id=f.text("request_id", pattern=REQUEST_ID, max_length=128),
-        reservation_id=f.text("reservation_id", max_length=128, required=False),
+        reservation_id=f.absent_or_text("reservation_id", max_length=128),
         input_tokens=f.integer("input_tokens", minimum=0),
         output_tokens=f.integer("output_tokens", minimum=0),
         status=f.choice("status", USAGE_STATUSES),
@@ -158,13 +212,14 @@ def _usage_event(body: object) -> tuple[UsageInput | None, dict]:
         cached_input_tokens=f.integer("cached_input_tokens", minimum=0, default=0,
                                       required=False),
     )
-    if not f.errors:
-        first = event.first_token_at or event.started_at
-        if not event.started_at <= first <= event.finished_at:
-            f.errors["finished_at"] = ["Need started_at <= first_token_at <= finished_at."]
-        if event.cached_input_tokens > event.input_tokens:
-            f.errors["cached_input_tokens"] = ["Must not exceed input_tokens."]
+    # The order and window of the timestamps are checked per event at ingestion
+    # (quotas/usage.py `_timely`): a bad one is rejected alone, not its whole batch.
+    if not f.errors and event.cached_input_tokens > event.input_tokens:
+        f.errors["cached_input_tokens"] = ["Must not exceed input_tokens."]
     return (None if f.errors else event), f.errors
+
+
+_ABSENT = object()
 
 
 def _usage_event_fast(item: object) -> UsageInput | None:
@@ -174,14 +229,14 @@ def _usage_event_fast(item: object) -> UsageInput | None:
     if type(item) is not dict:
         return None
     get = item.get
-    request_id, reservation_id = get("request_id"), get("reservation_id")
+    request_id, reservation_id = get("request_id"), get("reservation_id", _ABSENT)
     input_tokens, output_tokens = get("input_tokens"), get("output_tokens")
     status, started, first, finished = (get("status"), get("started_at"),
                                         get("first_token_at"), get("finished_at"))
     cached = get("cached_input_tokens", 0)
     if (type(request_id) is not str or not 0 < len(request_id) <= 128
-            or REQUEST_ID.match(request_id) is None
-            or (reservation_id is not None
+            or REQUEST_ID.fullmatch(request_id) is None
+            or (reservation_id is not _ABSENT  # present: a non-empty string, never null
                 and (type(reservation_id) is not str or not 0 < len(reservation_id) <= 128))
             or type(input_tokens) is not int or not 0 <= input_tokens <= MAX_TOKENS
             or type(output_tokens) is not int or not 0 <= output_tokens <= MAX_TOKENS
@@ -196,10 +251,10 @@ def _usage_event_fast(item: object) -> UsageInput | None:
     except ValueError:
         return None
     if (started_at.tzinfo is None or finished_at.tzinfo is None
-            or (first_token_at is not None and first_token_at.tzinfo is None)
-            or not started_at <= (first_token_at or started_at) <= finished_at):
+            or (first_token_at is not None and first_token_at.tzinfo is None)):
         return None
-    return UsageInput(request_id, reservation_id, input_tokens, output_tokens, status,
+    return UsageInput(request_id, None if reservation_id is _ABSENT else reservation_id,
+                      input_tokens, output_tokens, status,
                       started_at, first_token_at, finished_at, cached)
 
 
@@ -209,8 +264,7 @@ def usage_input(body: object) -> list[UsageInput]:
     if batched:
         items = body["events"]
         if not isinstance(items, list) or not 1 <= len(items) <= MAX_EVENTS:
-            raise BadInput("The request is invalid.", fields={
-                "events": [f"Must be a list of 1 to {MAX_EVENTS} events."]})
+            raise _refuse(body, {"events": [f"Must be a list of 1 to {MAX_EVENTS} events."]})
     else:
         items = [body]
     events, errors = [], {}
@@ -227,6 +281,5 @@ def usage_input(body: object) -> list[UsageInput]:
             errors[str(index)] = item_errors
         events.append(event)
     if errors:
-        fields = errors["0"] if not batched else {"events": errors}
-        raise BadInput("The request is invalid.", fields=fields)
+        raise _refuse(body, errors["0"] if not batched else {"events": errors})
     return events

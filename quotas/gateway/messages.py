@@ -24,6 +24,7 @@ LIMITER_UNAVAILABLE = ("The admission engine is unreachable and this pool fails 
 # gateway tells its caller `x-should-retry: false`): a bucket refills, a slot frees, Redis
 # comes back. A daily quota returns at midnight and everything else needs a person.
 RETRYABLE = frozenset({"tps_exceeded", "concurrency_exceeded", "pool_capacity_exhausted",
-                       "limiter_unavailable"})
+                       "limiter_unavailable", "internal_error",
+                       "database_unavailable"})
 # How long a gateway should wait before asking again while the limiter is unreachable.
 LIMITER_UNAVAILABLE_RETRY_MS = 1000

@@ -11,7 +11,13 @@ from rest_framework import authentication, exceptions, serializers
 from rest_framework.parsers import JSONParser
 from rest_framework.views import APIView
 
-from quotas.gateway.inputs import MAX_EVENTS, REQUEST_ID, SERVICE_TIERS, USAGE_STATUSES
+from quotas.gateway.inputs import (
+    MAX_EVENTS,
+    MAX_TOKENS,
+    REQUEST_ID,
+    SERVICE_TIERS,
+    USAGE_STATUSES,
+)
 from quotas.gateway.tokens import gateway_authenticate
 
 
@@ -94,9 +100,10 @@ class Authorize(serializers.Serializer):
     model = serializers.CharField(max_length=100)
     region = serializers.CharField(max_length=50, required=False,
                                    help_text="Needed when the model is served in several.")
-    input_tokens = serializers.IntegerField(min_value=0, help_text="Estimate.")
+    input_tokens = serializers.IntegerField(min_value=0, max_value=MAX_TOKENS,
+                                            help_text="Estimate.")
     max_output_tokens = serializers.IntegerField(
-        min_value=1, required=False,
+        min_value=1, max_value=MAX_TOKENS, required=False,
         help_text="The request's max_tokens (max_completion_tokens, max_output_tokens). "
                   "Sluice reserves the smaller of it and its output estimate (the p95 of the "
                   "output lengths recently seen for the key or org in the pool, the pool's "
@@ -199,13 +206,13 @@ class UsageEvent(serializers.Serializer):
                                   "Redis no longer holds the reservation (expired, or "
                                   "admitted while failing open); without it such usage is "
                                   "rejected with code unknown_request.")
-    input_tokens = serializers.IntegerField(min_value=0)
+    input_tokens = serializers.IntegerField(min_value=0, max_value=MAX_TOKENS)
     cached_input_tokens = serializers.IntegerField(
-        min_value=0, required=False, default=0,
+        min_value=0, max_value=MAX_TOKENS, required=False, default=0,
         help_text="Of input_tokens, those the upstream served from its prompt cache (OpenAI: "
                   "usage.prompt_tokens_details.cached_tokens): they use no prefill capacity "
                   "and are billed at the cached input price. At most input_tokens.")
-    output_tokens = serializers.IntegerField(min_value=0)
+    output_tokens = serializers.IntegerField(min_value=0, max_value=MAX_TOKENS)
     status = serializers.ChoiceField(choices=USAGE_STATUSES)
     started_at = serializers.DateTimeField()
     first_token_at = serializers.DateTimeField(allow_null=True, required=False)
@@ -213,7 +220,8 @@ class UsageEvent(serializers.Serializer):
 
 
 class UsageBatch(serializers.Serializer):
-    events = UsageEvent(many=True, help_text=f"1 to {MAX_EVENTS} events.")
+    events = serializers.ListField(child=UsageEvent(), min_length=1, max_length=MAX_EVENTS,
+                                   help_text=f"1 to {MAX_EVENTS} events.")
 
 
 class UsageResult(serializers.Serializer):

@@ -6,25 +6,32 @@ hook.py; the contract is documented in OpenAPI by the schema-only views in schem
 """
 
 import orjson
+from django.conf import settings
 from django.http import HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from quotas.gateway.hook import authorize_handle, hook_call, usage_handle
-from quotas.gateway.metrics import AUTHORIZE_SECONDS, USAGE_SECONDS
+from quotas.gateway.hook import authorize_call, usage_call
+from quotas.gateway.inputs import body_read
 
 
-def _respond(request, handler, histogram) -> HttpResponse:
-    status, body = hook_call(handler, histogram, method=request.method,
-                             authorization=request.META.get("HTTP_AUTHORIZATION", ""),
-                             body=request.body)
-    return HttpResponse(orjson.dumps(body), status=status, content_type="application/json")
+def _respond(request, call) -> HttpResponse:
+    # The body straight from the WSGI stream (request.body would read a chunked body as empty
+    # and answer an oversized one with an HTML 400), by the fast path's own rule.
+    status, body = call(method=request.method,
+                        authorization=request.META.get("HTTP_AUTHORIZATION", ""),
+                        read_body=lambda: body_read(
+                            request.META, limit=settings.DATA_UPLOAD_MAX_MEMORY_SIZE))
+    response = HttpResponse(orjson.dumps(body), status=status, content_type="application/json")
+    if status == 405:
+        response["Allow"] = "POST"
+    return response
 
 
 @csrf_exempt
 def authorize(request):
-    return _respond(request, authorize_handle, AUTHORIZE_SECONDS)
+    return _respond(request, authorize_call)
 
 
 @csrf_exempt
 def usage(request):
-    return _respond(request, usage_handle, USAGE_SECONDS)
+    return _respond(request, usage_call)

@@ -16,8 +16,8 @@ from django.conf import settings
 from django.db import connections
 from django.http.request import split_domain_port, validate_host
 
-from quotas.gateway.hook import authorize_handle, hook_call
-from quotas.gateway.metrics import AUTHORIZE_SECONDS
+from quotas.gateway.hook import authorize_call
+from quotas.gateway.inputs import body_read
 from sluice.error_format import error_body
 
 AUTHORIZE_PATH = "/api/gateway/v1/authorize"
@@ -35,11 +35,8 @@ def _refusal(environ) -> tuple[int, dict] | None:
     host = environ.get("HTTP_HOST") or environ.get("SERVER_NAME", "")
     domain, _ = split_domain_port(host)
     if not domain or not validate_host(domain, settings.ALLOWED_HOSTS):
-        return 400, error_body(code="bad_host", message=f"Host {host!r} not allowed.")
-    length = environ.get("CONTENT_LENGTH") or "0"
-    if not length.isdigit() or int(length) > settings.DATA_UPLOAD_MAX_MEMORY_SIZE:
-        return 400, error_body(code="malformed_request",
-                               message="Missing or too large Content-Length.")
+        return 400, {"allowed": False,
+                     **error_body(code="bad_host", message=f"Host {host!r} not allowed.")}
     return None
 
 
@@ -50,11 +47,11 @@ def gateway_fast_path(django_app):
         refusal = _refusal(environ)
         if refusal is not None:
             return _reply(start_response, *refusal)
-        body = environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0))
         try:
-            status, answer = hook_call(authorize_handle, AUTHORIZE_SECONDS, method="POST",
-                                       authorization=environ.get("HTTP_AUTHORIZATION", ""),
-                                       body=body)
+            status, answer = authorize_call(
+                method="POST", authorization=environ.get("HTTP_AUTHORIZATION", ""),
+                read_body=lambda: body_read(environ,
+                                            limit=settings.DATA_UPLOAD_MAX_MEMORY_SIZE))
         finally:
             _database_hygiene()
         return _reply(start_response, status, answer)

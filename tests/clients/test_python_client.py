@@ -1,17 +1,21 @@
 """The gateway client against the real service (pytest-django's live_server, real PostgreSQL
 and Redis). Sluice's outage is a closed port, then the live server again."""
 
+import json
 import socket
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
+import httpx
 import pytest
 from sluice_client import SluiceClient, SluiceUnavailable, UsageEvent
 
 from quotas.gateway.routing import pool_routes_reload
 from quotas.gateway.tokens import gateway_token_cache_clear, gateway_token_create
 from quotas.limiter.connection import limiter_reset
+from quotas.models import Allocation, UsageHourly
 from quotas.models import UsageEvent as StoredEvent
-from quotas.models import UsageHourly
+from quotas.publish import limiter_sync_pool
 from tests.quotas.conftest import tenant_create
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -135,4 +139,93 @@ def test_events_sluice_rejects_for_good_go_to_the_dead_file(service, tmp_path):
     sluice.flush()
     assert len(sluice.spool) == 0
     assert "never-authorized" in sluice.spool.dead.read_text()
+    sluice.close()
+
+
+class _PoisonedService(httpx.HTTPTransport):
+    """The live service, except that it fails (HTTP 500) on any usage batch holding a request
+    id starting with "poison": a server-side defect the client meets in one event."""
+
+    def handle_request(self, request):
+        if request.url.path.endswith("/usage") and b'"request_id":"poison' in request.read():
+            return httpx.Response(500, json={"error": {"code": "internal_error",
+                                                       "message": "boom"}})
+        return super().handle_request(request)
+
+
+def _grants(sluice, t, *request_ids):
+    # The service's tenant serves two requests at once: these are in flight together.
+    Allocation.objects.filter(pk=t.allocation.pk).update(max_concurrency=len(request_ids))
+    limiter_sync_pool(pool_id=t.pool.pk)
+    return {rid: sluice.authorize(request_id=rid, api_key=t.plaintext, model=t.pool.model,
+                                  input_tokens=10, max_output_tokens=1000).reservation_id
+            for rid in request_ids}
+
+
+def _dead_letters(sluice) -> dict[str, str]:
+    lines = Path(sluice.dead_letter_path).read_text().splitlines()
+    return {e["request_id"]: e["sluice_error"]["code"] for e in map(json.loads, lines)}
+
+
+def test_one_poisoned_event_never_wedges_the_spool(service, tmp_path):
+    url, token, t = service
+    sluice = client(url, token, tmp_path, retries=0, transport=_PoisonedService())
+    grants = _grants(sluice, t, "a", "b", "c", "poison-1", "poison-2", "d")
+    # A batch Sluice failed on before (spooled), then more usage queued after it.
+    sluice.spool.append([usage(rid, grants[rid]).as_json()
+                         for rid in ("a", "poison-1", "poison-2", "b")])
+    for rid in ("c", "d"):
+        sluice.report_usage(usage(rid, grants[rid]))
+    sluice.flush()
+    assert sorted(StoredEvent.objects.values_list("request_id", flat=True)) == [
+        "a", "b", "c", "d"]
+    assert len(sluice.spool) == 0
+    assert _dead_letters(sluice) == {"poison-1": "server_error", "poison-2": "server_error"}
+    sluice.close()
+
+
+def test_a_batch_refused_as_malformed_loses_only_its_bad_events(service, tmp_path):
+    url, token, t = service
+    sluice = client(url, token, tmp_path)
+    grants = _grants(sluice, t, "a", "b")
+    bad = {**usage("bad", None).as_json(), "input_tokens": -1}
+    for event in (usage("a", grants["a"]).as_json(), bad, usage("b", grants["b"]).as_json()):
+        sluice.report_usage(event)
+    sluice.flush()
+    assert sorted(StoredEvent.objects.values_list("request_id", flat=True)) == ["a", "b"]
+    assert _dead_letters(sluice) == {"bad": "invalid_input"} and len(sluice.spool) == 0
+    sluice.close()
+
+
+def test_a_proxy_s_503_keeps_the_batch_for_later(service, tmp_path):
+    url, token, t = service
+
+    class Down(httpx.HTTPTransport):
+        def handle_request(self, request):
+            return httpx.Response(503, text="upstream unavailable")
+
+    grants = _grants(client(url, token, tmp_path), t, "a")
+    sluice = client(url, token, tmp_path, retries=0, transport=Down())
+    sluice.report_usage(usage("a", grants["a"]))
+    sluice.flush()
+    assert len(sluice.spool) == 1 and not Path(sluice.dead_letter_path).exists()
+    sluice.close()
+
+
+def test_a_sluice_failing_on_everything_dead_letters_nothing(service, tmp_path):
+    url, token, t = service
+
+    class Failing(httpx.HTTPTransport):
+        def handle_request(self, request):
+            if request.url.path.endswith("/usage"):
+                return httpx.Response(500, json={"error": {"code": "internal_error",
+                                                           "message": "boom"}})
+            return super().handle_request(request)
+
+    grants = _grants(client(url, token, tmp_path), t, "a", "b", "c")
+    sluice = client(url, token, tmp_path, retries=0, transport=Failing())
+    for rid in ("a", "b", "c"):
+        sluice.report_usage(usage(rid, grants[rid]))
+    sluice.flush()  # the queued batch fails, is spooled, and the replay fails again
+    assert len(sluice.spool) == 3 and not Path(sluice.dead_letter_path).exists()
     sluice.close()

@@ -58,7 +58,7 @@ def tenant(limiter):
 
 def _record_old_month(tenant, clock) -> list[str]:
     """Events on the last second of OLD, inside it and in the first second of NEXT."""
-    clock.freeze(OLD + timedelta(days=20))
+    clock.freeze(NEXT + timedelta(hours=1))  # every start in the past, as reported usage is
     starts = {"old-1": OLD + timedelta(days=3, hours=5), "old-2": OLD + timedelta(days=3),
               "old-last": NEXT - timedelta(seconds=1), "next-first": NEXT}
     results = usage_record(events=[usage_event(tenant, request_id, at, output_tokens=n * 10)

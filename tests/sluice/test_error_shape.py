@@ -83,7 +83,9 @@ def test_the_gateway_hook_answers_in_the_same_shape():
     hook = Client(HTTP_AUTHORIZATION=f"Bearer {token}")
     r = hook.post("/api/gateway/v1/authorize", {"request_id": "r1"},
                   content_type="application/json")
-    error = one_shape(r.json())
+    body = r.json()
+    assert body.pop("allowed") is False  # authorize says so on every answer but an admission
+    error = one_shape(body)
     assert (r.status_code, error["code"]) == (400, "invalid_input")
     # max_output_tokens is optional since hook contract 2 (the output estimate alone).
     assert {"api_key", "model", "input_tokens"} <= set(error["fields"])
@@ -98,4 +100,6 @@ def test_the_wsgi_fast_path_refuses_in_the_same_shape():
     with httpx.Client(transport=httpx.WSGITransport(app=application),
                       base_url="http://evil.example") as fast:
         r = fast.post("/api/gateway/v1/authorize", json={})
-    assert (r.status_code, one_shape(r.json())["code"]) == (400, "bad_host")
+    body = r.json()
+    assert body.pop("allowed") is False
+    assert (r.status_code, one_shape(body)["code"]) == (400, "bad_host")

@@ -18,7 +18,12 @@ RETRYABLE_REJECTIONS = {"attribution_unavailable"}
 
 
 class SluiceUnavailable(Exception):
-    """Sluice could not be reached (after retries)."""
+    """Sluice could not be reached (after retries). `status_code`: the last HTTP status it
+    answered, None when it did not answer at all."""
+
+    def __init__(self, message: str, *, status_code: int | None = None):
+        super().__init__(message)
+        self.status_code = status_code
 
 
 @dataclass(frozen=True)
@@ -104,6 +109,7 @@ class SluiceClient:
         self._queue: queue.Queue[dict] = queue.Queue()
         self._send_lock = threading.Lock()
         self._stop = threading.Event()
+        self._split_budget = 0  # requests a split may still spend (_deliver_batch sets it)
         self._worker = threading.Thread(target=self._run, name="sluice-usage", daemon=True)
         self._worker.start()
 
@@ -129,18 +135,20 @@ class SluiceClient:
         """POST, retrying network errors and 5xx with the same body (same request_id): the
         endpoints are idempotent. A 503 that is a decision (limiter_unavailable) is final."""
         last: Exception | None = None
+        status_code = None
         for attempt in range(self.retries + 1):
             if attempt:
                 time.sleep(min(0.05 * 2 ** attempt, 1.0))
             try:
                 response = self._http.post(self.base_url + path, json=body)
             except httpx.TransportError as exc:
-                last = exc
+                last, status_code = exc, None
                 continue
             if response.status_code < 500 or _is_decision(response):
                 return response
-            last = SluiceUnavailable(f"HTTP {response.status_code}")
-        raise SluiceUnavailable(str(last)) from last
+            status_code = response.status_code
+            last = SluiceUnavailable(f"HTTP {response.status_code}", status_code=status_code)
+        raise SluiceUnavailable(str(last), status_code=status_code) from last
 
     # -- usage -------------------------------------------------------------------------------
 
@@ -175,10 +183,15 @@ class SluiceClient:
                 break
         return events
 
+    @property
+    def dead_letter_path(self) -> str:
+        """Where the events Sluice refused for good go: JSON lines, each event with the
+        `sluice_error` ({"code", "message"}) it was refused with."""
+        return str(self.spool.dead)
+
     def _send_queued(self) -> None:
         while batch := self._drain():
-            if not self._deliver(batch):
-                self.spool.append(batch)
+            self._settle(self._deliver_batch(batch))
 
     def _replay(self) -> None:
         spooled = self.spool.take()
@@ -187,31 +200,108 @@ class SluiceClient:
         undelivered = []
         for i in range(0, len(spooled), self.batch_size):
             batch = spooled[i:i + self.batch_size]
-            if undelivered or not self._deliver(batch):
-                undelivered.extend(batch)  # Sluice is down again: keep the rest for later
+            if undelivered:  # Sluice is down (or failing) again: keep the rest for later
+                undelivered.extend(batch)
+                continue
+            outcome = self._deliver_batch(batch)
+            self._settle(outcome, spool=False)
+            if not outcome.answered:
+                undelivered.extend(outcome.keep + outcome.suspects)
+            else:
+                undelivered.extend(outcome.keep)
         self.spool.append(undelivered)
         self.spool.taken()
 
-    def _deliver(self, batch: list[dict]) -> bool:
-        """True when Sluice answered for every event (even if some go to the dead file)."""
+    def _deliver_batch(self, batch: list[dict]) -> "_Outcome":
+        self._split_budget = 2 * len(batch).bit_length() + 2
+        return self._deliver(batch)
+
+    def _settle(self, outcome: "_Outcome", *, spool: bool = True) -> None:
+        """Spool what to send again; dead-letter the events Sluice failed on alone, but only
+        when it answered other events meanwhile (else Sluice itself is failing: keep them)."""
+        if outcome.answered:
+            self._dead(outcome.suspects, {"code": "server_error", "message": "Sluice failed "
+                                          "on this event alone (HTTP 500 after retries)."})
+        if spool:
+            self.spool.append(outcome.keep + ([] if outcome.answered else outcome.suspects))
+
+    def _deliver(self, batch: list[dict]) -> "_Outcome":
+        """Send a batch. What Sluice refuses for good, event by event, goes to the dead-letter
+        file and never holds back the others: a 400 names its bad events, and a batch Sluice
+        fails on (a 500 after retries, or too large) is split until what fails is alone."""
         try:
             response = self._post("/api/gateway/v1/usage", {"events": batch})
-        except SluiceUnavailable:
-            return False
+        except SluiceUnavailable as exc:
+            if exc.status_code != 500:
+                return _Outcome(keep=batch)  # unreachable, or a proxy says so (502, 503, 504)
+            return self._split(batch)
+        if response.status_code == 413:
+            return self._split(batch)
         if response.status_code == 400:
-            logger.error("sluice refused a usage batch as malformed: %s", response.text)
-            self.spool.append(batch, dead=True)
-            return True
+            return self._refused(batch, response)
         if response.status_code != 200:
-            return False
-        retry, dead = [], []
+            return _Outcome(keep=batch)  # 401 (the gateway token), 429...: wait or a person
+        retry = []
         for event, result in zip(batch, response.json()["results"], strict=True):
             if result["result"] == "rejected":
-                code = result.get("error", {}).get("code")
-                (retry if code in RETRYABLE_REJECTIONS else dead).append(event)
-        self.spool.append(retry)
-        self.spool.append(dead, dead=True)
-        return True
+                error = result.get("error") or {}
+                if error.get("code") in RETRYABLE_REJECTIONS:
+                    retry.append(event)
+                else:
+                    self._dead([event], error)
+        return _Outcome(keep=retry, answered=True)
+
+    def _split(self, batch: list[dict]) -> "_Outcome":
+        """Halves, until the events Sluice fails on are alone (`suspects`). Two halves that both
+        fail whole are kept (Sluice may be failing on everything), and a split spends at most
+        `_split_budget` requests: enough to find one bad event in a batch (two per halving),
+        never a request per event when nothing passes."""
+        if len(batch) == 1:
+            return _Outcome(suspects=batch)
+        if self._split_budget <= 0:
+            return _Outcome(keep=batch)
+        self._split_budget -= 2
+        half = len(batch) // 2
+        first, second = self._deliver(batch[:half]), self._deliver(batch[half:])
+        if not (first.answered or second.answered):
+            return _Outcome(keep=batch)
+        return _Outcome(keep=first.keep + second.keep, suspects=first.suspects + second.suspects,
+                        answered=True)
+
+    def _refused(self, batch: list[dict], response: httpx.Response) -> "_Outcome":
+        """A 400: the events it names go to the dead-letter file, the others again to Sluice.
+        One it cannot place (the whole body refused) sends the batch there."""
+        try:
+            error = response.json()["error"]
+        except (ValueError, KeyError, TypeError):
+            error = {"code": "malformed_request", "message": response.text[:200]}
+        named = (error.get("fields") or {}).get("events")
+        bad = {int(i) for i in named if i.isdigit() and int(i) < len(batch)} \
+            if isinstance(named, dict) else set()
+        if not bad:
+            self._dead(batch, error)
+            return _Outcome(answered=True)
+        for i in sorted(bad):
+            self._dead([batch[i]], {"code": error.get("code"), "message": error.get("message"),
+                                    "fields": named[str(i)]})
+        rest = [e for i, e in enumerate(batch) if i not in bad]
+        outcome = self._deliver(rest) if rest else _Outcome()
+        return _Outcome(keep=outcome.keep, suspects=outcome.suspects, answered=True)
+
+    def _dead(self, events: list[dict], error: dict) -> None:
+        self.spool.append([{**e, "sluice_error": error} for e in events], dead=True)
+        for e in events:
+            logger.error("sluice refused usage event %s (%s): moved to %s", e.get("request_id"),
+                         error.get("code"), self.spool.dead)
+
+
+@dataclass
+class _Outcome:
+    """What became of a batch: events to send again later (`keep`), events Sluice failed on
+    alone (`suspects`), and whether Sluice answered any of it (`answered`)."""
+    keep: list = field(default_factory=list)
+    suspects: list = field(default_factory=list)
+    answered: bool = False
 
 
 def _is_decision(response: httpx.Response) -> bool:
