@@ -22,6 +22,7 @@ with `extra_body={"sim": {...}}` and the gateway passes on) or every request's (
   without ending the stream (the default N is 5).
 - `{"fault": "slow"}`: produce at `--slow-rate` tokens/s (20 by default), below any fast
   pool's speed floor; `"rate": R` / `"ttft_ms": T` set speed and time to first token directly.
+- `{"tokens": N}`: stop after N output tokens (finish_reason still "length"), below max_tokens.
 
 The server keeps a log of the last 1,000 requests for tests and benchmarks:
 `GET /sim/requests` lists `{"request_id", "model", "stream", "authorization", "started",

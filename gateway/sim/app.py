@@ -94,7 +94,8 @@ class Simulator:
             "status": int(fault.get("status", 500)),
             "rate": max(rate, 0.001),
             "ttft": float(fault.get("ttft_ms", self.config.ttft_ms)) / 1000,
-            "tokens": int(limit) if limit else self.config.output_tokens,
+            "tokens": min(int(fault["tokens"]), int(limit or fault["tokens"]))
+            if "tokens" in fault else int(limit) if limit else self.config.output_tokens,
         }
 
     # --- endpoints ---------------------------------------------------------------------------
