@@ -89,7 +89,7 @@ def _gateway_process(stack, tmp_path, n: int) -> tuple[subprocess.Popen, str]:
            "GATEWAY_UPSTREAM_API_KEY": "sim-upstream-secret",
            "GATEWAY_SPOOL_PATH": str(tmp_path / f"usage-{n}.jsonl"),
            "GATEWAY_USAGE_FLUSH_INTERVAL": "0.05"}
-    process = subprocess.Popen([sys.executable, "-m", "gateway", "--port", str(port)],
+    process = subprocess.Popen([sys.executable, "-m", "gateway", "--port", str(port)],  # noqa: S603
                                cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                                stderr=open(tmp_path / f"gateway-{n}.log", "w"))  # noqa: SIM115
     url = f"http://127.0.0.1:{port}"
