@@ -44,6 +44,7 @@ class AsyncSluiceClient:
         self._full = asyncio.Event()
         self._send_lock = asyncio.Lock()
         self._worker: asyncio.Task | None = None
+        self._closing = False
 
     async def start(self) -> None:
         """Start the background sender (on the running loop)."""
@@ -113,9 +114,11 @@ class AsyncSluiceClient:
 
     async def close(self) -> None:
         if self._worker is not None:
-            self._worker.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._worker
+            # Asked to stop, not cancelled: Python 3.11's wait_for can swallow a cancellation
+            # that arrives as the event fires, and the sender would then wait forever.
+            self._closing = True
+            self._full.set()
+            await self._worker
             self._worker = None
         try:
             await self.flush()
@@ -127,6 +130,8 @@ class AsyncSluiceClient:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._full.wait(), self.flush_interval)
             self._full.clear()
+            if self._closing:
+                return  # close() sends what is left
             try:
                 await self.flush()
             except Exception:  # the sender must survive anything; the spool keeps the events
