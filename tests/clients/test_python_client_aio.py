@@ -8,8 +8,9 @@ import pytest
 from sluice_client.aio import AsyncSluiceClient
 
 from quotas.models import UsageEvent as StoredEvent
-from tests.clients.test_python_client import _dead_url, usage
-from tests.clients.test_python_client import service as service_fixture  # noqa: F401 - used by name
+
+# The sync client's live-service fixture, used by name (hence F401/F811 below).
+from tests.clients.test_python_client import _dead_url, service, usage  # noqa: F401
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -24,7 +25,7 @@ class CountingTransport(httpx.AsyncHTTPTransport):
         return await super().handle_async_request(request)
 
 
-def test_usage_leaves_in_batches_off_the_request_path(service, tmp_path):
+def test_usage_leaves_in_batches_off_the_request_path(service, tmp_path):  # noqa: F811
     url, token, t = service
     transport = CountingTransport()
 
@@ -48,7 +49,7 @@ def test_usage_leaves_in_batches_off_the_request_path(service, tmp_path):
     assert StoredEvent.objects.filter(request_id__in=["a0", "a1"]).count() == 2
 
 
-def test_an_outage_loses_no_usage(service, tmp_path):
+def test_an_outage_loses_no_usage(service, tmp_path):  # noqa: F811
     url, token, t = service
     spool = str(tmp_path / "u.jsonl")
 
