@@ -73,8 +73,8 @@ class StreamRelay:
             return await self._fail(send, "upstream_error",
                                     "The upstream ended the stream early.")
         self.status = self.outcome = "completed"
-        await send({"type": "http.response.body", "body": b"" if done else b"data: [DONE]\n\n",
-                    "more_body": False})
+        closing = b"data: [DONE]\n\n" if self.attempt.operation == "chat" and not done else b""
+        await send({"type": "http.response.body", "body": closing, "more_body": False})
 
     async def _fail(self, send, code: str, message: str) -> None:
         self.status, self.outcome = "failed", code
@@ -105,6 +105,11 @@ class StreamRelay:
                 if self.client_wants_usage:
                     out.append(event + b"\n\n")
                 continue
+            kind = chunk.get("type")  # the Responses API's events
+            if kind == "response.output_text.delta":
+                tokens += 1
+            elif kind == "response.completed":
+                self.attempt.usage = (chunk.get("response") or {}).get("usage")
             for choice in chunk.get("choices") or ():
                 delta = choice.get("delta") or {}
                 if delta.get("content") or delta.get("tool_calls") or delta.get("refusal"):

@@ -1,6 +1,7 @@
 """A simulated OpenAI-compatible fast upstream: `python -m gateway.sim --port 9100`.
 
-It answers `POST /v1/chat/completions` (streaming and not) and `GET /v1/models` the way an
+It answers `POST /v1/chat/completions` (streaming and not), `POST /v1/responses` (text output,
+whole or as events; the fault switches apply to chat completions) and `GET /v1/models` the way an
 OpenAI-compatible inference server does, at a configurable speed: after the time to first
 token (`--ttft-ms`, 20 by default) it produces output at `--rate` tokens/s (750 by default),
 one token per SSE chunk (chunks are written in bursts every `--tick-ms`, 10 by default, so

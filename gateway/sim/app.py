@@ -181,6 +181,67 @@ class Simulator:
         finally:
             self._finish(entry, "client_closed")
 
+    async def responses(self, request: Request) -> Response:
+        """POST /v1/responses: the Responses API's text output, whole or as events."""
+        if self.config.api_key and request.headers.get("authorization") != (
+                f"Bearer {self.config.api_key}"):
+            return _error(401, "Incorrect API key provided.", "invalid_request_error",
+                          "invalid_api_key")
+        try:
+            body = orjson.loads(await request.body())
+            given = body.get("input")
+            messages = ([{"content": given}] if isinstance(given, str)
+                        else [m for m in given or [] if isinstance(m, dict)])
+            plan = self._plan({**body, "max_tokens": body.get("max_output_tokens")})
+        except (orjson.JSONDecodeError, SimError, TypeError, ValueError, AttributeError) as exc:
+            return _error(400, f"Bad request: {exc}", "invalid_request_error", None)
+        entry = self._record(request, body)
+        prompt = prompt_tokens_count({"messages": messages})
+        usage = {"input_tokens": prompt, "output_tokens": plan["tokens"],
+                 "total_tokens": prompt + plan["tokens"],
+                 "input_tokens_details": {"cached_tokens": 0},
+                 "output_tokens_details": {"reasoning_tokens": 0}}
+        text = "".join(WORDS[i % len(WORDS)] for i in range(plan["tokens"]))
+        whole = {"id": f"resp_{uuid.uuid4().hex[:24]}", "object": "response",
+                 "created_at": int(time.time()), "status": "completed",
+                 "model": body.get("model") or self.config.models[0],
+                 "output": [{"type": "message", "id": f"msg_{uuid.uuid4().hex[:24]}",
+                             "status": "completed", "role": "assistant",
+                             "content": [{"type": "output_text", "text": text,
+                                          "annotations": []}]}],
+                 "parallel_tool_calls": True, "tool_choice": "auto", "tools": [],
+                 "usage": usage}
+        if not entry["stream"]:
+            try:
+                await asyncio.sleep(plan["ttft"] + max(plan["tokens"] - 1, 0) / plan["rate"])
+            finally:
+                self._finish(entry, "client_closed")
+            entry["tokens_sent"] = plan["tokens"]
+            entry["outcome"] = "completed"
+            return JSONResponse(whole)
+        return StreamingResponse(self._response_events(entry, plan, whole),
+                                 media_type="text/event-stream")
+
+    async def _response_events(self, entry: dict, plan: dict, whole: dict):
+        def event(kind: str, sequence: int, **data) -> bytes:
+            payload = orjson.dumps({"type": kind, "sequence_number": sequence, **data})
+            return b"event: " + kind.encode() + b"\ndata: " + payload + b"\n\n"
+
+        item = whole["output"][0]["id"]
+        try:
+            yield event("response.created", 0, response={**whole, "status": "in_progress",
+                                                         "output": [], "usage": None})
+            await asyncio.sleep(plan["ttft"])
+            for i in range(plan["tokens"]):
+                yield event("response.output_text.delta", i + 1, item_id=item, output_index=0,
+                            content_index=0, delta=WORDS[i % len(WORDS)])
+                entry["tokens_sent"] = i + 1
+                await asyncio.sleep(1 / plan["rate"])
+            yield event("response.completed", plan["tokens"] + 1, response=whole)
+            self._finish(entry, "completed")
+        finally:
+            self._finish(entry, "client_closed")
+
     async def models(self, request: Request) -> Response:
         return JSONResponse({"object": "list", "data": [
             {"id": m, "object": "model", "created": 0, "owned_by": "sim"}
@@ -209,6 +270,7 @@ def create_app(config: SimConfig | None = None) -> Starlette:
     sim = Simulator(config or SimConfig())
     app = Starlette(routes=[
         Route("/v1/chat/completions", sim.chat_completions, methods=["POST"]),
+        Route("/v1/responses", sim.responses, methods=["POST"]),
         Route("/v1/models", sim.models, methods=["GET"]),
         Route("/sim/requests", sim.requests_log, methods=["GET"]),
         Route("/sim/config", sim.set_config, methods=["PUT"]),

@@ -86,3 +86,23 @@ def test_each_attempt_has_its_own_request_id(stack):
         model=stack.model, messages=MESSAGES, max_tokens=1).headers["x-request-id"]
         for _ in range(3)}
     assert len(ids) == 3
+
+
+def test_responses_are_admitted_and_metered_too(stack):
+    client = stack.client(max_retries=0)
+    raw = client.responses.with_raw_response.create(model=stack.model, input="Hello there",
+                                                    max_output_tokens=9)
+    response = raw.parse()
+    assert response.output_text.startswith("Tokens flow")
+    event = stored_event(raw.headers["x-request-id"])
+    assert (event.input_tokens, event.output_tokens, event.status) == (
+        response.usage.input_tokens, 9, "completed")
+
+    raw = client.responses.with_raw_response.create(model=stack.model, input="Hello there",
+                                                    max_output_tokens=12, stream=True)
+    events = list(raw.parse())
+    deltas = [e.delta for e in events if e.type == "response.output_text.delta"]
+    assert len(deltas) == 12 and events[-1].type == "response.completed"
+    event = stored_event(raw.headers["x-request-id"])
+    assert (event.output_tokens, event.status) == (12, "completed")
+    assert event.first_token_at is not None
