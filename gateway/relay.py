@@ -52,6 +52,8 @@ class StreamRelay:
         try:
             async for data in self.upstream.aiter_bytes():
                 pending += data
+                if b"\r" in pending:  # servers may end SSE lines with CRLF
+                    pending = pending.replace(b"\r\n", b"\n")
                 cut = pending.rfind(b"\n\n")
                 if cut < 0:
                     continue

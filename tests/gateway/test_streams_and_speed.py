@@ -113,9 +113,9 @@ def test_two_gateway_processes_admit_no_more_than_the_allocation(stack_factory, 
         def call(i: int) -> None:
             client = openai.OpenAI(base_url=processes[i % 2][1] + "/v1",
                                    api_key=stack.tenant.plaintext, max_retries=0)
-            try:  # each admitted stream holds its slot for about a second
+            try:  # each admitted stream holds its slot for about two seconds
                 list(client.chat.completions.create(
-                    model=stack.model, messages=HELLO, max_tokens=20, stream=True,
+                    model=stack.model, messages=HELLO, max_tokens=40, stream=True,
                     extra_body={"sim": {"rate": 20}}))
                 outcomes.append("ok")
             except openai.RateLimitError as refused:
@@ -127,11 +127,12 @@ def test_two_gateway_processes_admit_no_more_than_the_allocation(stack_factory, 
             process.terminate()
             process.wait(timeout=10)
     admitted = outcomes.count("ok")
-    assert 1 <= admitted <= 3
+    assert admitted >= 1
     assert outcomes.count("concurrency_exceeded") == 12 - admitted
     served = stack.sim_log()
     assert len(served) == admitted
-    # Never more than the allocation's 3 at once at the upstream either.
+    # Never more than the allocation's 3 at once (a slot frees only when the usage of a
+    # finished stream is settled, so a late thread may still be admitted after one ends).
     for entry in served:
         overlapping = [e for e in served if e["started"] <= entry["started"] < e["finished"]]
         assert len(overlapping) <= 3
