@@ -15,8 +15,9 @@ them again when it stops. `test` uses separate embedded servers (.sluice/test/) 
 while `run` is up. Stripe is the real one when STRIPE_API_KEY is set; when it is not, `run`
 starts the local Stripe-compatible server (devstripe/) with its data under .sluice/stripe/.
 
-`run` then migrates, seeds the demo data and hands web, worker, beat and the demo traffic
-(manage.py demo_traffic) to honcho, which prefixes their output and stops them all when one
+`run` then migrates, seeds the demo data and hands web, worker, beat, the demo traffic
+(manage.py demo_traffic), the reference gateway (gateway/, on 8080) and the simulated model
+behind it (gateway/sim, on 9100) to honcho, which prefixes their output and stops them all when one
 dies or on Ctrl-C / SIGTERM; the embedded servers stop after them. Every child dies with
 dev.py even when dev.py is killed with -9: the kernel signals it (Linux: prctl
 PR_SET_PDEATHSIG, via `setpriv --pdeathsig` for programs).
@@ -422,7 +423,22 @@ def mask(url: str) -> str:
     return url.replace(f":{password}@", ":***@", 1) if password else url
 
 
-def banner_when_up(manager, base_url: str, local_stripe: bool) -> None:
+DEMO_MODEL = "gpt-5.6-sol"  # seed_demo's pool
+QUICKSTART = STATE / "quickstart.json"  # seed_demo --credentials: gateway token, demo API key
+
+
+def quickstart_snippet(gateway_url: str, api_key: str) -> str:
+    """Lines to paste into Python as they are (no indentation: the REPL would refuse it)."""
+    return f"""from openai import OpenAI
+client = OpenAI(base_url="{gateway_url}/v1", api_key="{api_key}")
+stream = client.chat.completions.create(model="{DEMO_MODEL}", max_tokens=300, stream=True, \
+messages=[{{"role": "user", "content": "Tell me about sluices."}}])
+for chunk in stream: print(chunk.choices[0].delta.content or "", end="", flush=True)
+"""
+
+
+def banner_when_up(manager, base_url: str, local_stripe: bool, gateway_url: str,
+                   api_key: str) -> None:
     """Runs in a thread beside honcho's loop: prints the banner once the web answers /healthz,
     or stops everything when it does not within 60 s."""
     # Lets honcho fork its helpers first: forking is safe only while no other thread is busy (a
@@ -432,10 +448,11 @@ def banner_when_up(manager, base_url: str, local_stripe: bool) -> None:
     while True:
         try:
             status = http_status(f"{base_url}/healthz")
+            http_status(f"{gateway_url}/healthz")
             break
         except OSError:
             if time.monotonic() > deadline:
-                say("the web server did not answer /healthz in 60s; stopping")
+                say("the web server or the gateway did not answer /healthz in 60s; stopping")
                 manager.returncode = 1
                 manager.terminate()
                 return
@@ -457,6 +474,14 @@ def banner_when_up(manager, base_url: str, local_stripe: bool) -> None:
   Demo logins:
     operator   operator@sluice.dev / sluice-demo
     org owner  owner@acme.dev / sluice-demo
+
+  The reference gateway (OpenAI-compatible, in front of a simulated model at
+  750 tokens/s): {gateway_url}/v1 with Acme Voice's key. Paste into
+  .venv/bin/python (a blank line after it) and watch the tokens stream:
+
+{quickstart_snippet(gateway_url, api_key)}
+  Then see the request in the portal (owner@acme.dev):
+  {base_url}/portal/o/acme-voice/usage/
 
   Emails (sign-up confirmations, invitations, status changes) are printed
   below in the worker's output, lines prefixed `worker |`.
@@ -501,7 +526,8 @@ def cmd_run(stack: ExitStack) -> int:
     stack.callback(env_file.unlink, missing_ok=True)
 
     py = sys.executable
-    for argv in ([py, "manage.py", "migrate", "--noinput"], [py, "manage.py", "seed_demo"]):
+    seed = [py, "manage.py", "seed_demo", "--credentials", QUICKSTART]
+    for argv in ([py, "manage.py", "migrate", "--noinput"], seed):
         rc = run_step(argv)
         if rc:
             say(f"{argv[2]} failed (exit {rc}); stopping")
@@ -510,6 +536,11 @@ def cmd_run(stack: ExitStack) -> int:
     # The production web server (config/serve.py: granian; bodies are read before a thread
     # runs a request). Its Prometheus multiprocess directory must exist and be empty at every
     # start, and belongs to the web process only.
+    import json
+
+    quickstart = json.loads(QUICKSTART.read_text())
+    upstream_secret = kept_secret(STATE / "upstream-secret")  # the simulated model's own key
+    sim_port, gateway_port = free_port(9100), free_port(8080)
     metrics_dir = STATE / "prometheus"
     shutil.rmtree(metrics_dir, ignore_errors=True)
     metrics_dir.mkdir(parents=True)
@@ -522,22 +553,34 @@ def cmd_run(stack: ExitStack) -> int:
                  "--schedule", STATE / "celery" / "celerybeat-schedule"],
         # A light, steady stream of demo requests through the gateway hook, so charts move.
         "traffic": [py, "manage.py", "demo_traffic", "--base-url", base_url],
+        # The data plane: the reference gateway, and the simulated fast model behind it.
+        "upstream": [py, "-m", "gateway.sim", "--port", sim_port, "--models", DEMO_MODEL],
+        "gateway": [py, "-m", "gateway", "--port", gateway_port],
     }  # fmt: skip
     # What the kernel sends each one if dev.py dies first. The worker gets SIGKILL: its warm
     # shutdown can hang when Redis and PostgreSQL stop at the same moment (seen: a pool process
     # blocked writing to the master, which waits for it); celery's pool processes die with it.
     death_signal = {"web": signal.SIGTERM, "worker": signal.SIGKILL, "beat": signal.SIGTERM,
-                    "traffic": signal.SIGTERM}
+                    "traffic": signal.SIGTERM, "upstream": signal.SIGTERM,
+                    "gateway": signal.SIGTERM}
     # honcho: each process in its own session, output prefixed; when one exits, or on Ctrl-C /
     # SIGTERM, SIGTERM to every process group and SIGKILL to what is left 5 s later.
     forks_die_with_dev_py()
     manager = Manager(Printer(sys.stdout, colour=not os.environ.get("NO_COLOR")))
-    web_env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir)}
+    envs = {"web": {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir)},
+            "upstream": {**os.environ, "SIM_API_KEY": upstream_secret},
+            "gateway": {**os.environ, "SLUICE_URL": base_url,
+                        "SLUICE_GATEWAY_TOKEN": quickstart["gateway_token"],
+                        "GATEWAY_UPSTREAM_URL": f"http://127.0.0.1:{sim_port}/v1",
+                        "GATEWAY_UPSTREAM_API_KEY": upstream_secret,
+                        "GATEWAY_SPOOL_PATH": str(STATE / "gateway" / "usage.jsonl")}}
     for name, argv in processes.items():
         command = "exec " + shlex.join(with_pdeathsig(argv, death_signal[name]))
-        manager.add_process(name, command, env=web_env if name == "web" else None)
+        manager.add_process(name, command, env=envs.get(name))
+    gateway_url = f"http://127.0.0.1:{gateway_port}"
     threading.Thread(
-        target=banner_when_up, args=(manager, base_url, local_stripe), daemon=True
+        target=banner_when_up,
+        args=(manager, base_url, local_stripe, gateway_url, quickstart["api_key"]), daemon=True,
     ).start()
     manager.loop()
     return manager.returncode

@@ -85,3 +85,13 @@ def test_the_checker_sees_what_it_must(tmp_path):
 @pytest.mark.parametrize("app", sorted(RANK))
 def test_every_app_is_checked(app):
     assert any(p.relative_to(ROOT).parts[0] == app for p in _modules())
+
+
+def test_the_gateway_has_no_django_inside():
+    """gateway/ is the data plane: it talks to Sluice through the hook (sluice_client), never
+    through Django or Sluice's apps."""
+    broken = [f"{path.relative_to(ROOT)}:{line} imports {name}"
+              for path in sorted((ROOT / "gateway").rglob("*.py"))
+              for line, name in _imports(path, ROOT)
+              if name.split(".")[0] in {"django", "rest_framework", "celery", *RANK}]
+    assert broken == []

@@ -5,9 +5,16 @@ with the fast-tier premium, and a month of usage with last month's invoices (dem
 
 Idempotent: every object is looked up by a natural key first, and orgs are walked through the
 services only up to their target state, so a second run changes nothing.
+
+`--credentials PATH` (what `dev.py run` passes): also a gateway token for the reference gateway
+and an API key of the demo owner's org (Acme Voice), whose plaintexts are kept in PATH (0600:
+the database keeps only digests) so the banner can print a snippet that works; made again when
+the database no longer knows them.
 """
 
+import json
 from decimal import Decimal
+from pathlib import Path
 
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
@@ -16,15 +23,19 @@ from django.core.management.base import BaseCommand
 from console.management.demo_usage import seed_usage
 from console.management.seed_waitlist import seed_waitlist, vet
 from orgs import services
-from orgs.models import Membership, Organization, OrgStatus, Role
+from orgs.models import ApiKey, Membership, Organization, OrgStatus, Role
+from orgs.services.api_keys import api_key_create
 from orgs.services.applications import application_submit
-from quotas.models import Allocation, AllocationStatus, CapacityPool
+from quotas.gateway.tokens import gateway_token_create
+from quotas.models import Allocation, AllocationStatus, CapacityPool, GatewayToken
 from quotas.services import allocation_grant, pool_create
 
 DEMO_PASSWORD = "sluice-demo"  # noqa: S105 - printed by `dev.py run`, demo data only
 OPERATOR_EMAIL = "operator@sluice.dev"
 OWNER_EMAIL = "owner@acme.dev"
 ACTOR = "seed_demo"
+QUICKSTART_KEY_NAME = "Quickstart (dev.py run)"
+QUICKSTART_GATEWAY_NAME = "Reference gateway (dev.py run)"
 
 # The application's outcome (seed_waitlist.vet), then the lifecycle steps after admission.
 PATHS = {
@@ -70,7 +81,11 @@ ORGS = [
 class Command(BaseCommand):
     help = "Load demo data (idempotent)."
 
-    def handle(self, *args, **options):
+    def add_arguments(self, parser):
+        parser.add_argument("--credentials", default="",
+                            help="Keep a gateway token and an Acme Voice API key in this file.")
+
+    def handle(self, *args, credentials: str = "", **options):
         # No transaction around the whole: every step is a service that commits on its own.
         operator = self._user(OPERATOR_EMAIL, staff=True)
         owner = self._user(OWNER_EMAIL, staff=False)
@@ -88,6 +103,8 @@ class Command(BaseCommand):
         # The demo owner can create keys at once: their address counts as confirmed.
         call_command("email_verified_mark", OWNER_EMAIL, stdout=self.stdout)
         self._extensions(pool=pool, operator=operator)
+        if credentials:
+            quickstart_credentials(path=Path(credentials), org=acme)
         self.stdout.write(f"Demo data ready ({created} new organizations).")
 
     def _extensions(self, *, pool, operator) -> None:
@@ -141,3 +158,27 @@ def _application(org: Organization, pool: CapacityPool, use_case: str, latency: 
         "expected_peak_tps": peak, "expected_daily_tokens": peak * 40_000,
         "latency_sensitivity": latency, "preferred_region": pool.region,
     })
+
+
+def quickstart_credentials(*, path: Path, org: Organization) -> dict:
+    """{"gateway_token", "api_key"} kept in `path`, each made again when the database no longer
+    knows it (a fresh database, a revoked key)."""
+    kept = json.loads(path.read_text()) if path.exists() else {}
+    token = kept.get("gateway_token", "")
+    if not GatewayToken.objects.filter(lookup=_lookup(token), revoked_at=None).exists():
+        token = gateway_token_create(name=QUICKSTART_GATEWAY_NAME, actor=ACTOR)[1]
+    key = kept.get("api_key", "")
+    if not ApiKey.objects.filter(org=org, lookup=_lookup(key), revoked_at=None).exists():
+        key = api_key_create(org=org, name=QUICKSTART_KEY_NAME, actor=ACTOR)[1]
+    kept = {"gateway_token": token, "api_key": key, "org": org.slug}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.touch(mode=0o600)
+    path.chmod(0o600)
+    path.write_text(json.dumps(kept))
+    return kept
+
+
+def _lookup(secret: str) -> str:
+    """`gw_<lookup>_<secret>` / `sk_<lookup>_<secret>` -> lookup."""
+    parts = secret.split("_")
+    return parts[1] if len(parts) >= 3 else "-"

@@ -1,0 +1,171 @@
+"""AsyncSluiceClient: the asyncio twin of SluiceClient, for gateways on an event loop.
+
+`authorize` is one HTTP call on a keep-alive connection pool (retried like the sync client's,
+with the same request_id). `report_usage` only appends to an in-memory list and returns: a
+background task sends batches of up to `batch_size` every `flush_interval` seconds (sooner when
+a batch is full), off every request's critical path. Undeliverable batches go to the same disk
+spool as the sync client's (fsynced JSON lines, replayed when Sluice answers again, rejected
+events to `<spool>.dead`); disk writes run in a worker thread so the loop never blocks on them.
+"""
+
+import asyncio
+import contextlib
+import logging
+
+import httpx
+
+from sluice_client.client import (
+    MAX_BATCH,
+    RETRYABLE_REJECTIONS,
+    AuthorizeResult,
+    SluiceUnavailable,
+    UsageEvent,
+    _is_decision,
+)
+from sluice_client.spool import Spool
+
+logger = logging.getLogger("sluice_client")
+
+
+class AsyncSluiceClient:
+    def __init__(self, base_url: str, *, token: str, spool_path: str, timeout: float = 2.0,
+                 retries: int = 2, batch_size: int = 500, flush_interval: float = 0.5,
+                 max_connections: int = 100,
+                 transport: httpx.AsyncBaseTransport | None = None):
+        self.base_url = base_url.rstrip("/")
+        self.retries, self.batch_size = retries, min(batch_size, MAX_BATCH)
+        self.flush_interval = flush_interval
+        self.spool = Spool(spool_path)
+        limits = httpx.Limits(max_connections=max_connections,
+                              max_keepalive_connections=max_connections)
+        self._http = httpx.AsyncClient(timeout=timeout, transport=transport, limits=limits,
+                                       headers={"Authorization": f"Bearer {token}"})
+        self._pending: list[dict] = []
+        self._full = asyncio.Event()
+        self._send_lock = asyncio.Lock()
+        self._worker: asyncio.Task | None = None
+        self._closing = False
+
+    async def start(self) -> None:
+        """Start the background sender (on the running loop)."""
+        if self._worker is None:
+            self._worker = asyncio.create_task(self._run(), name="sluice-usage")
+
+    async def __aenter__(self) -> "AsyncSluiceClient":
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+    # -- authorize ---------------------------------------------------------------------------
+
+    async def authorize(self, *, request_id: str, api_key: str, model: str, input_tokens: int,
+                        max_output_tokens: int | None = None, region: str | None = None,
+                        dry_run: bool = False,
+                        service_tier: str | None = None) -> AuthorizeResult:
+        body = {"request_id": request_id, "api_key": api_key, "model": model,
+                "input_tokens": input_tokens, "dry_run": dry_run}
+        if max_output_tokens is not None:
+            body["max_output_tokens"] = max_output_tokens
+        if region:
+            body["region"] = region
+        if service_tier:
+            body["service_tier"] = service_tier
+        return AuthorizeResult.from_response(
+            await self._post("/api/gateway/v1/authorize", body))
+
+    async def _post(self, path: str, body: dict) -> httpx.Response:
+        last: Exception | None = None
+        for attempt in range(self.retries + 1):
+            if attempt:
+                await asyncio.sleep(min(0.05 * 2 ** attempt, 1.0))
+            try:
+                response = await self._http.post(self.base_url + path, json=body)
+            except httpx.TransportError as exc:
+                last = exc
+                continue
+            if response.status_code < 500 or _is_decision(response):
+                return response
+            last = SluiceUnavailable(f"HTTP {response.status_code}")
+        raise SluiceUnavailable(str(last)) from last
+
+    # -- usage -------------------------------------------------------------------------------
+
+    def report_usage(self, event: UsageEvent | dict) -> None:
+        """Queue one event; never waits (safe to call from a response's cleanup)."""
+        self._pending.append(event.as_json() if isinstance(event, UsageEvent) else dict(event))
+        if len(self._pending) >= self.batch_size:
+            self._full.set()
+
+    @property
+    def pending(self) -> int:
+        return len(self._pending)
+
+    async def flush(self) -> None:
+        """Send everything queued, then replay the spool."""
+        async with self._send_lock:
+            while self._pending:
+                batch = self._pending[:self.batch_size]
+                del self._pending[:self.batch_size]
+                if not await self._deliver(batch):
+                    await asyncio.to_thread(self.spool.append, batch)
+            await self._replay()
+
+    async def close(self) -> None:
+        if self._worker is not None:
+            # Asked to stop, not cancelled: Python 3.11's wait_for can swallow a cancellation
+            # that arrives as the event fires, and the sender would then wait forever.
+            self._closing = True
+            self._full.set()
+            await self._worker
+            self._worker = None
+        try:
+            await self.flush()
+        finally:
+            await self._http.aclose()
+
+    async def _run(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._full.wait(), self.flush_interval)
+            self._full.clear()
+            if self._closing:
+                return  # close() sends what is left
+            try:
+                await self.flush()
+            except Exception:  # the sender must survive anything; the spool keeps the events
+                logger.exception("sluice usage flush failed")
+
+    async def _replay(self) -> None:
+        spooled = await asyncio.to_thread(self.spool.take)
+        if not spooled:
+            return
+        undelivered: list[dict] = []
+        for i in range(0, len(spooled), self.batch_size):
+            batch = spooled[i:i + self.batch_size]
+            if undelivered or not await self._deliver(batch):
+                undelivered.extend(batch)  # Sluice is down again: keep the rest for later
+        await asyncio.to_thread(self.spool.append, undelivered)
+        await asyncio.to_thread(self.spool.taken)
+
+    async def _deliver(self, batch: list[dict]) -> bool:
+        """True when Sluice answered for every event (even if some go to the dead file)."""
+        try:
+            response = await self._post("/api/gateway/v1/usage", {"events": batch})
+        except SluiceUnavailable:
+            return False
+        if response.status_code == 400:
+            logger.error("sluice refused a usage batch as malformed: %s", response.text)
+            await asyncio.to_thread(self.spool.append, batch, dead=True)
+            return True
+        if response.status_code != 200:
+            return False
+        retry, dead = [], []
+        for event, result in zip(batch, response.json()["results"], strict=True):
+            if result["result"] == "rejected":
+                code = result.get("error", {}).get("code")
+                (retry if code in RETRYABLE_REJECTIONS else dead).append(event)
+        await asyncio.to_thread(self.spool.append, retry)
+        await asyncio.to_thread(self.spool.append, dead, dead=True)
+        return True

@@ -1,0 +1,111 @@
+"""The gateway's configuration, from environment variables, parsed strictly (a typo fails at
+start, never at the first request).
+
+SLUICE_URL                 Sluice's base URL (the hook), e.g. http://127.0.0.1:8000
+SLUICE_GATEWAY_TOKEN       a gateway token (gw_...), from `manage.py gateway_token_create`
+GATEWAY_UPSTREAM_URL       the default upstream's OpenAI base URL, e.g. http://127.0.0.1:9100/v1
+GATEWAY_UPSTREAM_API_KEY   its secret (sent as the bearer upstream; never the caller's key)
+GATEWAY_UPSTREAMS          optional JSON: upstreams per pool, overriding the default, keyed by
+                           pool id ("3"), "model:region:tier", "model:tier" or "model", each
+                           {"base_url": ..., "api_key": ...}
+GATEWAY_SPOOL_PATH         where undeliverable usage waits (default .gateway/usage-<pid>.jsonl)
+GATEWAY_UPSTREAM_TIMEOUT   seconds without a byte from the upstream before giving up (60)
+GATEWAY_CONNECT_TIMEOUT    seconds to connect to the upstream (5)
+GATEWAY_USAGE_FLUSH_INTERVAL  seconds between usage batches (0.5)
+GATEWAY_REGION             optional: the region to ask Sluice for (models served in several)
+"""
+
+import dataclasses
+import os
+
+import orjson
+
+
+class ConfigError(Exception):
+    pass
+
+
+@dataclasses.dataclass(frozen=True)
+class Upstream:
+    base_url: str
+    api_key: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class GatewayConfig:
+    sluice_url: str
+    gateway_token: str
+    upstreams: dict[str, Upstream]      # "*" is the default
+    spool_path: str = ""
+    upstream_timeout: float = 60.0
+    connect_timeout: float = 5.0
+    usage_flush_interval: float = 0.5
+    region: str | None = None
+
+    def upstream_for(self, pool: dict) -> Upstream | None:
+        """The upstream serving one of Sluice's pools ({"id", "model", "region", "tier"})."""
+        keys = (str(pool.get("id")), f"{pool.get('model')}:{pool.get('region')}:{pool.get('tier')}",
+                f"{pool.get('model')}:{pool.get('tier')}", str(pool.get("model")), "*")
+        return next((self.upstreams[k] for k in keys if k in self.upstreams), None)
+
+    @classmethod
+    def from_env(cls, env: dict | None = None) -> "GatewayConfig":
+        env = os.environ if env is None else env
+        upstreams: dict[str, Upstream] = {}
+        if env.get("GATEWAY_UPSTREAM_URL"):
+            upstreams["*"] = Upstream(_url(env["GATEWAY_UPSTREAM_URL"], "GATEWAY_UPSTREAM_URL"),
+                                      env.get("GATEWAY_UPSTREAM_API_KEY", ""))
+        if env.get("GATEWAY_UPSTREAMS"):
+            upstreams.update(_upstreams(env["GATEWAY_UPSTREAMS"]))
+        if not upstreams:
+            raise ConfigError("set GATEWAY_UPSTREAM_URL (or GATEWAY_UPSTREAMS)")
+        for name in ("SLUICE_URL", "SLUICE_GATEWAY_TOKEN"):
+            if not env.get(name):
+                raise ConfigError(f"{name} is required")
+        return cls(
+            sluice_url=_url(env["SLUICE_URL"], "SLUICE_URL"),
+            gateway_token=env["SLUICE_GATEWAY_TOKEN"],
+            upstreams=upstreams,
+            spool_path=env.get("GATEWAY_SPOOL_PATH", ""),
+            upstream_timeout=_seconds(env, "GATEWAY_UPSTREAM_TIMEOUT", 60.0),
+            connect_timeout=_seconds(env, "GATEWAY_CONNECT_TIMEOUT", 5.0),
+            usage_flush_interval=_seconds(env, "GATEWAY_USAGE_FLUSH_INTERVAL", 0.5),
+            region=env.get("GATEWAY_REGION") or None,
+        )
+
+
+def _url(value: str, name: str) -> str:
+    if not value.startswith(("http://", "https://")):
+        raise ConfigError(f"{name} must be an http(s) URL, not {value!r}")
+    return value.rstrip("/")
+
+
+def _seconds(env, name: str, default: float) -> float:
+    raw = env.get(name)
+    if raw in (None, ""):
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be a number of seconds, not {raw!r}") from None
+    if value <= 0:
+        raise ConfigError(f"{name} must be positive")
+    return value
+
+
+def _upstreams(raw: str) -> dict[str, Upstream]:
+    try:
+        parsed = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise ConfigError(f"GATEWAY_UPSTREAMS is not JSON: {exc}") from None
+    if not isinstance(parsed, dict):
+        raise ConfigError("GATEWAY_UPSTREAMS must be a JSON object")
+    out = {}
+    for key, spec in parsed.items():
+        if not isinstance(spec, dict) or not isinstance(spec.get("base_url"), str) or (
+                set(spec) - {"base_url", "api_key"}):
+            raise ConfigError(f"GATEWAY_UPSTREAMS[{key!r}] must be "
+                              '{"base_url": ..., "api_key": ...}')
+        out[str(key)] = Upstream(_url(spec["base_url"], f"GATEWAY_UPSTREAMS[{key!r}]"),
+                                 str(spec.get("api_key", "")))
+    return out

@@ -1,0 +1,127 @@
+"""Relaying an upstream's SSE stream to the client, token by token, while watching both ends.
+
+The relay is a raw ASGI response so that it sees the client leave at once: a task waits on
+`receive()` for `http.disconnect` and cancels the pump, which closes the upstream connection
+(the upstream stops generating) and reports the request `cancelled` with the tokens sent.
+"""
+
+import anyio
+import httpx
+import orjson
+
+from gateway.attempt import Attempt
+from gateway.errors import sse_error
+
+
+class StreamRelay:
+    def __init__(self, *, gateway, attempt: Attempt, upstream: httpx.Response,
+                 client_wants_usage: bool, headers: dict):
+        self.gateway, self.attempt, self.upstream = gateway, attempt, upstream
+        self.client_wants_usage = client_wants_usage
+        self.headers = headers
+        self.status = "cancelled"   # until the pump says otherwise
+        self.outcome = "cancelled"
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await send({"type": "http.response.start", "status": 200, "headers": [
+                (b"content-type", b"text/event-stream; charset=utf-8"),
+                (b"cache-control", b"no-cache"),
+                *((k.encode(), str(v).encode()) for k, v in self.headers.items())]})
+            async with anyio.create_task_group() as group:
+                group.start_soon(self._watch_disconnect, receive, group.cancel_scope)
+                await self._pump(send)
+                group.cancel_scope.cancel()
+        except* OSError:  # the client went away while we were writing to it
+            pass
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self.upstream.aclose()
+                self.gateway.attempt_finish(self.attempt, status=self.status,
+                                            outcome=self.outcome)
+
+    @staticmethod
+    async def _watch_disconnect(receive, scope: anyio.CancelScope) -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        scope.cancel()
+
+    async def _pump(self, send) -> None:
+        pending = b""
+        done = False
+        try:
+            async for data in self.upstream.aiter_bytes():
+                pending += data
+                if b"\r" in pending:  # servers may end SSE lines with CRLF
+                    pending = pending.replace(b"\r\n", b"\n")
+                cut = pending.rfind(b"\n\n")
+                if cut < 0:
+                    continue
+                events, pending = pending[:cut].split(b"\n\n"), pending[cut + 2:]
+                out, tokens, done = self._filter(events)
+                if out:
+                    await send({"type": "http.response.body", "body": out, "more_body": True})
+                    if tokens:
+                        self.attempt.first_token()
+                        self.attempt.delivered_tokens += tokens
+                if done:
+                    break
+        except httpx.TimeoutException:
+            return await self._fail(send, "upstream_timeout",
+                                    "The upstream stopped sending tokens.")
+        except httpx.TransportError:
+            return await self._fail(send, "upstream_error", "The upstream broke the stream.")
+        if not done and not self.attempt.usage:
+            return await self._fail(send, "upstream_error",
+                                    "The upstream ended the stream early.")
+        self.status = self.outcome = "completed"
+        closing = b"data: [DONE]\n\n" if self.attempt.operation == "chat" and not done else b""
+        await send({"type": "http.response.body", "body": closing, "more_body": False})
+
+    async def _fail(self, send, code: str, message: str) -> None:
+        self.status, self.outcome = "failed", code
+        await send({"type": "http.response.body", "body": sse_error(message=message, code=code),
+                    "more_body": False})
+
+    def _filter(self, events: list[bytes]) -> tuple[bytes, int, bool]:
+        """The bytes to pass on, how many output tokens they carry, and whether [DONE] came."""
+        out, tokens = [], 0
+        for event in events:
+            payload = _data(event)
+            if payload is None:
+                out.append(event + b"\n\n")  # comments and other fields pass as they are
+                continue
+            if payload == b"[DONE]":
+                out.append(event + b"\n\n")
+                return b"".join(out), tokens, True
+            try:
+                chunk = orjson.loads(payload)
+            except orjson.JSONDecodeError:
+                out.append(event + b"\n\n")
+                continue
+            if not isinstance(chunk, dict):
+                out.append(event + b"\n\n")
+                continue
+            if chunk.get("usage") and not chunk.get("choices"):
+                self.attempt.usage = chunk["usage"]
+                if self.client_wants_usage:
+                    out.append(event + b"\n\n")
+                continue
+            kind = chunk.get("type")  # the Responses API's events
+            if kind == "response.output_text.delta":
+                tokens += 1
+            elif kind == "response.completed":
+                self.attempt.usage = (chunk.get("response") or {}).get("usage")
+            for choice in chunk.get("choices") or ():
+                delta = choice.get("delta") or {}
+                if delta.get("content") or delta.get("tool_calls") or delta.get("refusal"):
+                    tokens += 1
+            out.append(event + b"\n\n")
+        return b"".join(out), tokens, False
+
+
+def _data(event: bytes) -> bytes | None:
+    """The data of one SSE event (its `data:` lines joined), None if it has none."""
+    lines = [line[5:].lstrip(b" ") for line in event.split(b"\n") if line.startswith(b"data:")]
+    return b"\n".join(lines).strip() if lines else None
+

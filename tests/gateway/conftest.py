@@ -1,0 +1,107 @@
+"""The reference gateway over real HTTP: pytest-django's live_server (Sluice, with real
+PostgreSQL and Redis), the simulated upstream and the gateway served by uvicorn in threads,
+driven by the official `openai` SDK."""
+
+import time
+from dataclasses import dataclass
+
+import httpx
+import openai
+import pytest
+
+from gateway.app import create_app
+from gateway.config import GatewayConfig, Upstream
+from gateway.serving import ServerThread
+from gateway.sim import SimConfig
+from gateway.sim import create_app as sim_app
+from quotas.gateway.routing import pool_routes_reload
+from quotas.gateway.tokens import gateway_token_cache_clear, gateway_token_create
+from quotas.limiter.connection import limiter_reset
+from quotas.models import UsageEvent
+from tests.quotas.conftest import Tenant, tenant_create
+
+UPSTREAM_SECRET = "sim-upstream-secret"  # noqa: S105 - the simulated upstream's
+
+
+@dataclass
+class Stack:
+    tenant: Tenant
+    sluice_url: str
+    gateway_token: str
+    sim: ServerThread
+    gateway: ServerThread
+
+    @property
+    def model(self) -> str:
+        return self.tenant.pool.model
+
+    def client(self, *, api_key: str | None = None, **kwargs) -> openai.OpenAI:
+        return openai.OpenAI(base_url=self.gateway.url + "/v1",
+                             api_key=api_key or self.tenant.plaintext, **kwargs)
+
+    def async_client(self, **kwargs) -> openai.AsyncOpenAI:
+        return openai.AsyncOpenAI(base_url=self.gateway.url + "/v1",
+                                  api_key=self.tenant.plaintext, **kwargs)
+
+    def sim_log(self) -> list[dict]:
+        return httpx.get(self.sim.url + "/sim/requests").json()["data"]
+
+    def sim_entry(self, request_id: str, *, until=lambda e: True) -> dict:
+        return wait_for(lambda: next((e for e in self.sim_log()
+                                      if e["request_id"] == request_id and until(e)), None))
+
+
+def wait_for(probe, *, timeout: float = 20.0):
+    """Poll until probe() is truthy (usage leaves the gateway in the background)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = probe()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(0.02)
+
+
+def stored_event(request_id: str) -> UsageEvent:
+    event = wait_for(lambda: UsageEvent.objects.filter(request_id=request_id).first())
+    assert event is not None, f"no usage recorded for {request_id}"
+    return event
+
+
+def sluice_stack(*, live_server, tmp_path, limits: dict, sim_config: SimConfig | None = None,
+                 upstream_timeout: float = 2.0):
+    limiter_reset()
+    gateway_token_cache_clear()
+    tenant = tenant_create(**limits)
+    pool_routes_reload()
+    _, token = gateway_token_create(name="reference gateway", actor="test")
+    config = sim_config or SimConfig()
+    config.models, config.api_key = (tenant.pool.model,), UPSTREAM_SECRET
+    sim = ServerThread(sim_app(config)).start()
+    gateway = ServerThread(create_app(GatewayConfig(
+        sluice_url=live_server.url, gateway_token=token,
+        upstreams={"*": Upstream(sim.url + "/v1", UPSTREAM_SECRET)},
+        spool_path=str(tmp_path / "usage.jsonl"), upstream_timeout=upstream_timeout,
+        usage_flush_interval=0.05))).start()
+    return Stack(tenant=tenant, sluice_url=live_server.url, gateway_token=token, sim=sim,
+                 gateway=gateway)
+
+
+@pytest.fixture
+def stack_factory(live_server, redis_client, tmp_path):
+    made: list[Stack] = []
+
+    def make(**kwargs) -> Stack:
+        made.append(sluice_stack(live_server=live_server, tmp_path=tmp_path, **kwargs))
+        return made[-1]
+
+    yield make
+    for s in made:
+        s.gateway.stop()
+        s.sim.stop()
+    limiter_reset()
+
+
+@pytest.fixture
+def stack(stack_factory) -> Stack:
+    return stack_factory(limits={"guaranteed_tps": 5_000, "burst_tps": 5_000,
+                                 "daily_tokens": 10**7, "max_concurrency": 20})
