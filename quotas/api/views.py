@@ -15,7 +15,8 @@ from quotas.models import Allocation, AllocationStatus, CapacityPool, LimiterFai
 from quotas.selectors import pool_capacity_summaries, pool_capacity_summary
 from sluice.api import validated_input
 from sluice.errors import NotFound
-from sluice.pagination import paginate
+from sluice.openapi import errors
+from sluice.pagination import PaginatedApi, paginate
 
 PREFILL_HELP = ("Input (prefill) tokens/s, metered apart from output; null: input tokens count "
                 "with output against capacity_tps.")
@@ -118,7 +119,7 @@ class PoolCapacityApi(APIView):
             "allocations input TPS in proportion to their output TPS.")
         reason = serializers.CharField(max_length=2000, required=False, default="")
 
-    @extend_schema(request=InputSerializer, responses=PoolSummaryOutput,
+    @extend_schema(request=InputSerializer, responses={200: PoolSummaryOutput, **errors(422)},
                    description="Change capacity. Lowering it below what is guaranteed answers "
                    "422 `capacity_below_guarantees` with the excess (`details.limit` is "
                    "`input` for the prefill capacity).")
@@ -167,7 +168,7 @@ class _LimitsInput(serializers.Serializer):
         return attrs
 
 
-class AllocationListApi(APIView):
+class AllocationListApi(PaginatedApi, APIView):
     class FilterSerializer(serializers.Serializer):
         org = serializers.IntegerField(required=False)
         pool = serializers.IntegerField(required=False)
@@ -188,7 +189,8 @@ class AllocationListApi(APIView):
             allocations = allocations.filter(**{field: value})
         return paginate(request, self, allocations, AllocationOutput)
 
-    @extend_schema(request=InputSerializer, responses={201: AllocationOutput},
+    @extend_schema(request=InputSerializer, responses={201: AllocationOutput,
+                                                       **errors(409, 422)},
                    description="Grant an allocation. If the pool cannot guarantee it, answers "
                    "422 `capacity_exhausted` with `details.free_tps`.")
     def post(self, request):
@@ -217,7 +219,8 @@ class AllocationDetailApi(APIView):
     def get(self, request, allocation_id: int):
         return Response(AllocationOutput(_allocation_get(request, allocation_id)).data)
 
-    @extend_schema(request=InputSerializer, responses=AllocationOutput)
+    @extend_schema(request=InputSerializer, responses={200: AllocationOutput,
+                                                       **errors(409, 422)})
     def patch(self, request, allocation_id: int):
         allocation = _allocation_get(request, allocation_id)
         operator_require(user=request.user, perm="quotas.change_allocation")
@@ -231,7 +234,7 @@ class AllocationEndApi(APIView):
     class InputSerializer(serializers.Serializer):
         reason = serializers.CharField(max_length=2000, required=False, default="")
 
-    @extend_schema(request=InputSerializer, responses=AllocationOutput)
+    @extend_schema(request=InputSerializer, responses={200: AllocationOutput, **errors(409)})
     def post(self, request, allocation_id: int):
         allocation = _allocation_get(request, allocation_id)
         operator_require(user=request.user, perm="quotas.change_allocation")
