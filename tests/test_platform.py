@@ -116,3 +116,20 @@ def test_openapi_schema_tells_the_truth(operator_client):
                 for code in codes:
                     content = operation["responses"][code]["content"]["application/json"]
                     assert content["schema"] == {"$ref": "#/components/schemas/Error"}
+
+
+@pytest.mark.parametrize("query", ["limit=abc", "limit=0", "limit=501", "offset=-5",
+                                   "offset=1.5", "limit=2&limit=3"])
+def test_malformed_page_parameters_are_a_400(operator_client, query):
+    """Found by schemathesis (negative data): DRF's paginator read a bad `limit` or `offset` as
+    the default, so a typo silently answered the first page."""
+    response = operator_client.get(f"/api/v1/orgs/?{query}")
+    assert response.status_code == 400
+    assert set(response.json()["error"]["fields"]) == {query.split("=")[0]}
+
+
+def test_page_parameters_page(operator_client):
+    for name in ("A", "B", "C"):
+        operator_client.post("/api/v1/orgs/", {"name": name}, format="json")
+    page = operator_client.get("/api/v1/orgs/?limit=2&offset=1").json()
+    assert (page["count"], [o["name"] for o in page["results"]]) == (3, ["B", "C"])
