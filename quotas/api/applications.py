@@ -39,7 +39,7 @@ from orgs.services.applications import (
 from quotas.models import CapacityPool
 from quotas.services import org_pool_preference_set
 from quotas.waitlist import application_rows, org_waitlist_estimate, vetting_queue
-from sluice.api import validated_input
+from sluice.api import RequiredBooleanField, validated_input
 from sluice.errors import NotFound, PermissionDenied
 from sluice.openapi import errors
 from sluice.pagination import PaginatedApi, paginate
@@ -193,7 +193,7 @@ class OperatorApplicationCheckApi(APIView):
 
     class ApplicationCheckInput(serializers.Serializer):
         item = serializers.ChoiceField(choices=CheckItem.choices)
-        done = serializers.BooleanField()
+        done = RequiredBooleanField()
         note = serializers.CharField(required=False, default="", allow_blank=True)
 
     @extend_schema(request=ApplicationCheckInput,

@@ -11,7 +11,7 @@ from orgs.permissions import operator_access
 from quotas.models import CapacityPool, RolloutWave, WaveState
 from quotas.selectors import pool_get
 from quotas.waves import pool_auto_admit_set, wave_close, wave_create, wave_open, wave_plan
-from sluice.api import validated_input
+from sluice.api import RequiredBooleanField, validated_input
 from sluice.errors import NotFound
 from sluice.openapi import errors
 
@@ -132,7 +132,7 @@ class PoolAutoAdmissionApi(APIView):
     permission_classes = [operator_access("quotas.change_capacitypool")]
 
     class PoolAutoAdmissionInput(serializers.Serializer):
-        auto_admit = serializers.BooleanField()
+        auto_admit = RequiredBooleanField()
 
     @extend_schema(request=PoolAutoAdmissionInput, responses=PoolAutoAdmissionInput)
     def put(self, request, pk: int):
