@@ -34,8 +34,7 @@ ERROR_DESCRIPTIONS = {
     422: "Well-formed but refused by a business rule (`capacity_exhausted`, ...; see "
          "`details`).",
     429: "Too many requests with this credential (`throttled`; see `Retry-After`).",
-    502: "A service Sluice depends on (Stripe) failed; nothing was changed.",
-    503: "A service Sluice depends on is unavailable; retry later.",
+    502: "A service Sluice depends on (Stripe) failed or is not configured.",
 }
 
 

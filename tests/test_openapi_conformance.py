@@ -13,8 +13,9 @@ allocation, application, wave, ...): random ids would only ever meet 404s.
 
 Checks: the schema's truth about answers. Not enabled: `positive_data_acceptance` (a
 schema-valid body naming a pool that does not exist is rightly a 400: existence is not a
-schema property), `negative_data_rejection` (see the README: malformed `limit` / `offset` fall
-back to the defaults, DRF's behaviour), and the checks that are not about the schema
+schema property), `negative_data_rejection` (run by hand: it found the lenient `limit` /
+`offset` and form booleans, fixed; what it still reports is DRF reading an empty query value as
+absent and trimming whitespace before `maxLength`), and the checks that are not about the schema
 (`ignored_auth`, `unsupported_method`, `use_after_free`, ...).
 """
 
