@@ -123,6 +123,18 @@ ADMIN_KEY_AUTHENTICATION = [AdminKeyAuthentication, OperatorTokenAuthentication,
 ADMIN_KEY_THROTTLES = [AdminKeyRateThrottle]
 
 
+class OperatorTokenScheme(OpenApiAuthenticationExtension):
+    """How OpenAPI names the operator token (registered by being defined)."""
+
+    target_class = OperatorTokenAuthentication
+    name = "operatorToken"
+
+    def get_security_definition(self, auto_schema):
+        return {"type": "http", "scheme": "bearer", "bearerFormat": "op_<lookup>_<secret>",
+                "description": "An operator token (`manage.py operator_token_create`): acts as "
+                               "its staff user, everywhere."}
+
+
 class AdminKeyScheme(OpenApiAuthenticationExtension):
     """How OpenAPI names the admin key (registered by being defined)."""
 

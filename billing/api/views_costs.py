@@ -101,7 +101,7 @@ class CostsApi(APIView):
 class OrganizationCostsApi(AdminKeyOrgRoute, CostsApi):
     @extend_schema(
         parameters=[CostsApi.CostsInput], responses=CostsPageOutput,
-        operation_id="organization_costs",
+        operation_id="organization_costs", auth=[{"adminKey": []}],
         description="The same as `/api/v1/orgs/{org_id}/costs` at OpenAI's path: the "
         "organization is the admin key's (`Bearer sk_admin_...`; admin keys only).")
     def get(self, request):

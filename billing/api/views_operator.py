@@ -22,10 +22,11 @@ from orgs.permissions import operator_access
 from quotas.models import CapacityPool
 from sluice.api import validated_input
 from sluice.errors import NotFound
-from sluice.pagination import paginate
+from sluice.openapi import errors
+from sluice.pagination import PaginatedApi, paginate
 
 
-class OperatorView(APIView):
+class OperatorView(PaginatedApi, APIView):
     permission_classes = [operator_access("billing.change_invoice")]
 
     def paginated(self, request, queryset, serializer_class):
@@ -71,7 +72,8 @@ class ReasonSerializer(serializers.Serializer):
 
 
 class OperatorInvoiceVoidView(OperatorView):
-    @extend_schema(request=ReasonSerializer, responses=OperatorInvoiceSerializer)
+    @extend_schema(request=ReasonSerializer, responses={200: OperatorInvoiceSerializer,
+                                                        **errors(409)})
     def post(self, request, invoice_id: int):
         data = validated_input(ReasonSerializer, request.data)
         invoice = services.invoice_void(invoice=get_object_or_404(Invoice, pk=invoice_id),
@@ -80,7 +82,8 @@ class OperatorInvoiceVoidView(OperatorView):
 
 
 class OperatorInvoiceReissueView(OperatorView):
-    @extend_schema(request=ReasonSerializer, responses=OperatorInvoiceSerializer)
+    @extend_schema(request=ReasonSerializer, responses={201: OperatorInvoiceSerializer,
+                                                        **errors(409)})
     def post(self, request, invoice_id: int):
         data = validated_input(ReasonSerializer, request.data)
         invoice = services.invoice_reissue(
@@ -94,7 +97,9 @@ class OperatorInvoiceCloseView(OperatorView):
         org = serializers.PrimaryKeyRelatedField(queryset=Organization.objects.all())
         month = MonthField()
 
-    @extend_schema(request=InvoiceCloseInputSerializer, responses=OperatorInvoiceSerializer)
+    @extend_schema(request=InvoiceCloseInputSerializer,
+                   responses={200: OperatorInvoiceSerializer, 201: OperatorInvoiceSerializer,
+                              **errors(409)})
     def post(self, request):
         """Close one org's month now (the beat does every org on the 1st). Idempotent."""
         data = validated_input(self.InvoiceCloseInputSerializer, request.data)
@@ -111,7 +116,7 @@ class OperatorDeadLetterListView(OperatorView):
 
 
 class OperatorOutboxRetryView(OperatorView):
-    @extend_schema(request=None, responses=OutboxMessageSerializer)
+    @extend_schema(request=None, responses={200: OutboxMessageSerializer, **errors(409)})
     def post(self, request, message_id: int):
         message = services.outbox_retry(
             message=get_object_or_404(OutboxMessage, pk=message_id), actor=request.user)
@@ -128,7 +133,7 @@ class OperatorStripeEventListView(OperatorView):
 
 
 class OperatorStripeEventRetryView(OperatorView):
-    @extend_schema(request=None, responses=StripeEventSerializer)
+    @extend_schema(request=None, responses={200: StripeEventSerializer, **errors(409)})
     def post(self, request, event_pk: int):
         event = get_object_or_404(StripeEvent, pk=event_pk)
         services.stripe_event_retry(event=event, actor=request.user)
@@ -157,7 +162,8 @@ class OperatorPriceListView(OperatorView):
         versions = PriceVersion.objects.order_by("pool_id", "org_id", "-effective_from")
         return self.paginated(request, versions, PriceVersionSerializer)
 
-    @extend_schema(request=PriceVersionInputSerializer, responses=PriceVersionSerializer)
+    @extend_schema(request=PriceVersionInputSerializer,
+                   responses={201: PriceVersionSerializer, **errors(409, 422)})
     def post(self, request):
         data = validated_input(self.PriceVersionInputSerializer, request.data)
         version = services.price_version_create(**data, actor=request.user)

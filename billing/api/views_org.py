@@ -21,7 +21,8 @@ from billing.periods import month_bounds, month_of, month_parse
 from billing.rating import total_cents
 from sluice.api import validated_input
 from sluice.errors import NotFound
-from sluice.pagination import paginate
+from sluice.openapi import errors
+from sluice.pagination import PaginatedApi, paginate
 
 
 class OrgBillingView(APIView):
@@ -65,7 +66,7 @@ class BillingSummaryView(OrgBillingView):
         }).data)
 
 
-class InvoiceListView(OrgBillingView):
+class InvoiceListView(PaginatedApi, OrgBillingView):
     @extend_schema(responses=InvoiceSerializer(many=True))
     def get(self, request, org_id: int):
         invoices = selectors.invoices_for_org(org=self.org(request, org_id)) \
@@ -188,7 +189,8 @@ class PaymentMethodSessionView(OrgBillingView):
     class PaymentMethodSessionSerializer(serializers.Serializer):
         url = serializers.URLField()
 
-    @extend_schema(request=None, responses=PaymentMethodSessionSerializer)
+    @extend_schema(request=None, responses={200: PaymentMethodSessionSerializer,
+                                            **errors(502)})
     def post(self, request, org_id: int):
         """A Stripe Checkout link (setup mode) to add or replace the payment method."""
         org = self.org(request, org_id)

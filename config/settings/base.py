@@ -221,7 +221,7 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "sluice.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "sluice.api.exception_handler",
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
     "PAGE_SIZE": 50,
@@ -251,6 +251,13 @@ SPECTACULAR_SETTINGS.setdefault("ENUM_NAME_OVERRIDES", {}).update({
     "InvoiceStatusEnum": "billing.models.InvoiceStatus",
     "OutboxStatusEnum": "billing.models.OutboxStatus",
     "StripeEventStatusEnum": "billing.models.StripeEventStatus",
+    # Names for choice sets that several fields share (else drf-spectacular hashes them).
+    "ServiceTierEnum": "orgs.models.ServiceTier",
+    "ServedServiceTierEnum": ["priority", "default"],
+    "PoolTierEnum": "quotas.models.Tier",
+    "BucketObjectEnum": ["bucket"],
+    "PageObjectEnum": ["page"],
+    "ShouldRetryEnum": ["true", "false"],
 })
 
 CELERY_BROKER_URL = REDIS_URL

@@ -36,7 +36,8 @@ from orgs.selectors import (
 )
 from orgs.services.lifecycle import TRANSITIONS, org_allowed_actions
 from sluice.api import validated_input
-from sluice.pagination import paginate
+from sluice.openapi import errors
+from sluice.pagination import PaginatedApi, paginate
 
 ALL_ROLES = frozenset(Role.values)
 
@@ -55,7 +56,7 @@ class OrgOutput(serializers.Serializer):
         return org_allowed_actions(org=org)
 
 
-class OrgListApi(APIView):
+class OrgListApi(PaginatedApi, APIView):
     class FilterSerializer(serializers.Serializer):
         status = serializers.ChoiceField(choices=OrgStatus.choices, required=False)
         search = serializers.CharField(required=False, max_length=100)
@@ -74,7 +75,7 @@ class OrgListApi(APIView):
             orgs = orgs.filter(name__icontains=filters["search"])
         return paginate(request, self, orgs, OrgOutput)
 
-    @extend_schema(request=InputSerializer, responses={201: OrgOutput})
+    @extend_schema(request=InputSerializer, responses={201: OrgOutput, **errors(409)})
     def post(self, request):
         operator_require(user=request.user, perm="orgs.add_organization")
         data = validated_input(self.InputSerializer, request.data)
@@ -97,7 +98,7 @@ class OrgTransitionApi(APIView):
         action = serializers.ChoiceField(choices=sorted(TRANSITIONS))
         reason = serializers.CharField(max_length=2000, required=False, default="")
 
-    @extend_schema(request=InputSerializer, responses=OrgOutput,
+    @extend_schema(request=InputSerializer, responses={200: OrgOutput, **errors(409)},
                    description="Move the organization through its lifecycle. An action that is "
                    "not legal from the current state answers 409 `illegal_transition`; review, "
                    "approve and reject of an org with an open application answer 409 "
@@ -117,7 +118,7 @@ class MemberOutput(serializers.Serializer):
     created_at = serializers.DateTimeField()
 
 
-class MemberListApi(APIView):
+class MemberListApi(PaginatedApi, APIView):
     class InputSerializer(serializers.Serializer):
         email = serializers.EmailField()
         role = serializers.ChoiceField(choices=Role.choices)
@@ -127,7 +128,7 @@ class MemberListApi(APIView):
         org = org_get_for_user(user=request.user, org_id=org_id)
         return paginate(request, self, org_members(org=org), MemberOutput)
 
-    @extend_schema(request=InputSerializer, responses={201: MemberOutput},
+    @extend_schema(request=InputSerializer, responses={201: MemberOutput, **errors(409)},
                    description="Add an existing user by email (operators and org owners/admins).")
     def post(self, request, org_id: int):
         org = org_get_for_user(user=request.user, org_id=org_id)
@@ -154,7 +155,7 @@ class MemberDetailApi(APIView):
                          perm="orgs.change_membership")
         return membership
 
-    @extend_schema(request=InputSerializer, responses=MemberOutput)
+    @extend_schema(request=InputSerializer, responses={200: MemberOutput, **errors(409)})
     def patch(self, request, org_id: int, member_id: int):
         membership = self._member(request, org_id, member_id)
         data = validated_input(self.InputSerializer, request.data)
@@ -162,7 +163,7 @@ class MemberDetailApi(APIView):
             membership=membership, role=data["role"], actor=request.user)
         return Response(MemberOutput(membership).data)
 
-    @extend_schema(responses={204: None})
+    @extend_schema(responses={204: None, **errors(409)})
     def delete(self, request, org_id: int, member_id: int):
         services.membership_remove(membership=self._member(request, org_id, member_id),
                                    actor=request.user)
@@ -179,7 +180,7 @@ class InvitationOutput(serializers.Serializer):
     revoked_at = serializers.DateTimeField(allow_null=True)
 
 
-class InvitationListApi(APIView):
+class InvitationListApi(PaginatedApi, APIView):
     class InputSerializer(serializers.Serializer):
         email = serializers.EmailField()
         role = serializers.ChoiceField(choices=Role.choices)
@@ -191,7 +192,7 @@ class InvitationListApi(APIView):
                          perm="orgs.view_invitation")
         return paginate(request, self, org_invitations(org=org), InvitationOutput)
 
-    @extend_schema(request=InputSerializer, responses={201: InvitationOutput},
+    @extend_schema(request=InputSerializer, responses={201: InvitationOutput, **errors(409)},
                    description="Emails an invitation link that expires; the token is not "
                    "returned and is stored only as a hash.")
     def post(self, request, org_id: int):
@@ -205,7 +206,7 @@ class InvitationListApi(APIView):
 
 
 class InvitationRevokeApi(APIView):
-    @extend_schema(request=None, responses=InvitationOutput)
+    @extend_schema(request=None, responses={200: InvitationOutput, **errors(409)})
     def post(self, request, org_id: int, invitation_id: int):
         org = org_get_for_user(user=request.user, org_id=org_id)
         invitation = org_invitation_get(org=org, invitation_id=invitation_id)
@@ -219,7 +220,7 @@ class InvitationAcceptApi(APIView):
     class InputSerializer(serializers.Serializer):
         token = serializers.CharField(max_length=200)
 
-    @extend_schema(request=InputSerializer, responses={201: MemberOutput},
+    @extend_schema(request=InputSerializer, responses={201: MemberOutput, **errors(404, 409)},
                    description="The signed-in user joins the org named by the emailed token. "
                    "Unknown, expired and used tokens all answer 404 `invitation_invalid`.")
     def post(self, request):
@@ -233,7 +234,8 @@ class ApiKeyOutput(serializers.Serializer):
     id = serializers.IntegerField()
     name = serializers.CharField()
     prefix = serializers.CharField(source="display_prefix")
-    created_by = serializers.CharField(source="created_by.email", default=None)
+    created_by = serializers.CharField(source="created_by.email", default=None, allow_null=True,
+                                       help_text="null: created by an admin key or a script.")
     created_at = serializers.DateTimeField()
     expires_at = serializers.DateTimeField(allow_null=True)
     revoked_at = serializers.DateTimeField(allow_null=True)
@@ -256,7 +258,7 @@ class ApiKeyCreatedOutput(ApiKeyOutput):
     secret = serializers.CharField(help_text="The full key. Shown once; Sluice keeps a hash.")
 
 
-class ApiKeyListApi(APIView):
+class ApiKeyListApi(PaginatedApi, APIView):
     """Members, operators and the org's admin keys. Per-key limits (the admission issue) are not
     accepted yet: they join InputSerializer and ApiKeyOutput when the key model has them."""
 
@@ -272,7 +274,7 @@ class ApiKeyListApi(APIView):
         org = org_get_for_principal(user=request.user, org_id=org_id)
         return paginate(request, self, org_api_keys(org=org), ApiKeyOutput)
 
-    @extend_schema(request=InputSerializer, responses={201: ApiKeyCreatedOutput})
+    @extend_schema(request=InputSerializer, responses={201: ApiKeyCreatedOutput, **errors(409)})
     def post(self, request, org_id: int):
         org = org_get_for_principal(user=request.user, org_id=org_id)
         org_require_role(user=request.user, org=org, roles=KEY_MANAGERS, perm="orgs.add_apikey")
@@ -287,7 +289,7 @@ class ApiKeyRevokeApi(APIView):
     authentication_classes = ADMIN_KEY_AUTHENTICATION
     throttle_classes = ADMIN_KEY_THROTTLES
 
-    @extend_schema(request=None, responses=ApiKeyOutput)
+    @extend_schema(request=None, responses={200: ApiKeyOutput, **errors(409)})
     def post(self, request, org_id: int, key_id: int):
         org = org_get_for_principal(user=request.user, org_id=org_id)
         key = org_api_key_get(org=org, key_id=key_id)
@@ -311,7 +313,7 @@ class ApiKeyLimitsApi(APIView):
         default_service_tier = serializers.ChoiceField(choices=ServiceTier.choices,
                                                        default=ServiceTier.AUTO)
 
-    @extend_schema(request=InputSerializer, responses=ApiKeyOutput,
+    @extend_schema(request=InputSerializer, responses={200: ApiKeyOutput, **errors(409, 422)},
                    description="Replace the key's own slice of the org's limits (absent or "
                    "null: the org's alone) and its default service tier; owners, admins and "
                    "the org's admin key. A slice above what the org's allocation allows "

@@ -183,7 +183,10 @@ def application_check_set(*, application: Application, item: str, done: bool, ac
     app = _lock(application)
     if app.state == A.REJECTED:
         raise IllegalTransition("A rejected application's checklist is closed.")
-    check = ApplicationCheck.objects.select_for_update().get(application=app, item=item)
+    # application_submit creates every item's row; an application that came another way (the
+    # admin, an import) has none yet, and a missing row is an item not ticked.
+    check, _ = ApplicationCheck.objects.select_for_update().get_or_create(application=app,
+                                                                          item=item)
     before = {"done": check.done}
     check.done, check.note = done, note
     check.done_at = timezone.now() if done else None

@@ -39,9 +39,10 @@ from orgs.services.applications import (
 from quotas.models import CapacityPool
 from quotas.services import org_pool_preference_set
 from quotas.waitlist import application_rows, org_waitlist_estimate, vetting_queue
-from sluice.api import validated_input
+from sluice.api import RequiredBooleanField, validated_input
 from sluice.errors import NotFound, PermissionDenied
-from sluice.pagination import paginate
+from sluice.openapi import errors
+from sluice.pagination import PaginatedApi, paginate
 
 # --- Serializers shared by both audiences ------------------------------------------------------
 
@@ -95,7 +96,8 @@ class OperatorApplicationOutput(serializers.ModelSerializer):
     org = inline_serializer("ApplicationOrg", fields={
         "id": serializers.IntegerField(), "name": serializers.CharField(),
         "slug": serializers.CharField(), "status": serializers.CharField()})
-    pool = serializers.IntegerField(source="org.pool_preference.pool_id", default=None)
+    pool = serializers.IntegerField(source="org.pool_preference.pool_id", default=None,
+                                    allow_null=True)
     score = ScoreOutput()
     position = serializers.IntegerField(allow_null=True)
 
@@ -149,7 +151,7 @@ def _detail_response(pk: int, status_code: int = status.HTTP_200_OK) -> Response
                     status=status_code)
 
 
-class OperatorApplicationListApi(APIView):
+class OperatorApplicationListApi(PaginatedApi, APIView):
     """The vetting queue. Scores depend on pools and scheduled waves, so they are computed in
     Python (a fixed number of queries) and the score filter applies before pagination."""
 
@@ -191,10 +193,11 @@ class OperatorApplicationCheckApi(APIView):
 
     class ApplicationCheckInput(serializers.Serializer):
         item = serializers.ChoiceField(choices=CheckItem.choices)
-        done = serializers.BooleanField()
+        done = RequiredBooleanField()
         note = serializers.CharField(required=False, default="", allow_blank=True)
 
-    @extend_schema(request=ApplicationCheckInput, responses=OperatorApplicationDetailOutput)
+    @extend_schema(request=ApplicationCheckInput,
+                   responses={200: OperatorApplicationDetailOutput, **errors(409)})
     def post(self, request, pk: int):
         data = validated_input(self.ApplicationCheckInput, request.data)
         application_check_set(application=_app_or_404(pk), actor=request.user, **data)
@@ -207,7 +210,8 @@ class OperatorApplicationReviewerApi(APIView):
     class ApplicationReviewerInput(serializers.Serializer):
         reviewer = serializers.PrimaryKeyRelatedField(queryset=get_user_model().objects.all())
 
-    @extend_schema(request=ApplicationReviewerInput, responses=OperatorApplicationDetailOutput)
+    @extend_schema(request=ApplicationReviewerInput,
+                   responses={200: OperatorApplicationDetailOutput, **errors(409, 422)})
     def post(self, request, pk: int):
         data = validated_input(self.ApplicationReviewerInput, request.data)
         application_reviewer_assign(application=_app_or_404(pk), reviewer=data["reviewer"],
@@ -221,7 +225,7 @@ class OperatorApplicationNoteApi(APIView):
     class ApplicationNoteInput(serializers.Serializer):
         body = serializers.CharField(max_length=10_000)
 
-    @extend_schema(request=ApplicationNoteInput, responses=OperatorApplicationDetailOutput)
+    @extend_schema(request=ApplicationNoteInput, responses={201: OperatorApplicationDetailOutput})
     def post(self, request, pk: int):
         data = validated_input(self.ApplicationNoteInput, request.data)
         application_note_add(application=_app_or_404(pk), body=data["body"], actor=request.user)
@@ -239,7 +243,8 @@ class OperatorApplicationDecisionApi(APIView):
         pool = serializers.PrimaryKeyRelatedField(queryset=CapacityPool.objects.all(),
                                                   required=False, default=None)
 
-    @extend_schema(request=ApplicationDecisionInput, responses=OperatorApplicationDetailOutput)
+    @extend_schema(request=ApplicationDecisionInput,
+                   responses={200: OperatorApplicationDetailOutput, **errors(409, 422)})
     def post(self, request, pk: int):
         data = validated_input(self.ApplicationDecisionInput, request.data)
         pool = data.pop("pool")
@@ -259,9 +264,10 @@ class OperatorApplicationBulkDecisionApi(APIView):
         shared_reason = serializers.CharField(max_length=5_000, required=False, default="",
                                               allow_blank=True)
 
-    @extend_schema(request=ApplicationBulkDecisionInput, responses=inline_serializer(
+    @extend_schema(request=ApplicationBulkDecisionInput, responses={200: inline_serializer(
         "BulkDecisionResult",
-        fields={"decided": serializers.ListField(child=serializers.IntegerField())}))
+        fields={"decided": serializers.ListField(child=serializers.IntegerField())}),
+        **errors(404, 409)})
     def post(self, request):
         data = validated_input(self.ApplicationBulkDecisionInput, request.data)
         decided = applications_decide_bulk(
@@ -277,7 +283,8 @@ class OperatorApplicationScoreOverrideApi(APIView):
         score = serializers.IntegerField(allow_null=True, min_value=-1_000, max_value=1_000)
         reason = serializers.CharField(max_length=5_000)
 
-    @extend_schema(request=ApplicationScoreOverrideInput, responses=OperatorApplicationDetailOutput)
+    @extend_schema(request=ApplicationScoreOverrideInput,
+                   responses={200: OperatorApplicationDetailOutput, **errors(409)})
     def post(self, request, pk: int):
         data = validated_input(self.ApplicationScoreOverrideInput, request.data)
         application_score_override(application=_app_or_404(pk), actor=request.user, **data)
@@ -321,7 +328,7 @@ class OrgApplicationListApi(APIView):
         apps = Application.objects.filter(org=org).order_by("-submitted_at", "-id")
         return Response(OrgApplicationOutput(apps, many=True).data)
 
-    @extend_schema(request=ApplicationInput, responses={201: OrgApplicationOutput})
+    @extend_schema(request=ApplicationInput, responses={201: OrgApplicationOutput, **errors(409)})
     def post(self, request, slug: str):
         membership = _membership(request, slug)
         _require_manager(membership)
@@ -346,7 +353,8 @@ class OrgApplicationDetailApi(APIView):
     def get(self, request, slug: str, pk: int):
         return Response(OrgApplicationOutput(self._get(request, slug, pk)[1]).data)
 
-    @extend_schema(request=OrgApplicationUpdateInput, responses=OrgApplicationOutput)
+    @extend_schema(request=OrgApplicationUpdateInput,
+                   responses={200: OrgApplicationOutput, **errors(409)})
     def patch(self, request, slug: str, pk: int):
         membership, app = self._get(request, slug, pk)
         _require_manager(membership)

@@ -12,7 +12,8 @@ from quotas.models import CapacityPool, QuotaRequest, QuotaRequestStatus
 from quotas.selectors import org_quota_request_get, org_quota_requests
 from sluice.api import validated_input
 from sluice.errors import NotFound
-from sluice.pagination import paginate
+from sluice.openapi import errors
+from sluice.pagination import PaginatedApi, paginate
 
 
 class QuotaRequestOutput(serializers.Serializer):
@@ -36,7 +37,7 @@ def _org_request(request, org_id: int, request_id: int):
     return org, org_quota_request_get(org=org, request_id=request_id)
 
 
-class OrgQuotaRequestListApi(APIView):
+class OrgQuotaRequestListApi(PaginatedApi, APIView):
     class InputSerializer(serializers.Serializer):
         pool = serializers.PrimaryKeyRelatedField(queryset=CapacityPool.objects.all())
         guaranteed_tps = serializers.IntegerField(min_value=1)
@@ -56,7 +57,8 @@ class OrgQuotaRequestListApi(APIView):
         org = org_get_for_user(user=request.user, org_id=org_id)
         return paginate(request, self, org_quota_requests(org=org), QuotaRequestOutput)
 
-    @extend_schema(request=InputSerializer, responses={201: QuotaRequestOutput},
+    @extend_schema(request=InputSerializer, responses={201: QuotaRequestOutput,
+                                                       **errors(409, 422)},
                    description="Ask for new limits in a pool (the full limits wanted, not a "
                    "delta). One pending request per pool. May be approved at once when the "
                    "pool auto-approves small increases that fit its free capacity.")
@@ -70,7 +72,7 @@ class OrgQuotaRequestListApi(APIView):
 
 
 class OrgQuotaRequestCancelApi(APIView):
-    @extend_schema(request=None, responses=QuotaRequestOutput)
+    @extend_schema(request=None, responses={200: QuotaRequestOutput, **errors(409)})
     def post(self, request, org_id: int, request_id: int):
         org, quota_request = _org_request(request, org_id, request_id)
         org_require_role(user=request.user, org=org, roles=MEMBER_MANAGERS,
@@ -79,7 +81,7 @@ class OrgQuotaRequestCancelApi(APIView):
         return Response(QuotaRequestOutput(cancelled).data)
 
 
-class OperatorQuotaRequestListApi(APIView):
+class OperatorQuotaRequestListApi(PaginatedApi, APIView):
     class FilterSerializer(serializers.Serializer):
         status = serializers.ChoiceField(choices=QuotaRequestStatus.choices, required=False)
         pool = serializers.IntegerField(required=False)
@@ -101,17 +103,18 @@ def _operator_request(request, request_id: int) -> QuotaRequest:
     return quota_request
 
 
-class _DecisionInput(serializers.Serializer):
+class QuotaRequestDecisionInput(serializers.Serializer):
     reason = serializers.CharField(max_length=4000, required=False, default="")
 
 
 class OperatorQuotaRequestApproveApi(APIView):
-    @extend_schema(request=_DecisionInput, responses=QuotaRequestOutput,
+    @extend_schema(request=QuotaRequestDecisionInput,
+                   responses={200: QuotaRequestOutput, **errors(409, 422)},
                    description="Applies the limits with the capacity check: 422 "
                    "`capacity_exhausted` (the request stays pending) if the pool can't.")
     def post(self, request, request_id: int):
         quota_request = _operator_request(request, request_id)
-        data = validated_input(_DecisionInput, request.data)
+        data = validated_input(QuotaRequestDecisionInput, request.data)
         approved = services.quota_request_approve(request=quota_request, actor=request.user,
                                                   reason=data["reason"])
         return Response(QuotaRequestOutput(approved).data)
@@ -121,7 +124,7 @@ class OperatorQuotaRequestDenyApi(APIView):
     class InputSerializer(serializers.Serializer):
         reason = serializers.CharField(max_length=4000)
 
-    @extend_schema(request=InputSerializer, responses=QuotaRequestOutput)
+    @extend_schema(request=InputSerializer, responses={200: QuotaRequestOutput, **errors(409)})
     def post(self, request, request_id: int):
         quota_request = _operator_request(request, request_id)
         data = validated_input(self.InputSerializer, request.data)

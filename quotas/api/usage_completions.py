@@ -84,6 +84,7 @@ class OrganizationUsageCompletionsApi(AdminKeyOrgRoute, UsageCompletionsApi):
     @extend_schema(
         parameters=[UsageCompletionsApi.UsageCompletionsInput],
         responses=UsageCompletionsPageOutput, operation_id="organization_usage_completions",
+        auth=[{"adminKey": []}],
         description="The same as `/api/v1/orgs/{org_id}/usage/completions` at OpenAI's path: "
         "the organization is the admin key's (`Bearer sk_admin_...`; admin keys only).")
     def get(self, request):

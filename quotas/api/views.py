@@ -19,7 +19,8 @@ from quotas.selectors import (
 )
 from sluice.api import validated_input
 from sluice.errors import NotFound
-from sluice.pagination import paginate
+from sluice.openapi import errors
+from sluice.pagination import PaginatedApi, paginate
 
 PREFILL_HELP = ("Input (prefill) tokens/s, metered apart from output; null: input tokens count "
                 "with output against capacity_tps.")
@@ -122,7 +123,7 @@ class PoolCapacityApi(APIView):
             "allocations input TPS in proportion to their output TPS.")
         reason = serializers.CharField(max_length=2000, required=False, default="")
 
-    @extend_schema(request=InputSerializer, responses=PoolSummaryOutput,
+    @extend_schema(request=InputSerializer, responses={200: PoolSummaryOutput, **errors(422)},
                    description="Change capacity. Lowering it below what is guaranteed answers "
                    "422 `capacity_below_guarantees` with the excess (`details.limit` is "
                    "`input` for the prefill capacity).")
@@ -171,7 +172,7 @@ class _LimitsInput(serializers.Serializer):
         return attrs
 
 
-class AllocationListApi(APIView):
+class AllocationListApi(PaginatedApi, APIView):
     class FilterSerializer(serializers.Serializer):
         org = serializers.IntegerField(required=False)
         pool = serializers.IntegerField(required=False)
@@ -192,7 +193,8 @@ class AllocationListApi(APIView):
             allocations = allocations.filter(**{field: value})
         return paginate(request, self, allocations, AllocationOutput)
 
-    @extend_schema(request=InputSerializer, responses={201: AllocationOutput},
+    @extend_schema(request=InputSerializer, responses={201: AllocationOutput,
+                                                       **errors(409, 422)},
                    description="Grant an allocation. If the pool cannot guarantee it, answers "
                    "422 `capacity_exhausted` with `details.free_tps`.")
     def post(self, request):
@@ -214,7 +216,8 @@ class AllocationDetailApi(APIView):
         allocation = allocation_get_for_user(user=request.user, allocation_id=allocation_id)
         return Response(AllocationOutput(allocation).data)
 
-    @extend_schema(request=InputSerializer, responses=AllocationOutput)
+    @extend_schema(request=InputSerializer, responses={200: AllocationOutput,
+                                                       **errors(409, 422)})
     def patch(self, request, allocation_id: int):
         allocation = allocation_get_for_user(user=request.user, allocation_id=allocation_id)
         operator_require(user=request.user, perm="quotas.change_allocation")
@@ -228,7 +231,7 @@ class AllocationEndApi(APIView):
     class InputSerializer(serializers.Serializer):
         reason = serializers.CharField(max_length=2000, required=False, default="")
 
-    @extend_schema(request=InputSerializer, responses=AllocationOutput)
+    @extend_schema(request=InputSerializer, responses={200: AllocationOutput, **errors(409)})
     def post(self, request, allocation_id: int):
         allocation = allocation_get_for_user(user=request.user, allocation_id=allocation_id)
         operator_require(user=request.user, perm="quotas.change_allocation")

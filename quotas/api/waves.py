@@ -11,8 +11,9 @@ from orgs.permissions import operator_access
 from quotas.models import CapacityPool, RolloutWave, WaveState
 from quotas.selectors import pool_get
 from quotas.waves import pool_auto_admit_set, wave_close, wave_create, wave_open, wave_plan
-from sluice.api import validated_input
+from sluice.api import RequiredBooleanField, validated_input
 from sluice.errors import NotFound
+from sluice.openapi import errors
 
 
 class WaveOutput(serializers.ModelSerializer):
@@ -82,7 +83,7 @@ class WaveListApi(APIView):
         waves = RolloutWave.objects.filter(**filters).order_by("opens_at", "id")
         return Response(WaveOutput(waves, many=True).data)
 
-    @extend_schema(request=WaveCreateInput, responses={201: WaveOutput})
+    @extend_schema(request=WaveCreateInput, responses={201: WaveOutput, **errors(409, 422)})
     def post(self, request):
         data = validated_input(self.WaveCreateInput, request.data)
         wave = wave_create(actor=request.user, **data)
@@ -100,7 +101,7 @@ class WaveDetailApi(APIView):
 class WavePlanApi(APIView):
     permission_classes = [operator_access("quotas.change_rolloutwave")]
 
-    @extend_schema(responses=WavePlanOutput)
+    @extend_schema(responses={200: WavePlanOutput, **errors(409)})
     def get(self, request, pk: int):
         return Response(WavePlanOutput(wave_plan(wave=_wave(pk))).data)
 
@@ -108,7 +109,7 @@ class WavePlanApi(APIView):
 class WaveOpenApi(APIView):
     permission_classes = [operator_access("quotas.change_rolloutwave")]
 
-    @extend_schema(request=None, responses=WaveOutput)
+    @extend_schema(request=None, responses={200: WaveOutput, **errors(409, 422)})
     def post(self, request, pk: int):
         return Response(WaveOutput(wave_open(wave=_wave(pk), actor=request.user)).data)
 
@@ -120,7 +121,7 @@ class WaveCloseApi(APIView):
         reason = serializers.CharField(max_length=5_000, required=False, default="",
                                        allow_blank=True)
 
-    @extend_schema(request=WaveCloseInput, responses=WaveOutput)
+    @extend_schema(request=WaveCloseInput, responses={200: WaveOutput, **errors(409)})
     def post(self, request, pk: int):
         data = validated_input(self.WaveCloseInput, request.data)
         wave = wave_close(wave=_wave(pk), actor=request.user, reason=data["reason"])
@@ -131,7 +132,7 @@ class PoolAutoAdmissionApi(APIView):
     permission_classes = [operator_access("quotas.change_capacitypool")]
 
     class PoolAutoAdmissionInput(serializers.Serializer):
-        auto_admit = serializers.BooleanField()
+        auto_admit = RequiredBooleanField()
 
     @extend_schema(request=PoolAutoAdmissionInput, responses=PoolAutoAdmissionInput)
     def put(self, request, pk: int):

@@ -19,6 +19,7 @@ from quotas.gateway.inputs import (
     USAGE_STATUSES,
 )
 from quotas.gateway.tokens import gateway_authenticate
+from sluice.openapi import Error, ErrorDetail
 
 
 class GatewayTokenAuthentication(authentication.BaseAuthentication):
@@ -56,40 +57,36 @@ APART_HEADERS = [
     f"x-ratelimit-{kind}-{what}"
     for what in ("input-tokens", "output-tokens") for kind in ("limit", "remaining", "reset")
 ]
-RateLimitHeaders = type("RateLimitHeaders", (serializers.Serializer,), {
-    **{name: serializers.CharField() for name in RATELIMIT_HEADERS},
-    **{name: serializers.CharField(
-        required=False, help_text="Where the pool meters input (prefill) and output (decode) "
-        "tokens apart; elsewhere one bucket meters both and the tokens headers say it all.")
-       for name in APART_HEADERS},
-    "retry-after": serializers.CharField(required=False,
-                                         help_text="Seconds, on 429 and 503 only."),
-    "retry-after-ms": serializers.CharField(required=False, help_text="On 429 and 503 only."),
-    "x-should-retry": serializers.ChoiceField(
-        choices=["true", "false"], required=False,
-        help_text="On every refusal: whether the same request may pass soon (the OpenAI SDK "
-                  "honours it; `false` for daily_quota_exhausted, spend_cap_reached, unknown "
-                  "keys, inactive orgs)."),
-    "__doc__": "Headers to forward to the caller. Limits: tokens = the TPS buckets "
-               "(x-ratelimit-limit-tokens = the allocation's burst_tps x 10 s; where input and "
-               "output are metered apart, whichever of the two has the smaller share left), "
-               "tokens-day = the UTC day's quota, requests = concurrent requests; each is the "
-               "tighter of the API key's own slice and the org's allocation. Resets are "
-               "durations like 20ms, 1.2s, 6m0s.",
-})
+def _headers_serializer(name: str, *, on_refusal: bool) -> type[serializers.Serializer]:
+    """The headers a gateway forwards: an admission carries every limit; a refusal always
+    carries x-should-retry, and the limits only when the caller has some (not for an unknown
+    key or an org without an allocation)."""
+    return type(name, (serializers.Serializer,), {
+        **{header: serializers.CharField(required=not on_refusal) for header in RATELIMIT_HEADERS},
+        **{header: serializers.CharField(
+            required=False, help_text="Where the pool meters input (prefill) and output "
+            "(decode) tokens apart; elsewhere one bucket meters both and the tokens headers "
+            "say it all.")
+           for header in APART_HEADERS},
+        "retry-after": serializers.CharField(required=False,
+                                             help_text="Seconds, on 429 and 503 only."),
+        "retry-after-ms": serializers.CharField(required=False, help_text="On 429 and 503 only."),
+        "x-should-retry": serializers.ChoiceField(
+            choices=["true", "false"], required=on_refusal,
+            help_text="On every refusal: whether the same request may pass soon (the OpenAI SDK "
+                      "honours it; `false` for daily_quota_exhausted, spend_cap_reached, unknown "
+                      "keys, inactive orgs)."),
+        "__doc__": "Headers to forward to the caller. Limits: tokens = the TPS buckets "
+                   "(x-ratelimit-limit-tokens = the allocation's burst_tps x 10 s; where input "
+                   "and output are metered apart, whichever of the two has the smaller share "
+                   "left), tokens-day = the UTC day's quota, requests = concurrent requests; "
+                   "each is the tighter of the API key's own slice and the org's allocation. "
+                   "Resets are durations like 20ms, 1.2s, 6m0s.",
+    })
 
 
-class ErrorDetail(serializers.Serializer):
-    """The one error shape (sluice/error_format.py)."""
-
-    code = serializers.CharField()
-    message = serializers.CharField()
-    fields = serializers.DictField(required=False, help_text="Each bad input field's problems.")
-    details = serializers.DictField(required=False, help_text="Facts about the refusal.")
-
-
-class ErrorResponse(serializers.Serializer):
-    error = ErrorDetail()
+RateLimitHeaders = _headers_serializer("RateLimitHeaders", on_refusal=False)
+RefusalHeaders = _headers_serializer("RefusalHeaders", on_refusal=True)
 
 
 class Authorize(serializers.Serializer):
@@ -175,7 +172,15 @@ class AuthorizeRefused(serializers.Serializer):
         "payment_required, no_allocation, spend_cap_reached (the request's worst-case price "
         "does not fit the cap minus month to date minus money held by requests in flight). "
         "409: request_id_conflict. 404: unknown_model. 503: limiter_unavailable."))
-    headers = RateLimitHeaders(required=False)
+    headers = RefusalHeaders()
+
+
+class AuthorizeUnauthorized(AuthorizeRefused):
+    """401: an invalid gateway token is answered with the error alone (invalid_gateway_token);
+    an invalid API key with a refusal (invalid_api_key)."""
+
+    allowed = serializers.BooleanField(required=False)
+    headers = RefusalHeaders(required=False)
 
 
 class AuthorizeSchema(APIView):
@@ -187,9 +192,9 @@ class AuthorizeSchema(APIView):
         operation_id="gateway_authorize", tags=["gateway"],
         summary="Authorize one inference request (one Redis round trip)",
         request=Authorize,
-        responses={200: AuthorizeAllowed, 400: ErrorResponse, 401: AuthorizeRefused,
-                   403: AuthorizeRefused, 404: ErrorResponse, 409: AuthorizeRefused,
-                   429: AuthorizeRefused, 503: ErrorResponse},
+        responses={200: AuthorizeAllowed, 400: Error, 401: AuthorizeUnauthorized,
+                   403: AuthorizeRefused, 404: AuthorizeRefused, 409: AuthorizeRefused,
+                   429: AuthorizeRefused, 503: AuthorizeRefused},
         examples=[OpenApiExample("request", request_only=True, value={
             "request_id": "req_01HX", "api_key": "sk_0123456789ab_...", "model": "fast-70b",
             "region": "us-east", "input_tokens": 900, "max_output_tokens": 600,
@@ -252,7 +257,7 @@ class UsageSchema(APIView):
         request=PolymorphicProxySerializer(component_name="Usage",
                                            serializers=[UsageEvent, UsageBatch],
                                            resource_type_field_name=None),
-        responses={200: UsageResponse, 400: ErrorResponse, 401: ErrorResponse},
+        responses={200: UsageResponse, 400: Error, 401: Error},
     )
     def post(self, request):
         raise NotImplementedError("served by quotas.gateway.views.usage")

@@ -240,3 +240,16 @@ def test_operator_score_override_and_detail(operator_client, operator):
 def batch_score(response) -> int:
     s = response.json()["score"]
     return s["use_case_points"] + s["latency_points"] + s["demand_fit_points"]
+
+
+@pytest.mark.django_db
+def test_an_application_without_checklist_rows_is_ticked_not_a_500(operator_client):
+    """Found by the schemathesis run (tests/test_openapi_conformance.py): an application that
+    did not come through application_submit (admin, import) had no checklist rows, and ticking
+    an item was a 500."""
+    app = ApplicationFactory()
+    response = operator_client.post(f"/api/v1/operator/applications/{app.pk}/checklist",
+                                    {"item": "contact_reachable", "done": True}, format="json")
+    assert response.status_code == 200
+    checklist = {c["item"]: c["done"] for c in response.json()["checklist"]}
+    assert checklist == {"contact_reachable": True}

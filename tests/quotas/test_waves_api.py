@@ -102,3 +102,17 @@ def test_orgs_cannot_use_wave_endpoints(two_orgs):
     assert a.client.post(f"/api/v1/operator/waves/{wave.pk}/open").status_code == 403
     wave.refresh_from_db()
     assert wave.state == "scheduled"
+
+
+@pytest.mark.django_db
+def test_a_form_without_auto_admit_is_a_400_not_off(operator_client):
+    """Found by schemathesis (negative data): DRF read a form body without the boolean as false,
+    so a form PUT without `auto_admit` switched auto-admission off."""
+    pool = PoolFactory()
+    operator_client.put(f"/api/v1/operator/pools/{pool.pk}/auto-admission",
+                        {"auto_admit": True}, format="json")
+    r = operator_client.put(f"/api/v1/operator/pools/{pool.pk}/auto-admission", {},
+                            format="multipart")
+    assert r.status_code == 400
+    assert set(r.json()["error"]["fields"]) == {"auto_admit"}
+    assert PoolAdmission.objects.get(pool=pool).auto_admit is True
