@@ -24,7 +24,6 @@ from dataclasses import dataclass
 import pytest
 import schemathesis
 from django.test import Client
-from django.urls import Resolver404, resolve
 from hypothesis import HealthCheck, settings
 from schemathesis.checks import (
     content_type_conformance,
@@ -150,23 +149,7 @@ def _node_id_for_schemathesis(request):
 def _call_and_validate(case, headers: dict) -> None:
     response = case.call(headers=headers)
     checks = CHECKS
-    if _unrouted_html_404(case, response):
-        # h10y: a path outside every URL pattern (a negative or non-numeric id where the URL
-        # wants digits) is answered by Django's HTML 404 page, not the JSON error. The JSON
-        # 404/405/500 handler under /api is h10y's; drop this exemption when it lands.
-        checks = [not_a_server_error, status_code_conformance]
     case.validate_response(response, checks=checks, headers=headers)
-
-
-def _unrouted_html_404(case, response) -> bool:
-    content_type = " ".join(response.headers.get("content-type", []))
-    if response.status_code != 404 or "text/html" not in content_type:
-        return False
-    try:
-        resolve(case.formatted_path)
-    except Resolver404:
-        return True
-    return False
 
 
 _settings = settings(deadline=None, derandomize=True, database=None,

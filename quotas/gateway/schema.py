@@ -232,8 +232,10 @@ class UsageBatch(serializers.Serializer):
 class UsageResult(serializers.Serializer):
     request_id = serializers.CharField()
     result = serializers.ChoiceField(choices=["recorded", "duplicate", "rejected"])
-    error = ErrorDetail(required=False, help_text="When rejected: unknown_request, "
-                                                  "invalid_reservation.")
+    error = ErrorDetail(required=False, help_text=(
+        "When rejected: unknown_request, invalid_reservation, timestamps_out_of_order, "
+        "started_at_out_of_range, finished_at_out_of_range, duration_out_of_range (the window "
+        "an event may carry is in README's hook section)."))
 
 
 class UsageResponse(serializers.Serializer):
