@@ -264,6 +264,10 @@ def pct(values: list[float], p: float) -> float:
     return values[min(len(values) - 1, int(len(values) * p / 100))] if values else float("nan")
 
 
+def fmt(value: float, spec: str) -> str:
+    return "-" if value != value else format(value, spec)  # NaN: no stream delivered a token
+
+
 # --- the run ---------------------------------------------------------------------------------
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -390,11 +394,12 @@ def report(args, a: dict, b: dict, litellm_missing: str, load: list[str]) -> Non
     for name, r in b.items():
         ttft, rates = r["ttft"], r["rates"]
         rows.append([
-            name, f"{r['complete']}/{r['started']}", r["no_token"], f"{pct(ttft, 50):.1f}",
-            f"{pct(ttft, 99):.1f}",
-            f"{pct(ttft, 50) - pct(direct_b['ttft'], 50):+.2f}" if direct_b else "-",
-            f"{pct(rates, 50):.0f}", f"{pct(rates, 5):.0f}", f"{min(rates or [0]):.0f}",
-            f"{pct(rates, 5) / args.rate:.3f}", r["tokens_per_s"]])
+            name, f"{r['complete']}/{r['started']}", r["no_token"], fmt(pct(ttft, 50), ".1f"),
+            fmt(pct(ttft, 99), ".1f"),
+            fmt(pct(ttft, 50) - pct(direct_b["ttft"], 50), "+.2f") if direct_b else "-",
+            fmt(pct(rates, 50), ".0f"), fmt(pct(rates, 5), ".0f"),
+            fmt(min(rates or [float("nan")]), ".0f"), fmt(pct(rates, 5) / args.rate, ".3f"),
+            r["tokens_per_s"]])
     table(f"(b) {args.streams} concurrent streams of {args.stream_tokens} tokens at "
           f"{args.rate:.0f} tok/s, {args.processes} asyncio load processes, {args.seconds:.0f} s "
           f"(streams unfinished {args.stream_grace:.0f} s later cut, counted as delivered); "
