@@ -21,7 +21,7 @@ its next stream when the last ended, slots staggered over one stream's length) f
 to the first content token) and delivered tokens/s per stream (tokens after the first over the
 time from the first to the last).
 
-LiteLLM is a benchmark-only extra (`pip install '.[bench]'`, or any venv): its executable is
+LiteLLM is a benchmark-only extra (`bench`, in a venv of its own): its executable is
 --litellm, else `litellm` on PATH, else .venv/bin/litellm; without it the LiteLLM rows say why
 they are missing and the others are measured.
 """
@@ -114,8 +114,8 @@ def litellm_find(explicit: str | None) -> tuple[str | None, str]:
     if os.access(local, os.X_OK):
         return str(local), ""
     return None, ("no `litellm` executable: not given with --litellm, not on PATH, not in "
-                  f"{ROOT / '.venv/bin'} (install it with `pip install '.[bench]'`, or in a "
-                  "venv of its own, and pass --litellm PATH)")
+                  f"{ROOT / '.venv/bin'} (install the `bench` extra in a venv of its own, "
+                  "since it cannot share one with `dev`, and pass --litellm PATH/bin/litellm)")
 
 
 def litellm_env() -> dict:
