@@ -309,9 +309,10 @@ def main() -> None:
              str(args.rate), "--ttft-ms", str(args.ttft_ms), "--api-key", UPSTREAM_KEY,
              "--models", pool.model],
             env=env, cwd=str(tmp), log=tmp / "sim.log", what="the simulated upstream",
-            ready_url=f"http://127.0.0.1:{sim_port}/v1/models?", ready_seconds=60))
+            ready_url=f"http://127.0.0.1:{sim_port}/v1/models", ready_seconds=60))
         if litellm:
-            # Started first: it takes about a minute to start on a busy 2-core machine.
+            # Started before the gateway and waited for last: it takes a minute or more to
+            # start on a busy 2-core machine.
             (tmp / "litellm.yaml").write_text(litellm_config(
                 model=pool.model, upstream=f"http://127.0.0.1:{sim_port}/v1"))
             litellm_process = subprocess.Popen(
