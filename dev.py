@@ -485,7 +485,7 @@ def banner_when_up(manager, base_url: str, local_stripe: bool, gateway_url: str,
 
   Emails (sign-up confirmations, invitations, status changes) are printed
   below in the worker's output, lines prefixed `worker |`.
-  `traffic |` is a light stream of demo requests through the gateway hook.
+  `traffic |` is a light stream of demo requests through the reference gateway.
 
   DATABASE_URL={mask(os.environ["DATABASE_URL"])}
   REDIS_URL={mask(os.environ["REDIS_URL"])}
@@ -551,8 +551,9 @@ def cmd_run(stack: ExitStack) -> int:
                    "--concurrency", "2", "--without-gossip", "--without-mingle"],
         "beat": [py, "-m", "celery", "-A", "config", "beat", "--loglevel", "INFO",
                  "--schedule", STATE / "celery" / "celerybeat-schedule"],
-        # A light, steady stream of demo requests through the gateway hook, so charts move.
-        "traffic": [py, "manage.py", "demo_traffic", "--base-url", base_url],
+        # A light, steady stream of demo requests through the reference gateway: charts move.
+        "traffic": [py, "manage.py", "demo_traffic", "--base-url", base_url,
+                    "--gateway-url", f"http://127.0.0.1:{gateway_port}"],
         # The data plane: the reference gateway, and the simulated fast model behind it.
         "upstream": [py, "-m", "gateway.sim", "--port", sim_port, "--models", DEMO_MODEL],
         "gateway": [py, "-m", "gateway", "--port", gateway_port],

@@ -4,6 +4,7 @@ from django.test import Client
 
 from console.permissions import groups_sync
 from tests.factories import UserFactory
+from tests.gateway.conftest import stack, stack_factory  # noqa: F401 - the gateway stack, for demo_traffic
 from tests.totp import console_client
 
 

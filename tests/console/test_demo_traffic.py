@@ -41,3 +41,22 @@ def test_a_demo_request_is_authorized_and_reported_through_the_hook(live_server,
     event = UsageEvent.objects.get(request_id="demo-test-1")
     assert (event.org_id, event.input_tokens, event.output_tokens) == (
         org.pk, request.input_tokens, request.output_tokens)
+
+
+def test_a_demo_request_streams_through_the_reference_gateway(stack):
+    """What `dev.py run` does: the traffic process sends real chat completions through the
+    gateway, at the seeded request's speed; the gateway's usage reaches PostgreSQL."""
+    from tests.gateway.conftest import wait_for
+
+    out = demo_traffic.GatewaySender(stack.gateway.url)
+    sender = demo_traffic.Sender(org_slug=stack.tenant.org.slug, api_key=stack.tenant.plaintext,
+                                 model=stack.model, region=stack.tenant.pool.region)
+    request = demo_request(random.Random(7), slow_share=0)
+    request = type(request)(input_tokens=120, output_tokens=40, ttft_ms=30, output_tps=800.0,
+                            status="completed")
+    out.start(sender, request, "ignored: the gateway names each attempt")
+    out.close()  # waits for the stream to end
+    assert out.summary().startswith("demo traffic: 1 requests through the gateway, 0 refused")
+    event = wait_for(lambda: UsageEvent.objects.filter(org=stack.tenant.org).first())
+    assert event is not None and (event.status, event.output_tokens) == ("completed", 40)
+    assert event.input_tokens > 100  # the upstream's count of the prompt, not an estimate

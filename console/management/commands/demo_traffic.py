@@ -2,13 +2,11 @@
 moves (`dev.py run` starts it as its `traffic` process).
 
 Each demo org (console/management/demo_usage.py) sends requests at its rate, shaped like the
-seeded history. A request goes through the gateway hook with the Python client, as a gateway
-does it: authorize, wait while the (simulated) answer streams, report the usage.
-
-Sending real OpenAI requests through the reference gateway instead is a change of sender
-only: a `GatewaySender` whose `send` POSTs /v1/chat/completions to the gateway with the org's
-API key (the gateway authorizes and reports by itself), chosen in `handle`. The schedule, the
-keys and the request shapes stay as they are.
+seeded history. With `--gateway-url` (what `dev.py run` passes) a request is a real streamed
+OpenAI chat completion through the reference gateway with the org's API key, the simulated
+model told the request's speed and time to first token; the gateway authorizes and reports
+the usage by itself. Without it, a request goes through the gateway hook with the Python
+client, as a gateway does it: authorize, wait while the answer would stream, report the usage.
 """
 
 import heapq
@@ -16,8 +14,10 @@ import json
 import logging
 import random
 import sys
+import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -100,15 +100,71 @@ class HookSender:
         self.client.close()
 
 
+class GatewaySender:
+    """Through the reference gateway: a streamed chat completion per request, read to its end
+    in a thread of its own (answers take seconds); the gateway authorizes and reports."""
+
+    def __init__(self, gateway_url: str):
+        self.http = httpx.Client(base_url=f"{gateway_url}/v1",
+                                 timeout=httpx.Timeout(120, connect=5))
+        self.threads = ThreadPoolExecutor(max_workers=32, thread_name_prefix="demo-traffic")
+        self.lock = threading.Lock()
+        self.counts = {"sent": 0, "refused": 0, "failed": 0}
+
+    def summary(self) -> str:
+        """Counts since the last summary."""
+        with self.lock:
+            counts, self.counts = self.counts, dict.fromkeys(self.counts, 0)
+        return (f"demo traffic: {counts['sent']} requests through the gateway, "
+                f"{counts['refused']} refused by the limiter, {counts['failed']} failed")
+
+    def start(self, sender: Sender, request: DemoRequest, request_id: str) -> None:
+        """Send in the background; nothing to report afterwards (the gateway does)."""
+        self.threads.submit(self._send, sender, request)
+
+    def _send(self, sender: Sender, request: DemoRequest) -> None:
+        # The simulated model answers at the request's speed, or fails like the seeded ones.
+        sim = ({"fault": "error"} if request.status == "failed"
+               else {"rate": request.output_tps, "ttft_ms": request.ttft_ms})
+        body = {"model": sender.model, "stream": True, "max_tokens": request.output_tokens,
+                "messages": [{"role": "user", "content": " ".join(["word"] * max(
+                    request.input_tokens - 7, 1))}], "sim": sim}
+        outcome = "sent"
+        try:
+            with self.http.stream("POST", "/chat/completions", json=body, headers={
+                    "authorization": f"Bearer {sender.api_key}"}) as response:
+                if response.status_code == 429:
+                    outcome = "refused"
+                elif response.status_code >= 400 and request.status != "failed":
+                    outcome = "failed"
+                for _ in response.iter_bytes():
+                    pass
+        except httpx.HTTPError as exc:
+            logger.warning("demo request of %s failed: %s", sender.org_slug, exc)
+            outcome = "failed"
+        with self.lock:
+            self.counts[outcome] += 1
+
+    def finish(self, report) -> None:
+        raise AssertionError("the gateway reports its own usage")
+
+    def close(self) -> None:
+        self.threads.shutdown(wait=True)
+        self.http.close()
+
+
 class Command(BaseCommand):
     help = "Send a light, steady stream of demo requests through the gateway hook."
 
     def add_arguments(self, parser):
         parser.add_argument("--base-url", default=settings.PUBLIC_URL)
+        parser.add_argument("--gateway-url", default="",
+                            help="Send OpenAI requests through this reference gateway "
+                                 "instead of calling the hook directly.")
         parser.add_argument("--speed", type=float, default=1.0,
                             help="Multiply every org's request rate by this.")
 
-    def handle(self, *args, base_url: str, speed: float, **options):
+    def handle(self, *args, base_url: str, gateway_url: str, speed: float, **options):
         # One summary line a minute, not a log line per HTTP call.
         logging.getLogger("httpx").setLevel(logging.WARNING)
         _wait_until_up(base_url)
@@ -118,14 +174,18 @@ class Command(BaseCommand):
                  rate * speed, slow)
                 for org, allocation, rate, slow in demo_orgs()
                 if org.slug in credentials["keys"]]
+        if gateway_url:
+            _wait_until_up(gateway_url)
+        target = f"{gateway_url}/v1" if gateway_url else f"{base_url}/api/gateway/v1/"
         self.stdout.write(f"demo traffic: {len(orgs)} organizations, about "
-                          f"{sum(rate for _, rate, _ in orgs):.1f} requests/s in all, through "
-                          f"{base_url}/api/gateway/v1/")
-        hook = HookSender(base_url, credentials["gateway_token"])
+                          f"{sum(rate for _, rate, _ in orgs):.1f} requests/s in all, "
+                          f"through {target}")
+        out = (GatewaySender(gateway_url) if gateway_url
+               else HookSender(base_url, credentials["gateway_token"]))
         try:
-            _loop(hook, orgs)
+            _loop(out, orgs)
         finally:
-            hook.close()
+            out.close()
 
 
 def _wait_until_up(base_url: str) -> None:
@@ -164,7 +224,7 @@ def _lookup(secret: str) -> str:
     return parts[1] if len(parts) >= 3 else "-"
 
 
-def _loop(hook: HookSender, orgs: list[tuple[Sender, float, float]]) -> None:
+def _loop(hook: HookSender | GatewaySender, orgs: list[tuple[Sender, float, float]]) -> None:
     """Arrivals of each org (a Poisson process at its rate, busier in the afternoon) and the
     reports of requests in flight, in time order."""
     rng = random.Random()
