@@ -25,6 +25,7 @@ The machine is shared: PostgreSQL's buffers and Redis's used_memory are the whol
 import argparse
 import asyncio
 import contextlib
+import math
 import multiprocessing as mp
 import os
 import re
@@ -52,6 +53,9 @@ AUTHORIZE = "/api/gateway/v1/authorize"
 USAGE = "/api/gateway/v1/usage"
 FLUSH_SECONDS = 0.1  # usage batches: what the Python client does, roughly
 TIMEOUT_SECONDS = 10
+# The server closes a kept-alive connection that waited 30 s for its next request (granian's
+# HTTP/1 header read timeout); a client must not reuse one that old, as httpx does not.
+IDLE_SECONDS = 15
 
 
 def main() -> None:
@@ -239,9 +243,13 @@ class Connections:
 
     async def post(self, path: str, body: bytes) -> tuple[int, bytes]:
         async with self.gate:
-            if self.idle:
-                reader, writer = self.idle.pop()
-            else:
+            reader = writer = None
+            while self.idle and writer is None:
+                reader, writer, used = self.idle.pop()
+                if time.monotonic() - used > IDLE_SECONDS:
+                    writer.close()  # the server may close it at any moment now: never reuse
+                    reader = writer = None
+            if writer is None:
                 reader, writer = await asyncio.open_connection("127.0.0.1", self.port)
             try:
                 writer.write(f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{self.headers}"
@@ -254,7 +262,7 @@ class Connections:
             if close:
                 writer.close()
             else:
-                self.idle.append((reader, writer))
+                self.idle.append((reader, writer, time.monotonic()))
             return status, payload
 
 
@@ -286,7 +294,7 @@ class Load:
 
     def __init__(self, tenant: dict, rate: float, seconds: float):
         self.tenant, self.rate, self.seconds = tenant, rate, seconds
-        minutes = int(seconds // 60) + 1
+        minutes = max(1, math.ceil(seconds / 60))  # what comes after the end counts in the last
         self.authorize_ms: list[list[float]] = [[] for _ in range(minutes)]
         self.usage_ms: list[list[float]] = [[] for _ in range(minutes)]
         self.usage_events = [0] * minutes
@@ -514,7 +522,7 @@ def report(args, summary, snapshots, close, logs, tenant, started) -> None:
                                           strict=True)):
         if auth["n"] == 0 and usage["n"] == 0:
             continue
-        span = min(60.0, args.minutes * 60 - m * 60)  # the last minute may be partial
+        span = max(1.0, min(60.0, args.minutes * 60 - m * 60))  # the last may be partial
         rows.append([m + 1, auth["n"] / span, f"{auth['p50']:.2f}", f"{auth['p99']:.2f}",
                      f"{auth['max']:.1f}", usage["n"], summary["usage_events"][m],
                      f"{usage['p50']:.1f}", f"{usage['p99']:.1f}",
