@@ -298,10 +298,15 @@ class Load:
         self.authorize_ms: list[list[float]] = [[] for _ in range(minutes)]
         self.usage_ms: list[list[float]] = [[] for _ in range(minutes)]
         self.usage_events = [0] * minutes
+        self.errors_by_minute = [0] * minutes
         self.errors: Counter = Counter()
         self.pending: list[bytes] = []
         self.recorded = self.duplicates = 0
         self.late_ms = 0.0  # how far behind its schedule the generator itself started a call
+
+    def error(self, where: str, code: str, at: float, count: int = 1) -> None:
+        self.errors[where, code] += count
+        self.errors_by_minute[self.minute(at)] += count
 
     def minute(self, at: float) -> int:
         return min(int((at - self.t0) // 60), len(self.authorize_ms) - 1)
@@ -337,11 +342,11 @@ class Load:
         try:
             status, payload = await self.hook.post(AUTHORIZE, body)
         except (OSError, asyncio.IncompleteReadError, TimeoutError) as exc:
-            self.errors["authorize", type(exc).__name__] += 1
+            self.error("authorize", type(exc).__name__, slot)
             return
         self.authorize_ms[self.minute(slot)].append((time.perf_counter() - slot) * 1000)
         if status != 200:
-            self.errors["authorize", _code(status, payload)] += 1
+            self.error("authorize", _code(status, payload), slot)
             return
         now = datetime.now(UTC)
         self.pending.append(orjson.dumps({
@@ -370,25 +375,26 @@ class Load:
         try:
             status, payload = await self.reports.post(USAGE, body)
         except (OSError, asyncio.IncompleteReadError, TimeoutError) as exc:
-            self.errors["usage", type(exc).__name__] += len(batch)
+            self.error("usage", type(exc).__name__, began, len(batch))
             return
         minute = self.minute(began)
         self.usage_ms[minute].append((time.perf_counter() - began) * 1000)
         self.usage_events[minute] += len(batch)
         if status != 200:
-            self.errors["usage", _code(status, payload)] += len(batch)
+            self.error("usage", _code(status, payload), began, len(batch))
             return
         answer = orjson.loads(payload)
         self.recorded += answer["recorded"]
         self.duplicates += answer["duplicates"]
         for result in answer["results"]:
             if result["result"] == "rejected":
-                self.errors["usage", result["error"]["code"]] += 1
+                self.error("usage", result["error"]["code"], began)
 
     def summary(self) -> dict:
         return {"authorize_ms": [_percentiles(m) for m in self.authorize_ms],
                 "usage_ms": [_percentiles(m) for m in self.usage_ms],
                 "usage_events": self.usage_events, "errors": dict(self.errors),
+                "errors_by_minute": self.errors_by_minute,
                 "sent": self.sent, "recorded": self.recorded, "duplicates": self.duplicates,
                 "late_ms": self.late_ms}
 
@@ -526,12 +532,13 @@ def report(args, summary, snapshots, close, logs, tenant, started) -> None:
         rows.append([m + 1, auth["n"] / span, f"{auth['p50']:.2f}", f"{auth['p99']:.2f}",
                      f"{auth['max']:.1f}", usage["n"], summary["usage_events"][m],
                      f"{usage['p50']:.1f}", f"{usage['p99']:.1f}",
+                     summary["errors_by_minute"][m],
                      "invoice close sent" if m == close_minute and close.sent_at else ""])
     table(f"soak: {args.minutes:g} min, authorize at {args.rate:g}/s (open loop, latency from "
           f"the scheduled time), usage batched every {FLUSH_SECONDS * 1000:.0f} ms; web "
           f"{args.workers}x{args.threads}",
           ["minute", "authorize/s", "auth p50 ms", "auth p99 ms", "auth max ms", "usage calls",
-           "events", "usage p50 ms", "usage p99 ms", ""], rows)
+           "events", "usage p50 ms", "usage p99 ms", "errors", ""], rows)
 
     errors = [[where, code, count] for (where, code), count in sorted(summary["errors"].items())]
     for name, text in logs.items():
