@@ -14,13 +14,24 @@ table says so. `--loadgen python` uses the pure-Python generator (bench/loadgen.
 """
 
 import argparse
+import contextlib
 import json
 import os
+import resource
 import tempfile
 import uuid
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
-from common import SERVERS, django_setup, table, tenant_seed, web_server
+from common import (
+    SERVER_PIDS,
+    SERVERS,
+    django_setup,
+    process_tree_cpu_seconds,
+    table,
+    tenant_seed,
+    web_server,
+)
 
 from bench import loadgen, wrk
 
@@ -96,16 +107,21 @@ def main() -> None:
                     kind=args.server) as port:
                 url = f"http://127.0.0.1:{port}{PATH}"
                 for (size, tag, connections, _), (name, count) in zip(plan, files, strict=True):
+                    before = cpu_seconds(port)
                     r = wrk.run(url, connections=connections,
                                 seconds=2 if tag == "w" else args.seconds,
                                 script=script, args=(name, 0, count))
                     if tag == "w":
                         continue
+                    spent = [b - a for a, b in zip(before, cpu_seconds(port), strict=True)]
                     note = f"errors: {r.errors}" + (f", REPLAYED x{r.replayed}" if r.replayed
                                                     else "")
+                    events = stored(tag)
                     rows.append([f"{size} event(s) per call, {connections} connections",
-                                 r.rps, r.rps * size, stored(tag) / r.seconds,
-                                 f"{r.p50_ms:.2f}", f"{r.p99_ms:.2f}", note])
+                                 r.rps, r.rps * size, events / r.seconds,
+                                 f"{r.p50_ms:.2f}", f"{r.p99_ms:.2f}",
+                                 *(f"{1e6 * c / max(events, 1):.1f}" for c in spent),
+                                 f"{2 * events / sum(spent):,.0f}", note])
         title = f"usage ingestion over HTTP, wrk -t1 (closed loop): {args.server} " \
                 f"{args.workers}x{args.threads}, {args.seconds:.0f} s each"
     else:
@@ -124,8 +140,34 @@ def main() -> None:
                              ", ".join(f"{k}: {v}" for k, v in r.statuses.items())])
         title = f"usage ingestion over HTTP, Python load generator: {args.server} " \
                 f"{args.workers}x{args.threads}, {args.seconds:.0f} s each"
+    cpu = ["web CPU µs/event", "PostgreSQL CPU µs/event", "wrk CPU µs/event",
+           "2 cores / CPU: events/s"] if args.loadgen == "wrk" else []
     table(title, ["calls", "calls/s", "events/s answered", "events/s stored", "p50 ms",
-                  "p99 ms", "statuses" if args.loadgen == "python" else "notes"], rows)
+                  "p99 ms", *cpu, "statuses" if args.loadgen == "python" else "notes"], rows)
+    if cpu:
+        print("CPU per event stored: the web server's processes, this database's PostgreSQL "
+              "backends and wrk (from /proc and getrusage; Redis's settle is not counted). "
+              "The last figure is what two cores would sustain doing only this: it depends "
+              "far less than events/s on what else the machine runs.")
+
+
+def cpu_seconds(port: int) -> tuple[float, float, float]:
+    """CPU used so far by the web server (and its workers), by the PostgreSQL backends serving
+    this database, and by finished child processes (wrk)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+                       "AND pid <> pg_backend_pid()")
+        backends = [pid for (pid,) in cursor.fetchall()]
+    postgres = 0.0
+    for pid in backends:
+        with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            postgres += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (process_tree_cpu_seconds(SERVER_PIDS[port]), postgres,
+            children.ru_utime + children.ru_stime)
 
 
 if __name__ == "__main__":

@@ -16,15 +16,18 @@ Set in the environment it starts with:
 - SLUICE_WEB_CONCURRENCY: worker processes (default 2; about one per core) and
   SLUICE_WEB_THREADS: threads per worker that run requests once their bodies are in
   (default 8): enough to overlap Redis and PostgreSQL waits.
-- PROMETHEUS_MULTIPROC_DIR: a directory, writable by the workers, that exists and is EMPTY
-  when the server starts (create it fresh, or wipe it, at every start; one per server, never
-  shared). Each worker writes its metric samples there and /metrics sums them
-  (quotas/gateway/metrics.py). Files left over from an earlier start are added to the new
-  counts; set to a missing directory, the application fails to load.
+- PROMETHEUS_MULTIPROC_DIR (optional): where the workers write their metric samples, which
+  /metrics sums (quotas/gateway/metrics.py). Unset, the server makes a fresh private directory
+  for this start and removes it when it stops, which is what a deployment wants. Set, it must
+  exist and be EMPTY when the server starts (one per server, never shared): files left over
+  from an earlier start are added to the new counts; a missing directory fails the start.
 """
 
 import argparse
+import atexit
 import os
+import shutil
+import tempfile
 
 from granian import Granian
 from granian.constants import Interfaces
@@ -40,12 +43,25 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--access-log", action="store_true")
     args = parser.parse_args(argv)
     host, _, port = args.bind.rpartition(":")
+    metrics_dir_provide()
     Granian(
         args.app, address=host or "127.0.0.1", port=int(port), interface=Interfaces.ASGI,
         workers=args.workers, backlog=2048, log_access=args.access_log,
         # A worker that dies (out of memory, a crash in an extension) is started again.
         respawn_failed_workers=True, workers_kill_timeout=10,
     ).serve()
+
+
+def metrics_dir_provide() -> str:
+    """PROMETHEUS_MULTIPROC_DIR for the workers (they inherit the environment): the one set,
+    or else a new empty directory of this start's own, removed at exit. Without one, each
+    worker would count alone and /metrics would show whichever worker answered."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        return os.environ["PROMETHEUS_MULTIPROC_DIR"]
+    path = tempfile.mkdtemp(prefix="sluice-metrics-")
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = path
+    return path
 
 
 if __name__ == "__main__":
