@@ -179,7 +179,8 @@ class UsageExportForm(forms.Form):
 
 class SpendCapForm(forms.Form):
     spend_cap_dollars = forms.DecimalField(label="Monthly spend cap (USD, 0 = none)",
-                                           min_value=0, max_digits=12, decimal_places=2)
+                                           min_value=0, max_value=1_000_000_000,
+                                           max_digits=12, decimal_places=2)
     alert_thresholds = forms.CharField(
         label="Alert at (% of the cap)", max_length=100,
         help_text="Comma-separated percentages, e.g. 50, 80, 100.")

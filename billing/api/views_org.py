@@ -19,6 +19,7 @@ from billing.api.serializers import InvoiceDetailSerializer, InvoiceSerializer
 from billing.pdf import invoice_pdf
 from billing.periods import month_bounds, month_of, month_parse
 from billing.rating import total_cents
+from billing.services.accounts import SPEND_CAP_MAX_MICROS
 from sluice.api import validated_input
 from sluice.errors import NotFound
 from sluice.openapi import errors
@@ -159,7 +160,7 @@ class UsageCsvView(OrgBillingView):
 
 class SpendCapView(OrgBillingView):
     class SpendCapInputSerializer(serializers.Serializer):
-        spend_cap_micros = serializers.IntegerField(min_value=0)
+        spend_cap_micros = serializers.IntegerField(min_value=0, max_value=SPEND_CAP_MAX_MICROS)
         alert_thresholds = serializers.ListField(
             child=serializers.IntegerField(min_value=1, max_value=100), min_length=1,
             max_length=10, required=False)

@@ -9,6 +9,9 @@ from quotas.publish import limits_publish_org_later
 from sluice.errors import Unprocessable
 from sluice.transactions import nested_atomic
 
+# The highest monthly cap: a billion dollars, in micro-dollars (the counters are 64-bit).
+SPEND_CAP_MAX_MICROS = 10**15
+
 
 def billing_account_for(*, org: Organization) -> BillingAccount:
     """The org's billing account, created on first need."""
@@ -32,8 +35,10 @@ def _thresholds_valid(thresholds: list[int]) -> list[int]:
 def spend_cap_set(*, org: Organization, cap_micros: int, thresholds: list[int],
                   actor: Actor) -> BillingAccount:
     """Set the monthly cap (0 = none). The admission engine re-reads it after the commit."""
-    if cap_micros < 0:
-        raise Unprocessable("The spend cap cannot be negative.", code="invalid_cap")
+    if not 0 <= cap_micros <= SPEND_CAP_MAX_MICROS:
+        raise Unprocessable("The spend cap is between 0 (none) and 1,000,000,000 dollars.",
+                            code="invalid_cap", details={"fields": {"spend_cap_micros": [
+                                f"Between 0 and {SPEND_CAP_MAX_MICROS}."]}})
     thresholds = _thresholds_valid(thresholds)
     account = billing_account_lock(org=org)
     before = {"spend_cap_micros": account.spend_cap_micros,
