@@ -37,8 +37,8 @@ def spend_cap_set(*, org: Organization, cap_micros: int, thresholds: list[int],
     """Set the monthly cap (0 = none). The admission engine re-reads it after the commit."""
     if not 0 <= cap_micros <= SPEND_CAP_MAX_MICROS:
         raise Unprocessable("The spend cap is between 0 (none) and 1,000,000,000 dollars.",
-                            code="invalid_cap", details={"fields": {"spend_cap_micros": [
-                                f"Between 0 and {SPEND_CAP_MAX_MICROS}."]}})
+                            code="invalid_cap", fields={"spend_cap_micros": [
+                                f"Between 0 and {SPEND_CAP_MAX_MICROS}."]})
     thresholds = _thresholds_valid(thresholds)
     account = billing_account_lock(org=org)
     before = {"spend_cap_micros": account.spend_cap_micros,
