@@ -3,18 +3,23 @@
 The relay is a raw ASGI response so that it sees the client leave at once: a task waits on
 `receive()` for `http.disconnect` and cancels the pump, which closes the upstream connection
 (the upstream stops generating) and reports the request `cancelled` with the tokens sent.
+
+The upstream's SSE is read line by line (aiohttp's `response.content` iteration) and passed on
+one event at a time, as soon as its blank line arrives.
 """
 
+
+import aiohttp
 import anyio
-import httpx
 import orjson
+from aiohttp.http_exceptions import HttpProcessingError
 
 from gateway.attempt import Attempt
 from gateway.errors import sse_error
 
 
 class StreamRelay:
-    def __init__(self, *, gateway, attempt: Attempt, upstream: httpx.Response,
+    def __init__(self, *, gateway, attempt: Attempt, upstream: aiohttp.ClientResponse,
                  client_wants_usage: bool, headers: dict):
         self.gateway, self.attempt, self.upstream = gateway, attempt, upstream
         self.client_wants_usage = client_wants_usage
@@ -36,7 +41,10 @@ class StreamRelay:
             pass
         finally:
             with anyio.CancelScope(shield=True):
-                await self.upstream.aclose()
+                if self.status == "completed":
+                    self.upstream.release()  # back to the pool if it was read to its end
+                else:
+                    self.upstream.close()  # the upstream sees the connection close and stops
                 self.gateway.attempt_finish(self.attempt, status=self.status,
                                             outcome=self.outcome)
 
@@ -47,18 +55,18 @@ class StreamRelay:
         scope.cancel()
 
     async def _pump(self, send) -> None:
-        pending = b""
+        lines: list[bytes] = []
         done = False
         try:
-            async for data in self.upstream.aiter_bytes():
-                pending += data
-                if b"\r" in pending:  # servers may end SSE lines with CRLF
-                    pending = pending.replace(b"\r\n", b"\n")
-                cut = pending.rfind(b"\n\n")
-                if cut < 0:
+            async for line in self.upstream.content:
+                line = line.rstrip(b"\r\n")  # servers may end SSE lines with CRLF
+                if line:
+                    lines.append(line)
                     continue
-                events, pending = pending[:cut].split(b"\n\n"), pending[cut + 2:]
-                out, tokens, done = self._filter(events)
+                if not lines:
+                    continue  # blank lines between events
+                out, tokens, done = self._filter([b"\n".join(lines)])
+                lines = []
                 if out:
                     await send({"type": "http.response.body", "body": out, "more_body": True})
                     if tokens:
@@ -66,10 +74,10 @@ class StreamRelay:
                         self.attempt.delivered_tokens += tokens
                 if done:
                     break
-        except httpx.TimeoutException:
+        except TimeoutError:  # aiohttp's read timeouts are also ClientErrors
             return await self._fail(send, "upstream_timeout",
                                     "The upstream stopped sending tokens.")
-        except httpx.TransportError:
+        except (aiohttp.ClientError, HttpProcessingError):  # or a line over 2 × read_bufsize
             return await self._fail(send, "upstream_error", "The upstream broke the stream.")
         if not done and not self.attempt.usage:
             return await self._fail(send, "upstream_error",
