@@ -32,6 +32,7 @@ from gateway.errors import error_response
 from gateway.estimate import chat_input_tokens, max_output_tokens, responses_input_tokens
 from gateway.metrics import GatewayMetrics
 from gateway.relay import StreamRelay
+from gateway.spools import spool_claim
 
 # Refusals that still mean "this org may use this model" (for /v1/models).
 USABLE_REFUSALS = {"tps_exceeded", "concurrency_exceeded", "pool_capacity_exhausted",
@@ -53,8 +54,8 @@ class Gateway:
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app):
-        spool = self.config.spool_path or os.path.join(".gateway", f"usage-{os.getpid()}.jsonl")
-        os.makedirs(os.path.dirname(os.path.abspath(spool)), exist_ok=True)
+        spool, spool_lock = spool_claim(self.config.spool_path
+                                        or os.path.join(".gateway", "usage.jsonl"))
         self.sluice = AsyncSluiceClient(self.config.sluice_url, token=self.config.gateway_token,
                                         spool_path=spool, transport=self.sluice_transport,
                                         flush_interval=self.config.usage_flush_interval,
@@ -76,6 +77,7 @@ class Gateway:
         finally:
             await self.http.close()
             await self.sluice.close()  # flushes the usage still queued
+            spool_lock.close()  # the next process to start may take this spool over
 
     # --- the endpoints -----------------------------------------------------------------------
     async def chat_completions(self, request: Request) -> Response:

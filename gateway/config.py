@@ -8,7 +8,8 @@ GATEWAY_UPSTREAM_API_KEY   its secret (sent as the bearer upstream; never the ca
 GATEWAY_UPSTREAMS          optional JSON: upstreams per pool, overriding the default, keyed by
                            pool id ("3"), "model:region:tier", "model:tier" or "model", each
                            {"base_url": ..., "api_key": ...}
-GATEWAY_SPOOL_PATH         where undeliverable usage waits (default .gateway/usage-<pid>.jsonl)
+GATEWAY_SPOOL_PATH         where undeliverable usage waits (default .gateway/usage.jsonl): each
+                           process claims <base>-0.jsonl, -1, ... of its own (gateway/spools.py)
 GATEWAY_UPSTREAM_TIMEOUT   seconds without a byte from the upstream before giving up (60)
 GATEWAY_CONNECT_TIMEOUT    seconds to connect to the upstream (5)
 GATEWAY_USAGE_FLUSH_INTERVAL  seconds between usage batches (0.5)
