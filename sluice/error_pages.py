@@ -42,6 +42,22 @@ def server_error(request):
     return defaults.server_error(request)
 
 
+class ApiNotFoundMiddleware:
+    """With DEBUG on (`dev.py run`), Django answers a URL that matches nothing with its
+    technical HTML page, whatever handler404 says: under /api/ that answer is the one JSON
+    shape too. (DEBUG's 500 page stays: it is for the developer at the console.)"""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        response = self.get_response(request)
+        if (response.status_code == 404 and request.path.startswith(API_PREFIX)
+                and response.get("Content-Type", "").startswith("text/html")):
+            return page_not_found(request)
+        return response
+
+
 def require_post_json(view):
     """require_POST, answering the one error shape (and Allow) to other methods."""
     @wraps(view)

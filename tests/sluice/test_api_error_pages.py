@@ -18,6 +18,16 @@ def test_an_unmatched_api_url_is_the_json_404(operator_client):
         assert one_shape(r.json())["code"] == "not_found"
 
 
+def test_an_unmatched_api_url_is_the_json_404_with_debug_on_too(operator_client, settings):
+    # dev.py run has DEBUG on, where Django ignores handler404 for its technical page (seen in
+    # the black-box rerun of issue 10 against dev.py run).
+    settings.DEBUG = True
+    r = operator_client.get("/api/v1/pools/abc/capacity/")
+    assert r.status_code == 404 and r["Content-Type"] == "application/json"
+    assert one_shape(r.json())["code"] == "not_found"
+    assert Client().get("/no-such-page/")["Content-Type"].startswith("text/html")
+
+
 def test_pages_outside_the_api_keep_django_s_404():
     r = Client().get("/no-such-page/")
     assert r.status_code == 404 and r["Content-Type"].startswith("text/html")
