@@ -13,8 +13,10 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def production_env(**overrides: str | None) -> dict[str, str]:
+    # Not DJANGO_ALLOW_ASYNC_UNSAFE either: the browser suite sets it in this process.
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith("SLUICE_") and k != "DJANGO_SETTINGS_MODULE"}
+           if not k.startswith("SLUICE_")
+           and k not in ("DJANGO_SETTINGS_MODULE", "DJANGO_ALLOW_ASYNC_UNSAFE")}
     env |= {
         "DJANGO_SETTINGS_MODULE": "config.settings.base",
         "SLUICE_DEBUG": "0",

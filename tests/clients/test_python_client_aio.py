@@ -1,13 +1,13 @@
 """The asyncio client against the real service: report_usage never waits, batches leave in the
 background, and an outage loses nothing (the same disk spool as the sync client's)."""
 
-import asyncio
 
 import httpx
 import pytest
 from sluice_client.aio import AsyncSluiceClient
 
 from quotas.models import UsageEvent as StoredEvent
+from tests.aio import run_async
 
 # The sync client's live-service fixture, used by name (hence F401/F811 below).
 from tests.clients.test_python_client import _dead_url, service, usage  # noqa: F401
@@ -45,7 +45,7 @@ def test_usage_leaves_in_batches_off_the_request_path(service, tmp_path):  # noq
         return transport.paths.count("/api/gateway/v1/usage")
 
     # A full batch of 5 wakes the sender; close() sends the rest: 12 events in 3 calls.
-    assert asyncio.run(run()) == 3
+    assert run_async(run()) == 3
     assert StoredEvent.objects.filter(request_id__in=["a0", "a1"]).count() == 2
 
 
@@ -63,7 +63,7 @@ def test_an_outage_loses_no_usage(service, tmp_path):  # noqa: F811
             offline.report_usage(usage("o1", grant.reservation_id))
         return offline
 
-    offline = asyncio.run(authorize_then_report_offline())
+    offline = run_async(authorize_then_report_offline())
     assert len(offline.spool) == 1 and StoredEvent.objects.count() == 0
 
     async def back_again():
@@ -72,5 +72,5 @@ def test_an_outage_loses_no_usage(service, tmp_path):  # noqa: F811
             await back.flush()
         return back
 
-    assert len(asyncio.run(back_again()).spool) == 0
+    assert len(run_async(back_again()).spool) == 0
     assert StoredEvent.objects.filter(request_id="o1").count() == 1

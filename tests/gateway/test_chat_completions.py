@@ -1,11 +1,11 @@
 """Completions through the reference gateway with the official SDK: text arrives, the usage
 Sluice records is the upstream's, headers reach the SDK."""
 
-import asyncio
 
 import pytest
 
 from gateway.sim.app import prompt_tokens_count
+from tests.aio import run_async
 from tests.gateway.conftest import UPSTREAM_SECRET, stored_event
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -59,7 +59,7 @@ def test_streaming_with_include_usage_async(stack):
         await client.close()
         return raw.headers, chunks
 
-    headers, chunks = asyncio.run(run())
+    headers, chunks = run_async(run())
     usage = [c.usage for c in chunks if c.usage is not None]
     assert len(usage) == 1 and chunks[-1].usage is not None and not chunks[-1].choices
     assert (usage[0].prompt_tokens, usage[0].completion_tokens) == (UPSTREAM_PROMPT_TOKENS, 30)
@@ -74,7 +74,7 @@ def test_non_streaming_async(stack):
             return await client.chat.completions.with_raw_response.create(
                 model=stack.model, messages=MESSAGES, max_tokens=5)
 
-    raw = asyncio.run(run())
+    raw = run_async(run())
     assert raw.parse().choices[0].message.content
     event = stored_event(raw.headers["x-request-id"])
     assert (event.input_tokens, event.output_tokens) == (UPSTREAM_PROMPT_TOKENS, 5)
