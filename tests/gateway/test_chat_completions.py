@@ -1,7 +1,6 @@
 """Completions through the reference gateway with the official SDK: text arrives, the usage
 Sluice records is the upstream's, headers reach the SDK."""
 
-
 import pytest
 
 from gateway.sim.app import prompt_tokens_count

@@ -28,6 +28,7 @@ from sluice_client.client import (
     SluiceUnavailable,
     UsageEvent,
     _is_decision,
+    authorize_body,
 )
 from sluice_client.spool import Spool
 
@@ -93,14 +94,9 @@ class AsyncSluiceClient:
                         max_output_tokens: int | None = None, region: str | None = None,
                         dry_run: bool = False,
                         service_tier: str | None = None) -> AuthorizeResult:
-        body = {"request_id": request_id, "api_key": api_key, "model": model,
-                "input_tokens": input_tokens, "dry_run": dry_run}
-        if max_output_tokens is not None:
-            body["max_output_tokens"] = max_output_tokens
-        if region:
-            body["region"] = region
-        if service_tier:
-            body["service_tier"] = service_tier
+        body = authorize_body(request_id=request_id, api_key=api_key, model=model,
+                              input_tokens=input_tokens, max_output_tokens=max_output_tokens,
+                              region=region, dry_run=dry_run, service_tier=service_tier)
         return AuthorizeResult.from_response(
             await self._post("/api/gateway/v1/authorize", body))
 

@@ -96,6 +96,21 @@ class UsageEvent:
         return body
 
 
+def authorize_body(*, request_id: str, api_key: str, model: str, input_tokens: int,
+                   max_output_tokens: int | None, region: str | None, dry_run: bool,
+                   service_tier: str | None) -> dict:
+    """The authorize request's JSON (both clients): optional fields only when given."""
+    body = {"request_id": request_id, "api_key": api_key, "model": model,
+            "input_tokens": input_tokens, "dry_run": dry_run}
+    if max_output_tokens is not None:
+        body["max_output_tokens"] = max_output_tokens
+    if region:
+        body["region"] = region
+    if service_tier:
+        body["service_tier"] = service_tier
+    return body
+
+
 class SluiceClient:
     def __init__(self, base_url: str, *, token: str, spool_path: str, timeout: float = 2.0,
                  retries: int = 2, batch_size: int = 500, flush_interval: float = 1.0,
@@ -121,14 +136,9 @@ class SluiceClient:
         """`max_output_tokens` None: Sluice reserves its output estimate alone. `service_tier`
         None: the server's default (auto: the key's default tier, else fast, spilling to
         standard); "priority" or "default" as the caller asked."""
-        body = {"request_id": request_id, "api_key": api_key, "model": model,
-                "input_tokens": input_tokens, "dry_run": dry_run}
-        if max_output_tokens is not None:
-            body["max_output_tokens"] = max_output_tokens
-        if region:
-            body["region"] = region
-        if service_tier:
-            body["service_tier"] = service_tier
+        body = authorize_body(request_id=request_id, api_key=api_key, model=model,
+                              input_tokens=input_tokens, max_output_tokens=max_output_tokens,
+                              region=region, dry_run=dry_run, service_tier=service_tier)
         return AuthorizeResult.from_response(self._post("/api/gateway/v1/authorize", body))
 
     def _post(self, path: str, body: dict) -> httpx.Response:
