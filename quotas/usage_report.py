@@ -21,27 +21,18 @@ A request belongs to the bucket of its `started_at`, like the rollups.
 from dataclasses import dataclass
 from datetime import UTC
 
-from django.db.models import Aggregate, Count, FloatField, Q, Sum
+from django.db.models import Count, Q, Sum
 from django.db.models.functions import Trunc
 
 from orgs.models import Organization
 from quotas.models import RefusalMinute, Tier, UsageEvent, UsageHourly
+from quotas.selectors import Percentile
 from sluice.time_buckets import BucketPage
 
 # OpenAI's service_tier names for the tiers of our pools.
 SERVICE_TIERS = {Tier.FAST: "priority", Tier.STANDARD: "default"}
 GROUP_FIELDS = {"api_key_id": "api_key_id", "model": "pool__model", "service_tier": "pool__tier"}
 _TRUNC = {"1m": "minute", "1h": "hour", "1d": "day"}
-
-
-class Percentile(Aggregate):
-    function = "percentile_cont"
-    template = "%(function)s(%(fraction)s) WITHIN GROUP (ORDER BY %(expressions)s)"
-    output_field = FloatField()
-
-    def __init__(self, expression, *, fraction: float, **extra):
-        # `fraction` is one of our constants, never input: it is written into the SQL.
-        super().__init__(expression, fraction=float(fraction), **extra)
 
 
 @dataclass(frozen=True)
