@@ -142,8 +142,8 @@ def _script(name: str, bulk: bool = False):
 def script_run(name: str, *, keys: Sequence[str], args: Sequence, bulk: bool = False):
     if bulk:
         try:
-            return _script(name, bulk=True)(keys=keys, args=args)
-        except redis.RedisError as exc:  # READONLY and OOM replies included
+            return _script_call(_script(name, bulk=True), keys, args)
+        except (redis.RedisError, _SlowReply) as exc:  # READONLY and OOM replies included
             raise LimiterUnavailable(str(exc)) from exc
     return _script_run_hot(name, keys=keys, args=args)
 
@@ -160,9 +160,9 @@ def _connection_pool(client: redis.Redis | RedisCluster, key: str) -> redis.Conn
 
 
 def _hot_connection(pool: redis.ConnectionPool) -> redis.Connection:
-    """This thread's own connection to `pool`'s server, kept out of the pool: a decision is one
-    EVALSHA, and the pool's get and release cost more client CPU than packing, sending and
-    reading it. (A thread uses one at a time per server; it reconnects by itself after a
+    """This thread's own connection to `pool`'s server, kept out of the pool: a script call is
+    one EVALSHA, and the pool's get and release cost more client CPU than packing, sending and
+    reading a decision. (A thread uses one at a time per server; it reconnects by itself after a
     failure. Web workers' threads live as long as their process, so there are as many as
     threads, times the cluster's nodes.)"""
     conns = getattr(_hot, "conns", None)
@@ -178,7 +178,8 @@ def _hot_connection(pool: redis.ConnectionPool) -> redis.Connection:
 
 def _evalsha(script, keys: Sequence[str], args: Sequence):
     """EVALSHA without the client's per-command machinery (pool, retries, observability
-    hooks), packed by hiredis in C: this runs once per inference request."""
+    hooks), packed by hiredis in C: this runs once per inference request, and per pool of
+    every usage batch."""
     conn = _hot_connection(_connection_pool(script.registered_client, keys[0]))
     try:
         conn.send_packed_command(
@@ -193,19 +194,25 @@ def _evalsha(script, keys: Sequence[str], args: Sequence):
         raise
 
 
+def _script_call(script, keys: Sequence[str], args: Sequence):
+    """EVALSHA on this thread's own connection (`_evalsha`), for a decision and for a batch
+    of hundreds of settlements alike (redis-py's generic packing cost a usage batch about a
+    millisecond); the client's own machinery when the script must be loaded again."""
+    try:
+        return _evalsha(script, keys, args)
+    except (redis.exceptions.NoScriptError, redis.exceptions.AskError,
+            redis.exceptions.TryAgainError, redis.exceptions.ClusterDownError):
+        # Redis restarted (load the script once more), or the cluster is moving the slot:
+        # the client's own machinery loads scripts and follows redirections.
+        return script(keys=keys, args=args)
+
+
 def _script_run_hot(name: str, *, keys: Sequence[str], args: Sequence):
     global _broken_until, _failures, _last_reply
     if _broken_until and time.monotonic() < _broken_until:
         raise LimiterUnavailable("circuit open after repeated Redis failures")
-    script = _script(name)
     try:
-        try:
-            reply = _evalsha(script, keys, args)
-        except (redis.exceptions.NoScriptError, redis.exceptions.AskError,
-                redis.exceptions.TryAgainError, redis.exceptions.ClusterDownError):
-            # Redis restarted (load the script once more), or the cluster is moving the slot:
-            # the client's own machinery loads scripts and follows redirections.
-            reply = script(keys=keys, args=args)
+        reply = _script_call(_script(name), keys, args)
     except (redis.RedisError, _SlowReply) as exc:
         # Connection refused or reset, no reply within reply_timeout_s, or an error reply
         # (READONLY after a failover, OOM): all of them are "Redis cannot decide", and the
