@@ -12,6 +12,10 @@ then authorize at 1, 2, 3, ... connections. Peak is the best of those; "half of 
 connection count (up to the peak's) whose throughput came closest to half the peak (wrk is
 closed loop, it has no fixed-rate mode), reported with its own rate and p99.
 
+Then CPU per request (server processes, Redis, wrk) of the empty endpoint, of /bench/ping
+(the same layer, after one Redis PING on the limiter's per-thread connection: the floor of any
+endpoint that waits for Redis in a WSGI thread) and of authorize.
+
 `--loadgen python`: the pure-Python generator (bench/loadgen.py), which shares the 2 cores
 with the server (a floor): saturation, then an open loop at half of that peak.
 """
@@ -120,15 +124,17 @@ def with_wrk(args, port, pool, headers, head, tail) -> None:
     table("CPU per request, wrk at 4 connections: what the throughput ratio is made of, "
           "measured in CPU time, which other load on the machine does not distort",
           ["endpoint", "server µs", "Redis µs", "wrk µs", "total µs"], cpu)
-    empty_total, authorize_total = cpu[0][-1], cpu[1][-1]
+    empty_total, ping_total, authorize_total = cpu[0][-1], cpu[1][-1], cpu[2][-1]
     print(f"\nempty endpoint / authorize in CPU per request = "
           f"{empty_total / authorize_total:.2f} (the throughput ratio of a machine whose cores "
           "they saturate; Redis's share counts whatever else that Redis serves)")
+    print(f"empty endpoint / ping endpoint = {empty_total / ping_total:.2f}: the ceiling of "
+          "that ratio for any endpoint that waits for one Redis reply in a WSGI thread")
 
 
 def _cpu_per_request(args, port, base, authorize) -> list[list]:
     """CPU microseconds per request of the web server (its processes), Redis and wrk, for the
-    empty endpoint and for authorize."""
+    empty endpoint, the one that only asks Redis PING, and authorize."""
     from quotas.limiter.connection import limiter_client
 
     server, redis = SERVER_PIDS[port], limiter_client(bulk=True)
@@ -143,6 +149,9 @@ def _cpu_per_request(args, port, base, authorize) -> list[list]:
     for name, run in (("GET /bench/empty", lambda: wrk.run(base + "/bench/empty",
                                                              connections=4,
                                                              seconds=args.seconds)),
+                      ("GET /bench/ping", lambda: wrk.run(base + "/bench/ping",
+                                                            connections=4,
+                                                            seconds=args.seconds)),
                       ("POST authorize", lambda: authorize(4, args.seconds, "cpu"))):
         before = used()
         result = run()
