@@ -13,6 +13,8 @@ local min_samples, half_life = tonumber(A.estimate_min_samples), tonumber(A.esti
 local estimate_ttl = tonumber(A.estimate_ttl_ms)
 local settled = 0
 local orgs, keys, histograms = {}, {}, {}  -- each read once, written once at the end
+local day_moves = {}  -- day counter key -> what the batch moves it by, applied once at the end
+local sliced_keys = {}  -- API key id -> whether it has a slice (asked once per call)
 local headroom, headroom_changed = nil, false  -- the pool's, shared by its orgs
 
 local function org_buckets(org)
@@ -118,8 +120,7 @@ for _, item in ipairs(ITEMS) do
       end
     end
     local day_key = key(KEY.day, owner, day)
-    redis.call('INCRBY', day_key, input + output - reserved_in - reserved_out)
-    redis.call('PEXPIRE', day_key, 2 * DAY_MS)
+    day_moves[day_key] = (day_moves[day_key] or 0) + input + output - reserved_in - reserved_out
 
     local s = org_buckets(owner)
     local unused_out, unused_in = reserved_out - output, reserved_in - prefill
@@ -133,7 +134,10 @@ for _, item in ipairs(ITEMS) do
     -- if the key has a slice.
     local sliced = reserved and r[6] == '1'
     if key_id > 0 and not reserved then
-      sliced = redis.call('EXISTS', key(KEY.key_slice, key_id)) == 1
+      if sliced_keys[key_id] == nil then
+        sliced_keys[key_id] = redis.call('EXISTS', key(KEY.key_slice, key_id)) == 1
+      end
+      sliced = sliced_keys[key_id]
     end
     if sliced then
       local k = key_slice(key_id)
@@ -154,6 +158,10 @@ for _, item in ipairs(ITEMS) do
   end
 end
 
+for day_key, move in pairs(day_moves) do
+  redis.call('INCRBY', day_key, move)
+  redis.call('PEXPIRE', day_key, 2 * DAY_MS)
+end
 for org, s in pairs(orgs) do buckets_write(org, s) end
 if headroom_changed then headroom_write(headroom) end
 for key_id, k in pairs(keys) do key_slice_write(key_id, k) end
