@@ -87,6 +87,7 @@ def main() -> None:
 
     headers = {"Authorization": f"Bearer {gateway}"}
     rows = []
+    redis_keys, redis_memory = _redis().dbsize(), _redis().info("memory")["used_memory"]
     if args.loadgen == "wrk":
         # "w": a short warm-up of every worker (its bodies run out and repeat: that is fine).
         plan = ((args.batch, "w", 2, args.batch / 2),
@@ -140,20 +141,24 @@ def main() -> None:
                              ", ".join(f"{k}: {v}" for k, v in r.statuses.items())])
         title = f"usage ingestion over HTTP, Python load generator: {args.server} " \
                 f"{args.workers}x{args.threads}, {args.seconds:.0f} s each"
-    cpu = ["web CPU µs/event", "PostgreSQL CPU µs/event", "wrk CPU µs/event",
-           "2 cores / CPU: events/s"] if args.loadgen == "wrk" else []
+    cpu = ["web CPU µs/event", "PostgreSQL CPU µs/event", "Redis CPU µs/event",
+           "wrk CPU µs/event", "2 cores / CPU: events/s"] if args.loadgen == "wrk" else []
     table(title, ["calls", "calls/s", "events/s answered", "events/s stored", "p50 ms",
                   "p99 ms", *cpu, "statuses" if args.loadgen == "python" else "notes"], rows)
     if cpu:
         print("CPU per event stored: the web server's processes, this database's PostgreSQL "
-              "backends and wrk (from /proc and getrusage; Redis's settle is not counted). "
-              "The last figure is what two cores would sustain doing only this: it depends "
-              "far less than events/s on what else the machine runs.")
+              "backends, the Redis server (lookups and settles; whatever else it serves too) "
+              "and wrk (from /proc, INFO cpu and getrusage). The last figure is what two cores "
+              "would sustain doing only this: it depends far less than events/s on what else "
+              "the machine runs.")
+        print(f"Redis at the start: {redis_keys:,} keys in this database, used_memory "
+              f"{redis_memory / 2**20:,.1f} MB (a settled event's record stays 6 h 10 min; "
+              "millions of them left by earlier runs slow it down)")
 
 
 def cpu_seconds(port: int) -> tuple[float, float, float]:
     """CPU used so far by the web server (and its workers), by the PostgreSQL backends serving
-    this database, and by finished child processes (wrk)."""
+    this database, by the Redis server (all of it), and by finished child processes (wrk)."""
     from django.db import connection
 
     with connection.cursor() as cursor:
@@ -166,8 +171,16 @@ def cpu_seconds(port: int) -> tuple[float, float, float]:
             fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
             postgres += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    redis_cpu = _redis().info("cpu")
     return (process_tree_cpu_seconds(SERVER_PIDS[port]), postgres,
+            redis_cpu["used_cpu_sys"] + redis_cpu["used_cpu_user"],
             children.ru_utime + children.ru_stime)
+
+
+def _redis():
+    from quotas.limiter.connection import limiter_client
+
+    return limiter_client(bulk=True)
 
 
 if __name__ == "__main__":
