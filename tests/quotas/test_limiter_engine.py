@@ -87,6 +87,33 @@ def test_excess_usage_is_debited_and_unreserved_usage_counted(tenant):
     assert d.day_remaining == 100_000 - 50 - 30 - 2
 
 
+def test_one_batch_leaves_each_days_counter_at_what_its_requests_used(tenant, limiter_clock):
+    """settle.lua moves each (org, day) counter once per batch: the sum of its events'
+    corrections, whichever day they were reserved on, with the counter's expiry renewed."""
+    from quotas.limiter.clock import clock, day_stamp
+    from quotas.limiter.connection import limiter_client
+    from quotas.limiter.schema import KEY, pool_key
+
+    def counter(day):
+        return pool_key(tenant.pool.pk, KEY.day, tenant.org.pk, day)
+
+    yesterday = day_stamp(clock.now())
+    assert authorize(tenant, "y1", input_tokens=100, max_output_tokens=100).allowed
+    assert authorize(tenant, "y2", input_tokens=100, max_output_tokens=100).allowed
+    limiter_clock.advance(hours=12)  # 00:00 UTC: the next day
+    today = day_stamp(clock.now())
+    assert authorize(tenant, "t1", input_tokens=100, max_output_tokens=100).allowed
+    used = {"y1": 30, "y2": 350, "t1": 10, "u1": 40, "u2": 25}  # y2 used more than reserved
+    assert limiter_settle(pool_id=tenant.pool.pk, settlements=[
+        Settlement(request_id=r, org_id=tenant.org.pk, input_tokens=n)
+        for r, n in used.items()]) == 5
+    redis = limiter_client()
+    assert int(redis.get(counter(yesterday))) == 30 + 350
+    assert int(redis.get(counter(today))) == 10 + 40 + 25
+    assert redis.pttl(counter(yesterday)) > 24 * 3600 * 1000
+    assert redis.pttl(counter(today)) > 24 * 3600 * 1000
+
+
 def test_daily_quota_and_utc_day_rollover(limiter, limiter_clock):
     t = tenant_create(guaranteed_tps=1000, burst_tps=1000, daily_tokens=250,
                       max_concurrency=50)
