@@ -62,20 +62,23 @@ local function buckets_of(b, at, headroom, now)
   return s
 end
 
+-- Levels may be fractional and go to Redis as numbers; timestamps are whole milliseconds and
+-- go as strings (Redis formats a number argument with %.17g: several times the cost).
 local function buckets_write(org, s)
+  local at = string.format('%d', s.output.g.at)
   if s.apart then
     redis.call('HSET', key(KEY.org, org), F.bucket.guaranteed, s.output.g.level,
                F.bucket.burst, s.output.b.level, F.bucket.input_guaranteed, s.input.g.level,
-               F.bucket.input_burst, s.input.b.level, F.bucket.at, s.output.g.at)
+               F.bucket.input_burst, s.input.b.level, F.bucket.at, at)
   else
     redis.call('HSET', key(KEY.org, org), F.bucket.guaranteed, s.output.g.level,
-               F.bucket.burst, s.output.b.level, F.bucket.at, s.output.g.at)
+               F.bucket.burst, s.output.b.level, F.bucket.at, at)
   end
 end
 
 local function headroom_write(headroom)
   redis.call('HSET', K.pool, F.headroom.level, headroom.output.level, F.headroom.input_level,
-             headroom.input.level, F.headroom.at, headroom.output.at)
+             headroom.input.level, F.headroom.at, string.format('%d', headroom.output.at))
 end
 
 -- Give back `unused` tokens of one dimension (what the request did not use of its
@@ -113,6 +116,6 @@ end
 
 local function key_slice_write(key_id, k)
   redis.call('HSET', key(KEY.key_slice, key_id), F.key.output_level, k.output.level,
-             F.key.input_level, k.input.level, F.key.at, k.output.at, F.key.day, k.day,
-             F.key.day_used, k.day_used)
+             F.key.input_level, k.input.level, F.key.at, string.format('%d', k.output.at),
+             F.key.day, k.day, F.key.day_used, k.day_used)
 end

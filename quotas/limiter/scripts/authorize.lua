@@ -7,9 +7,10 @@
 -- max_output_tokens and the p95 of the output lengths recently observed for its key (with
 -- enough history) or org in this pool (settle keeps it), never below the pool's floor, and the
 -- pool's default before the org has history. Settle debits any overshoot and refunds the rest.
+-- A.now_ms itself, not `now`, is what goes back to Redis: a string needs no formatting.
 local now, input = tonumber(A.now_ms), tonumber(A.input_tokens)
 local max_output = tonumber(A.max_output_tokens)
-local ttl, record_ttl = tonumber(A.ttl_ms), tonumber(A.record_ttl_ms)
+local ttl = tonumber(A.ttl_ms)
 local dry = A.dry_run == '1'
 
 local entry = redis.call('HGET', K.registry, A.digest)
@@ -87,17 +88,19 @@ if sliced == '1' then k = key_slice_read(key_id, now, A.day) end
 
 local daily, conc, spend_cap = num(o[4], 0), num(o[5], 0), num(o[6], 0)
 local inflight_key, day_key = key(KEY.inflight, org), key(KEY.day, org, A.day)
-local active = redis.call('ZCOUNT', inflight_key, '(' .. now, '+inf')
+local active = redis.call('ZCOUNT', inflight_key, '(' .. A.now_ms, '+inf')
 local used = num(redis.call('GET', day_key), 0)
 local key_inflight, key_active = nil, 0
 if k then key_inflight = key(KEY.key_inflight, key_id) end
-if k and k.conc > 0 then key_active = redis.call('ZCOUNT', key_inflight, '(' .. now, '+inf') end
+if k and k.conc > 0 then
+  key_active = redis.call('ZCOUNT', key_inflight, '(' .. A.now_ms, '+inf')
+end
 
 -- Money: with a spend cap, the request holds its worst-case price (estimate x price, premium
 -- included) until settled or expired, against cap - month to date - money held.
 local money_key, money = nil, 0
 local function money_room()
-  local expired = redis.call('ZRANGEBYSCORE', inflight_key, '-inf', now, 'LIMIT', 0, 500)
+  local expired = redis.call('ZRANGEBYSCORE', inflight_key, '-inf', A.now_ms, 'LIMIT', 0, 500)
   if #expired > 0 then  -- the expired reservations' money is free again
     local freed = 0
     for _, held in ipairs(redis.call('HMGET', money_key, unpack(expired))) do
@@ -118,8 +121,8 @@ if spend_cap > 0 and not previous_org then
 end
 
 local function oldest_expiry(zset)  -- when the next slot frees (its reservation expires)
-  local oldest = redis.call('ZRANGEBYSCORE', zset, '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0,
-                            1)
+  local oldest = redis.call('ZRANGEBYSCORE', zset, '(' .. A.now_ms, '+inf', 'WITHSCORES',
+                            'LIMIT', 0, 1)
   if oldest[2] then return tonumber(oldest[2]) - now end
   return 0
 end
@@ -217,38 +220,43 @@ if outcome == 'allowed' then
     k.day_used, key_active = k.day_used + total, key_active + 1
   end
   if not dry then
+    -- Integers go to Redis as strings: Redis formats every number argument with %.17g, about
+    -- 4,000 instructions each (callgrind, bench/README.md); string.format('%d') is a fraction.
+    -- Only whole numbers: token counts, times and TTLs (bucket levels may be fractional).
+    local expires, slot_ttl = string.format('%d', now + ttl), string.format('%d', ttl + DAY_MS)
     buckets_write(org, s)
     if headroom_changed then headroom_write(headroom) end
-    if redis.call('INCRBY', day_key, total) == total then  -- a new day's counter
+    -- A new day's counter gets its expiry.
+    if redis.call('INCRBY', day_key, string.format('%d', total)) == total then
       redis.call('PEXPIRE', day_key, 2 * DAY_MS)
     end
-    redis.call('ZREMRANGEBYSCORE', inflight_key, '-inf', now)
-    redis.call('ZADD', inflight_key, now + ttl, A.request_id)
-    redis.call('PEXPIRE', inflight_key, ttl + DAY_MS)
+    redis.call('ZREMRANGEBYSCORE', inflight_key, '-inf', A.now_ms)
+    redis.call('ZADD', inflight_key, expires, A.request_id)
+    redis.call('PEXPIRE', inflight_key, slot_ttl)
     -- Fields that are 0 are left out (absent reads as 0): the record is kept for hours.
-    local record = {F.res.org, org, F.res.api_key, key_id, F.res.cost, total, F.res.input, input,
-                    F.res.from_burst, out_plan.borrow + out_plan.free, F.res.day, A.day,
-                    F.res.expires, now + ttl}
+    local record = {F.res.org, org, F.res.api_key, key_id, F.res.cost, string.format('%d', total),
+                    F.res.input, string.format('%d', input), F.res.from_burst,
+                    out_plan.borrow + out_plan.free, F.res.day, A.day, F.res.expires, expires}
     if in_plan.borrow + in_plan.free > 0 then
       record[#record + 1] = F.res.input_from_burst
       record[#record + 1] = in_plan.borrow + in_plan.free
     end
     if k then
       record[#record + 1] = F.res.key_slice
-      record[#record + 1] = 1
+      record[#record + 1] = '1'
     end
     redis.call('HSET', K.reservation, unpack(record))
-    redis.call('PEXPIRE', K.reservation, record_ttl)
+    redis.call('PEXPIRE', K.reservation, A.record_ttl_ms)
     if k then
       key_slice_write(key_id, k)
-      redis.call('ZREMRANGEBYSCORE', key_inflight, '-inf', now)
-      redis.call('ZADD', key_inflight, now + ttl, A.request_id)
-      redis.call('PEXPIRE', key_inflight, ttl + DAY_MS)
+      redis.call('ZREMRANGEBYSCORE', key_inflight, '-inf', A.now_ms)
+      redis.call('ZADD', key_inflight, expires, A.request_id)
+      redis.call('PEXPIRE', key_inflight, slot_ttl)
     end
     if money > 0 then
-      redis.call('HSET', money_key, A.request_id, money)
-      redis.call('HINCRBY', money_key, F.money.total, money)
-      redis.call('PEXPIRE', money_key, ttl + DAY_MS)
+      redis.call('HSET', money_key, A.request_id, string.format('%d', money))
+      redis.call('HINCRBY', money_key, F.money.total, string.format('%d', money))
+      redis.call('PEXPIRE', money_key, slot_ttl)
     end
   end
 end
