@@ -215,3 +215,19 @@ def test_an_unsynced_pool_asks_the_configured_rebuild_once_then_refuses(tenant, 
         assert authorize(tenant, "r2").outcome == "invalid_api_key"
     finally:
         engine_configure(config)
+
+
+def test_publishes_keep_the_orgs_and_the_pools_hashes_hashed(tenant):
+    """authorize reads 23 fields of the org's hash in one HMGET, each a linear scan when Redis
+    keeps the hash as a listpack: publishes convert both hashes to the hashtable encoding
+    (schema.LayoutFields), and settling, which rewrites bucket levels, keeps it."""
+    from quotas.limiter.connection import limiter_client
+    from quotas.limiter.schema import KEY, pool_key
+
+    assert authorize(tenant, "r1").allowed
+    limiter_settle(pool_id=tenant.pool.pk, settlements=[
+        Settlement(request_id="r1", org_id=tenant.org.pk, input_tokens=20)])
+    redis = limiter_client()
+    for key in (pool_key(tenant.pool.pk, KEY.org, tenant.org.pk),
+                pool_key(tenant.pool.pk, KEY.pool)):
+        assert redis.object("encoding", key) == "hashtable", key

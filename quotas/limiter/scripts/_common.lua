@@ -17,3 +17,9 @@ local function num(value, default)
 end
 
 local DAY_MS = 86400000
+
+-- Publishes keep the hashes authorize reads many fields of (an org's, a pool's) in Redis's
+-- hashtable encoding (schema.py, LayoutFields): a value longer than hash-max-listpack-value.
+local function hashtable_keep(k)
+  redis.call('HSET', k, F.layout.hashtable, string.rep(' ', 128))
+end

@@ -53,6 +53,8 @@ for _, api_key in ipairs(state.api_keys) do
 end
 hash_write(K.org, F.org, state.org)
 hash_write(K.pool, F.pool, state.pool)
+hashtable_keep(K.org)
+hashtable_keep(K.pool)
 raise(K.day, state.day_used, 2 * DAY_MS)
 -- The month's spend counter is raised to what billing has rated: it rebuilds a flushed counter
 -- and repairs increments lost while Redis was unreachable. (The live counter rounds each batch

@@ -8,4 +8,5 @@ redis.call('HSET', K.pool, F.pool.headroom_rate, A.headroom_rate,
            F.pool.input_headroom_rate, A.input_headroom_rate,
            F.pool.input_headroom_capacity, A.input_headroom_capacity,
            F.pool.estimate_default, A.estimate_default, F.pool.estimate_floor, A.estimate_floor)
+hashtable_keep(K.pool)
 return 1
