@@ -89,3 +89,29 @@ def published_limits(monkeypatch) -> list[int]:
 
     monkeypatch.setattr(publish, "limits_publish_orgs_now_or_queue", recorded)
     return published
+
+
+@pytest.fixture(scope="session")
+def stripe_server(tmp_path_factory):
+    """The local Stripe-compatible server (devstripe), one for the whole run."""
+    from tests.billing.conftest import StripeServer
+
+    server = StripeServer(data_dir=tmp_path_factory.mktemp("stripe"))
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def stripe(stripe_server, settings):
+    """Production code pointed at the local Stripe, emptied for each test (and started again
+    if a test stopped it to play an outage)."""
+    from tests.billing.conftest import API_KEY, WEBHOOK_SECRET
+
+    if stripe_server.process is None:
+        stripe_server.start()
+    stripe_server.call("DELETE", "/_config/reset")
+    settings.STRIPE_API_KEY = API_KEY
+    settings.STRIPE_API_BASE = stripe_server.url
+    settings.STRIPE_WEBHOOK_SECRET = WEBHOOK_SECRET
+    return stripe_server

@@ -41,7 +41,6 @@ from quotas.gateway.tokens import gateway_token_cache_clear, gateway_token_creat
 from quotas.limiter.connection import limiter_reset
 from quotas.models import QuotaRequest
 from quotas.publish import limiter_sync_pool
-from tests.billing.conftest import API_KEY, WEBHOOK_SECRET, StripeServer
 from tests.factories import (
     AllocationFactory,
     ApplicationFactory,
@@ -71,19 +70,8 @@ class World:
     gateway: dict
 
 
-@pytest.fixture(scope="module")
-def stripe_server(tmp_path_factory):
-    server = StripeServer(data_dir=tmp_path_factory.mktemp("stripe"))
-    server.start()
-    yield server
-    server.stop()
-
-
 @pytest.fixture
-def world(live_server, redis_client, stripe_server, settings) -> World:
-    settings.STRIPE_API_KEY = API_KEY
-    settings.STRIPE_API_BASE = stripe_server.url
-    settings.STRIPE_WEBHOOK_SECRET = WEBHOOK_SECRET
+def world(live_server, redis_client, stripe) -> World:
     limiter_reset()
     gateway_token_cache_clear()
     pool = PoolFactory(model="fast-70b")

@@ -98,12 +98,29 @@ class Simulator:
             if "tokens" in fault else int(limit) if limit else self.config.output_tokens,
         }
 
-    # --- endpoints ---------------------------------------------------------------------------
-    async def chat_completions(self, request: Request) -> Response:
+    def _unauthorized(self, request: Request) -> Response | None:
+        """The 401 of a request without the configured bearer (None: let it in)."""
         if self.config.api_key and request.headers.get("authorization") != (
                 f"Bearer {self.config.api_key}"):
             return _error(401, "Incorrect API key provided.", "invalid_request_error",
                           "invalid_api_key")
+        return None
+
+    async def _generate_whole(self, entry: dict, plan: dict) -> None:
+        """Take as long as generating the whole answer would; a caller that leaves first is
+        recorded as gone."""
+        try:
+            await asyncio.sleep(plan["ttft"] + max(plan["tokens"] - 1, 0) / plan["rate"])
+        except BaseException:
+            self._finish(entry, "client_closed")
+            raise
+        entry["tokens_sent"] = plan["tokens"]
+        self._finish(entry, "completed")
+
+    # --- endpoints ---------------------------------------------------------------------------
+    async def chat_completions(self, request: Request) -> Response:
+        if (refused := self._unauthorized(request)) is not None:
+            return refused
         try:
             body = orjson.loads(await request.body())
             plan = self._plan(body)
@@ -132,12 +149,7 @@ class Simulator:
                                  headers={"cache-control": "no-cache"})
 
     async def _whole(self, entry: dict, plan: dict, base: dict, usage: dict) -> Response:
-        try:
-            await asyncio.sleep(plan["ttft"] + max(plan["tokens"] - 1, 0) / plan["rate"])
-        finally:
-            self._finish(entry, "client_closed")
-        entry["tokens_sent"] = plan["tokens"]
-        entry["finished"], entry["outcome"] = time.time(), "completed"
+        await self._generate_whole(entry, plan)
         text = "".join(WORDS[i % len(WORDS)] for i in range(plan["tokens"]))
         return JSONResponse({
             **base, "object": "chat.completion",
@@ -183,10 +195,8 @@ class Simulator:
 
     async def responses(self, request: Request) -> Response:
         """POST /v1/responses: the Responses API's text output, whole or as events."""
-        if self.config.api_key and request.headers.get("authorization") != (
-                f"Bearer {self.config.api_key}"):
-            return _error(401, "Incorrect API key provided.", "invalid_request_error",
-                          "invalid_api_key")
+        if (refused := self._unauthorized(request)) is not None:
+            return refused
         try:
             body = orjson.loads(await request.body())
             given = body.get("input")
@@ -212,12 +222,7 @@ class Simulator:
                  "parallel_tool_calls": True, "tool_choice": "auto", "tools": [],
                  "usage": usage}
         if not entry["stream"]:
-            try:
-                await asyncio.sleep(plan["ttft"] + max(plan["tokens"] - 1, 0) / plan["rate"])
-            finally:
-                self._finish(entry, "client_closed")
-            entry["tokens_sent"] = plan["tokens"]
-            entry["outcome"] = "completed"
+            await self._generate_whole(entry, plan)
             return JSONResponse(whole)
         return StreamingResponse(self._response_events(entry, plan, whole),
                                  media_type="text/event-stream")

@@ -63,26 +63,6 @@ class StripeServer:
         return self.call("GET", path, params={"limit": 100, **params})["data"]
 
 
-@pytest.fixture(scope="session")
-def stripe_server(tmp_path_factory):
-    server = StripeServer(data_dir=tmp_path_factory.mktemp("stripe"))
-    server.start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def stripe(stripe_server, settings):
-    """Production code pointed at the local Stripe, emptied for each test."""
-    if stripe_server.process is None:
-        stripe_server.start()
-    stripe_server.call("DELETE", "/_config/reset")
-    settings.STRIPE_API_KEY = API_KEY
-    settings.STRIPE_API_BASE = stripe_server.url
-    settings.STRIPE_WEBHOOK_SECRET = WEBHOOK_SECRET
-    return stripe_server
-
-
 @pytest.fixture
 def pool(db):
     return PoolFactory(model="frontier-fast", region="us-east")
