@@ -7,7 +7,6 @@ from billing.models import BillingAccount, PriceVersion
 from billing.services import invoice_close_month
 from orgs.models import Role
 from quotas.models import UsageHourly
-from tests.billing.conftest import stripe, stripe_server  # noqa: F401 - fixtures
 from tests.factories import MembershipFactory, PoolFactory, UserFactory
 from tests.portal.conftest import portal_client
 
