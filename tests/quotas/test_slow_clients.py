@@ -11,6 +11,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import pytest
@@ -36,7 +37,9 @@ def server(limiter):
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("SLUICE_")},
            "DJANGO_SETTINGS_MODULE": "config.settings.base", "SLUICE_DEBUG": "1",
            "SLUICE_LOG_LEVEL": "WARNING",
-           "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
+           # The run's own URL (TCP, or the embedded server's socket) on the test database.
+           "DATABASE_URL": urlunsplit(urlsplit(os.environ["DATABASE_URL"])._replace(
+               path=f"/{db['NAME']}")),
            "REDIS_URL": settings.REDIS_URL, "SLUICE_WEB_CONCURRENCY": "1",
            "SLUICE_WEB_THREADS": "4", "PROMETHEUS_MULTIPROC_DIR": tempfile.mkdtemp()}
     process = subprocess.Popen(  # noqa: S603 - our own server
