@@ -14,9 +14,10 @@ LIMITER = Path(schema.__file__).parent
 LUA = {path.stem: path.read_text() for path in SCRIPTS_DIR.glob("*.lua")}
 SHARED = {name for name in LUA if name.startswith("_")}
 # Values a script compares or stores (not names of anything): org status and suspension reason
-# (set by the orgs app), reservation states, flags, and Redis range syntax.
-VALUES = {"active", "payment", "open", "settled", "spilled", "1", "(", "+inf", "-inf", ":",
-          "auto", "priority", "default", "fast", "unknown", "org", "key", "input", "output"}
+# (set by the orgs app), reservation states, flags, Redis range syntax, the hash tag's end, and
+# Lua's select('#').
+VALUES = {"active", "payment", "open", "settled", "spilled", "1", "(", "+inf", "-inf", ":", "}",
+          "#", "auto", "priority", "default", "fast", "unknown", "org", "key", "input", "output"}
 OUTCOMES = {"allowed", "duplicate", "unsynced", "invalid_api_key", "payment_required",
             "org_not_active", "no_allocation", "request_id_conflict", "spend_cap_reached",
             "concurrency_exceeded", "daily_quota_exhausted", "tps_exceeded",
@@ -115,3 +116,14 @@ def test_a_reply_decodes_by_name_with_the_declared_defaults():
 def test_stored_values_must_name_every_field_of_the_hash():
     with pytest.raises(ValueError):
         schema.stored_values(schema.POOL, headroom_rate=1)
+
+
+def test_a_reply_by_field_name_is_written_as_the_list_in_the_layouts_order():
+    source = "return reply{scope = f(a, {b, 'c,}'}) -- a comment, with a comma\n, outcome = 'x'}"
+    expanded = schema._replies_expand("authorize", schema.Decision, source)
+    values = ["('x')", "false", "false", "0", "false", *["0"] * 11, "false",
+              "(f(a, {b, 'c,}'})) or false", "false", *["0"] * 6]
+    assert expanded == "return {" + ", ".join(values) + "}"
+    for wrong in ("reply{outcome = 'x', allowed = true}", "reply{org_id = 1}"):
+        with pytest.raises(LookupError):
+            schema._replies_expand("authorize", schema.Decision, wrong)

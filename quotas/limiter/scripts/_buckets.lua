@@ -8,17 +8,16 @@
 -- dimension, as before the two were apart.
 
 -- A token bucket {rate, capacity, level, at, overflow, missing}, refilled to `now` from its
--- stored level and timestamp (a missing bucket is full, from `now`: write it to start measuring
--- its overflow). `overflow` is the refill the capacity cut off since the last write. Callers
--- pass their own clock, and a caller whose `now` is behind the last write (it computed `now`
--- first but ran second) must neither refill nor move the timestamp back: that would count the
--- same interval twice and admit more than the rate.
+-- stored level and timestamp, numbers (a missing level, nil, is a full bucket, from `now`:
+-- write it to start measuring its overflow). `overflow` is the refill the capacity cut off
+-- since the last write. Callers pass their own clock, and a caller whose `now` is behind the
+-- last write (it computed `now` first but ran second) must neither refill nor move the
+-- timestamp back: that would count the same interval twice and admit more than the rate.
 local function bucket(rate, capacity, level, at, now)
-  if level == false or level == nil then
+  if level == nil then
     return {rate = rate, capacity = capacity, level = capacity, at = now, overflow = 0,
             missing = true}
   end
-  at, level = tonumber(at), tonumber(level)
   if now <= at then
     return {rate = rate, capacity = capacity, level = level, at = at, overflow = 0}
   end
@@ -27,58 +26,66 @@ local function bucket(rate, capacity, level, at, now)
           overflow = math.max(0, refilled - math.max(capacity, level))}
 end
 
--- The fields of the org's hash the buckets need (its rates and capacities, then its levels),
--- and of the pool's hash (the headroom's rates and capacities, then its levels).
-local BUCKET_FIELDS = {F.org.guaranteed_rate, F.org.guaranteed_capacity, F.org.burst_rate,
-                       F.org.burst_capacity, F.org.input_guaranteed_rate,
-                       F.org.input_guaranteed_capacity, F.org.input_burst_rate,
-                       F.org.input_burst_capacity, F.bucket.guaranteed, F.bucket.burst,
-                       F.bucket.input_guaranteed, F.bucket.input_burst, F.bucket.at}
-local HEADROOM_FIELDS = {F.pool.headroom_rate, F.pool.headroom_capacity,
-                         F.pool.input_headroom_rate, F.pool.input_headroom_capacity,
-                         F.headroom.level, F.headroom.input_level, F.headroom.at}
-
--- The pool's headroom buckets from HEADROOM_FIELDS' values (from h[at + 1]), refilled to `now`.
-local function headroom_of(h, at, now)
-  return {output = bucket(num(h[at + 1], 0), num(h[at + 2], 0), h[at + 5], h[at + 7], now),
-          input = bucket(num(h[at + 3], 0), num(h[at + 4], 0), h[at + 6], h[at + 7], now)}
+-- Bucket levels and the time they were measured at, packed (cmsgpack, F.layout.levels) like
+-- the limits: a level stays a number from one call to the next, neither formatted (%.17g) nor
+-- parsed (strtod). A hash written before they were packed keeps them in readable `fields`,
+-- read once (the next write packs them). Missing levels are nil: full buckets.
+local function levels_unpack(packed, k, ...)
+  if packed then return cmsgpack.unpack(packed) end
+  local values = redis.call('HMGET', k, ...)
+  for i = 1, select('#', ...) do values[i] = tonumber(values[i]) end
+  return unpack(values, 1, select('#', ...))
 end
 
--- The org's buckets from BUCKET_FIELDS' values (from b[at + 1]), refilled to `now`, with the
--- pool's headroom (shared: several orgs settled in one call share one headroom). Without input
--- rates (input metered with output) there is no input dimension.
-local function buckets_of(b, at, headroom, now)
-  local s = {output = {g = bucket(num(b[at + 1], 0), num(b[at + 2], 0), b[at + 9], b[at + 13],
-                                  now),
-                       b = bucket(num(b[at + 3], 0), num(b[at + 4], 0), b[at + 10], b[at + 13],
-                                  now),
+-- The pool's headroom buckets (from its packed limits and levels), refilled to `now`, then
+-- the output estimate of orgs without history and its floor (false: never published).
+local function pool_read(now)
+  local p = redis.call('HMGET', K.pool, F.layout.limits, F.layout.levels)
+  local rate, capacity, input_rate, input_capacity, estimate_default, estimate_floor =
+    limits_unpack(p[1], K.pool, pool_limits_of, F.pool, false)
+  local level, input_level, at = levels_unpack(p[2], K.pool, F.headroom.level,
+                                               F.headroom.input_level, F.headroom.at)
+  return {output = bucket(rate or 0, capacity or 0, level, at, now),
+          input = bucket(input_rate or 0, input_capacity or 0, input_level, at, now)},
+         estimate_default, estimate_floor
+end
+
+-- The org's buckets from its rates and capacities (numbers: guaranteed, burst, input
+-- guaranteed, input burst) and its packed levels (`levels`, from its hash `org_key`),
+-- refilled to `now`, with the pool's headroom (shared: several orgs settled in one call share
+-- one headroom). Without input rates (input metered with output) there is no input dimension.
+local function buckets_from(gr, gc, br, bc, igr, igc, ibr, ibc, levels, org_key, headroom, now)
+  local g, b, gi, bi, t = levels_unpack(levels, org_key, F.bucket.guaranteed, F.bucket.burst,
+                                        F.bucket.input_guaranteed, F.bucket.input_burst,
+                                        F.bucket.at)
+  local s = {output = {g = bucket(gr, gc, g, t, now), b = bucket(br, bc, b, t, now),
                        h = headroom.output},
-             apart = num(b[at + 5], 0) > 0}
+             apart = igr > 0}
   if s.apart then
-    s.input = {g = bucket(num(b[at + 5], 0), num(b[at + 6], 0), b[at + 11], b[at + 13], now),
-               b = bucket(num(b[at + 7], 0), num(b[at + 8], 0), b[at + 12], b[at + 13], now),
+    s.input = {g = bucket(igr, igc, gi, t, now), b = bucket(ibr, ibc, bi, t, now),
                h = headroom.input}
   end
   return s
 end
 
--- Levels may be fractional and go to Redis as numbers; timestamps are whole milliseconds and
--- go as strings (Redis formats a number argument with %.17g: several times the cost).
-local function buckets_write(org, s)
-  local at = string.format('%d', s.output.g.at)
-  if s.apart then
-    redis.call('HSET', key(KEY.org, org), F.bucket.guaranteed, s.output.g.level,
-               F.bucket.burst, s.output.b.level, F.bucket.input_guaranteed, s.input.g.level,
-               F.bucket.input_burst, s.input.b.level, F.bucket.at, at)
-  else
-    redis.call('HSET', key(KEY.org, org), F.bucket.guaranteed, s.output.g.level,
-               F.bucket.burst, s.output.b.level, F.bucket.at, at)
-  end
+-- The same from the org's hash `org_key` alone (settle; authorize reads more of it at once).
+local function org_buckets_read(org_key, headroom, now)
+  local o = redis.call('HMGET', org_key, F.layout.limits, F.layout.levels)
+  local _, _, gr, gc, br, bc, igr, igc, ibr, ibc =
+    limits_unpack(o[1], org_key, org_limits_of, F.org, 0)
+  return buckets_from(gr, gc, br, bc, igr, igc, ibr, ibc, o[2], org_key, headroom, now)
+end
+
+local function buckets_write(org_key, s)
+  local input = s.input or {}
+  redis.call('HSET', org_key, F.layout.levels, cmsgpack.pack(
+    s.output.g.level, s.output.b.level, input.g and input.g.level, input.b and input.b.level,
+    s.output.g.at))
 end
 
 local function headroom_write(headroom)
-  redis.call('HSET', K.pool, F.headroom.level, headroom.output.level, F.headroom.input_level,
-             headroom.input.level, F.headroom.at, string.format('%d', headroom.output.at))
+  redis.call('HSET', K.pool, F.layout.levels, cmsgpack.pack(
+    headroom.output.level, headroom.input.level, headroom.output.at))
 end
 
 -- Give back `unused` tokens of one dimension (what the request did not use of its
@@ -99,17 +106,16 @@ end
 
 -- An API key's slice (KeySliceFields) as two buckets (a rate of 0: no limit of its own) and its
 -- day, refilled to `now`.
-local KEY_SLICE_FIELDS = {F.key.output_rate, F.key.output_capacity, F.key.input_rate,
-                          F.key.input_capacity, F.key.daily_tokens, F.key.max_concurrency,
-                          F.key.output_level, F.key.input_level, F.key.at, F.key.day,
-                          F.key.day_used}
 local function key_slice_read(key_id, now, today)
-  local v = redis.call('HMGET', key(KEY.key_slice, key_id), unpack(KEY_SLICE_FIELDS))
+  local v = redis.call('HMGET', key(KEY.key_slice, key_id), F.key.output_rate,
+                       F.key.output_capacity, F.key.input_rate, F.key.input_capacity,
+                       F.key.daily_tokens, F.key.max_concurrency, F.key.output_level,
+                       F.key.input_level, F.key.at, F.key.day, F.key.day_used)
   local used = 0
   if v[10] == today then used = num(v[11], 0) end
   return {
-    output = bucket(num(v[1], 0), num(v[2], 0), v[7], v[9], now),
-    input = bucket(num(v[3], 0), num(v[4], 0), v[8], v[9], now),
+    output = bucket(num(v[1], 0), num(v[2], 0), tonumber(v[7]), tonumber(v[9]), now),
+    input = bucket(num(v[3], 0), num(v[4], 0), tonumber(v[8]), tonumber(v[9]), now),
     daily = num(v[5], 0), conc = num(v[6], 0), day = today, day_used = used,
   }
 end

@@ -1,14 +1,16 @@
 -- Shared by every script: quotas/limiter/connection.py loads it after the prelude schema.py
--- generates (ITEMS, reply), and expands the schema's names (F, KEY, K, A) in both.
+-- generates (ITEMS), and expands the schema's names (F, KEY, K, A) and its replies (lua_expand).
 --
 -- Every key of one pool carries the hash tag {p<pool_id>}, so a script touches exactly one Redis
 -- Cluster slot. A script's KEYS name every key its caller can know; the keys of an org that the
 -- caller cannot know (authorize learns the org from the API-key lookup, settle from each
 -- reservation) are derived from the tag of its first key: same slot, so Cluster-safe.
-local PREFIX = string.match(KEYS[1], '^({p%d+})')
+local FIRST_KEY = KEYS[1]
+local PREFIX = string.sub(FIRST_KEY, 1, string.find(FIRST_KEY, '}', 1, true))
 
-local function key(...)
-  return table.concat({PREFIX, ...}, ':')
+local function key(name, part, more)  -- one concatenation: no table to build and collect
+  if more then return PREFIX .. ':' .. name .. ':' .. part .. ':' .. more end
+  return PREFIX .. ':' .. name .. ':' .. part
 end
 
 local function num(value, default)
@@ -22,4 +24,30 @@ local DAY_MS = 86400000
 -- hashtable encoding (schema.py, LayoutFields): a value longer than hash-max-listpack-value.
 local function hashtable_keep(k)
   redis.call('HSET', k, F.layout.hashtable, string.rep(' ', 128))
+end
+
+-- The limits authorize reads on every call, packed (cmsgpack: numbers stay numbers) into one
+-- field of the org's hash and of the pool's (F.layout.limits) by the publishes, beside the
+-- readable fields: authorize then parses no decimal strings for them (Lua's tonumber is
+-- strtod, about a thousand instructions a number). These give their order: of a table by
+-- readable name (a publish's values; F.org, F.pool: the stored names).
+local function org_limits_of(v)
+  return v.daily_tokens, v.max_concurrency, v.guaranteed_rate, v.guaranteed_capacity,
+         v.burst_rate, v.burst_capacity, v.input_guaranteed_rate, v.input_guaranteed_capacity,
+         v.input_burst_rate, v.input_burst_capacity, v.input_price, v.output_price
+end
+local function pool_limits_of(v)
+  return v.headroom_rate, v.headroom_capacity, v.input_headroom_rate,
+         v.input_headroom_capacity, v.estimate_default, v.estimate_floor
+end
+
+-- The limits, in the order `limits_of` gives: unpacked from `packed`, or else (a hash
+-- published before they were packed; the next publish packs them) read from hash `k`'s
+-- readable fields (`group`: their stored names), `missing` for a field it lacks.
+local function limits_unpack(packed, k, limits_of, group, missing)
+  if packed then return cmsgpack.unpack(packed) end
+  local fields = {limits_of(group)}
+  local values = redis.call('HMGET', k, unpack(fields))
+  for i = 1, #fields do values[i] = num(values[i], missing) end
+  return unpack(values, 1, #fields)
 end

@@ -44,34 +44,37 @@ if (tier == 'priority' and A.pool_tier ~= 'fast')
   return refuse('tier_mismatch')
 end
 
--- The org's state, limits, prices and output estimates, then its buckets (BUCKET_FIELDS).
-local o = redis.call(
-  'HMGET', key(KEY.org, org), F.org.status, F.org.suspension_reason, F.org.has_allocation,
-  F.org.daily_tokens, F.org.max_concurrency, F.org.spend_cap, F.org.input_price,
-  F.org.output_price, F.est.org, F.est.key_prefix .. key_id, unpack(BUCKET_FIELDS))
+-- The org's state, packed limits and prices (_common.lua), spend cap, output estimates and
+-- packed bucket levels (_buckets.lua).
+local org_key = key(KEY.org, org)
+local o = redis.call('HMGET', org_key, F.org.status, F.org.suspension_reason,
+                     F.org.has_allocation, F.layout.limits, F.org.spend_cap, F.est.org,
+                     F.est.key_prefix .. key_id, F.layout.levels)
 if not o[1] then return reply{outcome = 'unsynced'} end
 if o[1] ~= 'active' then
   if o[2] == 'payment' then return refuse('payment_required') end
   return refuse('org_not_active')
 end
 if o[3] ~= '1' then return refuse('no_allocation') end
+local daily, conc, gr, gc, br, bc, igr, igc, ibr, ibc, input_price, output_price =
+  limits_unpack(o[4], org_key, org_limits_of, F.org, 0)
+local spend_cap = num(o[5], 0)
 
 local previous_org, previous_cost, previous_input, previous_state = unpack(redis.call(
   'HMGET', K.reservation, F.res.org, F.res.cost, F.res.input, F.res.state))
 if previous_org and previous_org ~= org then return refuse('request_id_conflict') end
 if previous_state == 'spilled' then return refuse('spilled') end
 
-local p = redis.call('HMGET', K.pool, F.pool.estimate_default, F.pool.estimate_floor,
-                     unpack(HEADROOM_FIELDS))
+local headroom, estimate_default, estimate_floor = pool_read(now)
 local output
 if previous_org then
   input = num(previous_input, tonumber(previous_cost))
   output = tonumber(previous_cost) - input
 else
   -- A pool published before estimates existed has no default: reserve max_output_tokens.
-  local estimate = num(o[10], false) or num(o[9], false) or num(p[1], false)
+  local estimate = num(o[7], false) or num(o[6], false) or estimate_default
   if estimate then
-    estimate = math.max(estimate, num(p[2], 0))
+    estimate = math.max(estimate, estimate_floor or 0)
     output = (max_output >= 0 and max_output < estimate) and max_output or estimate
   else
     output = math.max(max_output, 0)
@@ -79,14 +82,12 @@ else
 end
 local total = input + output
 
-local headroom = headroom_of(p, 2, now)
-local s = buckets_of(o, 10, headroom, now)
+local s = buckets_from(gr, gc, br, bc, igr, igc, ibr, ibc, o[8], org_key, headroom, now)
 local cost_output, cost_input = output, input
 if not s.apart then cost_output, cost_input = total, 0 end
 local k = nil
 if sliced == '1' then k = key_slice_read(key_id, now, A.day) end
 
-local daily, conc, spend_cap = num(o[4], 0), num(o[5], 0), num(o[6], 0)
 local inflight_key, day_key = key(KEY.inflight, org), key(KEY.day, org, A.day)
 local active = redis.call('ZCOUNT', inflight_key, '(' .. A.now_ms, '+inf')
 local used = num(redis.call('GET', day_key), 0)
@@ -115,7 +116,7 @@ local function money_room()
 end
 if spend_cap > 0 and not previous_org then
   money_key = key(KEY.money, org)
-  money = math.ceil((input * num(o[7], 0) + output * num(o[8], 0)) / 1000000)
+  money = math.ceil((input * input_price + output * output_price) / 1000000)
   local room = money_room()
   if room <= 0 or money > room then return refuse('spend_cap_reached') end
 end
@@ -224,7 +225,7 @@ if outcome == 'allowed' then
     -- 4,000 instructions each (callgrind, bench/README.md); string.format('%d') is a fraction.
     -- Only whole numbers: token counts, times and TTLs (bucket levels may be fractional).
     local expires, slot_ttl = string.format('%d', now + ttl), string.format('%d', ttl + DAY_MS)
-    buckets_write(org, s)
+    buckets_write(org_key, s)
     if headroom_changed then headroom_write(headroom) end
     -- A new day's counter gets its expiry.
     if redis.call('INCRBY', day_key, string.format('%d', total)) == total then

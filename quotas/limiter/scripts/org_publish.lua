@@ -53,6 +53,8 @@ for _, api_key in ipairs(state.api_keys) do
 end
 hash_write(K.org, F.org, state.org)
 hash_write(K.pool, F.pool, state.pool)
+redis.call('HSET', K.org, F.layout.limits, cmsgpack.pack(org_limits_of(state.org)))
+redis.call('HSET', K.pool, F.layout.limits, cmsgpack.pack(pool_limits_of(state.pool)))
 hashtable_keep(K.org)
 hashtable_keep(K.pool)
 raise(K.day, state.day_used, 2 * DAY_MS)

@@ -19,10 +19,8 @@ local headroom, headroom_changed = nil, false  -- the pool's, shared by its orgs
 
 local function org_buckets(org)
   if not orgs[org] then
-    headroom = headroom or headroom_of(redis.call('HMGET', K.pool, unpack(HEADROOM_FIELDS)), 0,
-                                       now)
-    orgs[org] = buckets_of(redis.call('HMGET', key(KEY.org, org), unpack(BUCKET_FIELDS)), 0,
-                           headroom, now)
+    headroom = headroom or pool_read(now)
+    orgs[org] = org_buckets_read(key(KEY.org, org), headroom, now)
   end
   return orgs[org]
 end
@@ -162,7 +160,7 @@ for day_key, move in pairs(day_moves) do
   redis.call('INCRBY', day_key, move)
   redis.call('PEXPIRE', day_key, 2 * DAY_MS)
 end
-for org, s in pairs(orgs) do buckets_write(org, s) end
+for org, s in pairs(orgs) do buckets_write(key(KEY.org, org), s) end
 if headroom_changed then headroom_write(headroom) end
 for key_id, k in pairs(keys) do key_slice_write(key_id, k) end
 for hkey, h in pairs(histograms) do
