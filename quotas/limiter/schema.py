@@ -376,8 +376,8 @@ SCRIPTS = {
     "settle": Script(keys=SettleKeys, args=SettleArgs, item=Settlement, shared=("buckets",)),
     "lookup": Script(keys=None, args=LookupArgs, item=LookupItem, reply=HeldReservation),
     "spill_mark": Script(keys=SpillMarkKeys, args=SpillMarkArgs),
-    "org_publish": Script(keys=OrgPublishKeys, args=OrgPublishArgs),
-    "pool_publish": Script(keys=PoolPublishKeys, args=PoolPublishArgs),
+    "org_publish": Script(keys=OrgPublishKeys, args=OrgPublishArgs, shared=("publish",)),
+    "pool_publish": Script(keys=PoolPublishKeys, args=PoolPublishArgs, shared=("publish",)),
 }
 
 

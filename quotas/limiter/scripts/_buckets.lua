@@ -68,14 +68,6 @@ local function buckets_from(gr, gc, br, bc, igr, igc, ibr, ibc, levels, org_key,
   return s
 end
 
--- The same from the org's hash `org_key` alone (settle; authorize reads more of it at once).
-local function org_buckets_read(org_key, headroom, now)
-  local o = redis.call('HMGET', org_key, F.layout.limits, F.layout.levels)
-  local _, _, gr, gc, br, bc, igr, igc, ibr, ibc =
-    limits_unpack(o[1], org_key, org_limits_of, F.org, 0)
-  return buckets_from(gr, gc, br, bc, igr, igc, ibr, ibc, o[2], org_key, headroom, now)
-end
-
 local function buckets_write(org_key, s)
   local input = s.input or {}
   redis.call('HSET', org_key, F.layout.levels, cmsgpack.pack(
@@ -86,22 +78,6 @@ end
 local function headroom_write(headroom)
   redis.call('HSET', K.pool, F.layout.levels, cmsgpack.pack(
     headroom.output.level, headroom.input.level, headroom.output.at))
-end
-
--- Give back `unused` tokens of one dimension (what the request did not use of its
--- reservation: refunds go to the burst and headroom up to what was borrowed, the rest to the
--- guaranteed bucket), or take `-unused` more (usage beyond the reservation: a debt the
--- guaranteed rate repays, so the level may go negative). Returns whether the headroom moved.
-local function buckets_settle(d, unused, borrowed)
-  if unused < 0 then
-    d.g.level = d.g.level + unused
-    return false
-  end
-  local to_burst = math.min(unused, borrowed)
-  d.b.level = math.min(d.b.capacity, d.b.level + to_burst)
-  d.h.level = math.min(d.h.capacity, d.h.level + to_burst)
-  d.g.level = math.min(d.g.capacity, d.g.level + unused - to_burst)
-  return to_burst > 0
 end
 
 -- An API key's slice (KeySliceFields) as two buckets (a rate of 0: no limit of its own) and its

@@ -20,12 +20,6 @@ end
 
 local DAY_MS = 86400000
 
--- Publishes keep the hashes authorize reads many fields of (an org's, a pool's) in Redis's
--- hashtable encoding (schema.py, LayoutFields): a value longer than hash-max-listpack-value.
-local function hashtable_keep(k)
-  redis.call('HSET', k, F.layout.hashtable, string.rep(' ', 128))
-end
-
 -- The limits authorize reads on every call, packed (cmsgpack: numbers stay numbers) into one
 -- field of the org's hash and of the pool's (F.layout.limits) by the publishes, beside the
 -- readable fields: authorize then parses no decimal strings for them (Lua's tonumber is

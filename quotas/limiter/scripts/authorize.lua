@@ -100,7 +100,9 @@ end
 -- Money: with a spend cap, the request holds its worst-case price (estimate x price, premium
 -- included) until settled or expired, against cap - month to date - money held.
 local money_key, money = nil, 0
-local function money_room()
+if spend_cap > 0 and not previous_org then
+  money_key = key(KEY.money, org)
+  money = math.ceil((input * input_price + output * output_price) / 1000000)
   local expired = redis.call('ZRANGEBYSCORE', inflight_key, '-inf', A.now_ms, 'LIMIT', 0, 500)
   if #expired > 0 then  -- the expired reservations' money is free again
     local freed = 0
@@ -112,12 +114,7 @@ local function money_room()
     redis.call('ZREM', inflight_key, unpack(expired))
   end
   local spent = num(redis.call('GET', key(KEY.spend, org, A.month)), 0)
-  return spend_cap - spent - num(redis.call('HGET', money_key, F.money.total), 0)
-end
-if spend_cap > 0 and not previous_org then
-  money_key = key(KEY.money, org)
-  money = math.ceil((input * input_price + output * output_price) / 1000000)
-  local room = money_room()
+  local room = spend_cap - spent - num(redis.call('HGET', money_key, F.money.total), 0)
   if room <= 0 or money > room then return refuse('spend_cap_reached') end
 end
 

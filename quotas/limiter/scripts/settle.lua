@@ -12,6 +12,31 @@ local now, today, record_ttl = tonumber(A.now_ms), A.day, tonumber(A.record_ttl_
 local min_samples, half_life = tonumber(A.estimate_min_samples), tonumber(A.estimate_half_life)
 local estimate_ttl = tonumber(A.estimate_ttl_ms)
 local settled = 0
+
+-- An org's buckets (_buckets.lua) from its hash `org_key` (authorize reads more of it at once).
+local function org_buckets_read(org_key, headroom, now)
+  local o = redis.call('HMGET', org_key, F.layout.limits, F.layout.levels)
+  local _, _, gr, gc, br, bc, igr, igc, ibr, ibc =
+    limits_unpack(o[1], org_key, org_limits_of, F.org, 0)
+  return buckets_from(gr, gc, br, bc, igr, igc, ibr, ibc, o[2], org_key, headroom, now)
+end
+
+-- Give back `unused` tokens of one dimension (what the request did not use of its
+-- reservation: refunds go to the burst and headroom up to what was borrowed, the rest to the
+-- guaranteed bucket), or take `-unused` more (usage beyond the reservation: a debt the
+-- guaranteed rate repays, so the level may go negative). Returns whether the headroom moved.
+local function buckets_settle(d, unused, borrowed)
+  if unused < 0 then
+    d.g.level = d.g.level + unused
+    return false
+  end
+  local to_burst = math.min(unused, borrowed)
+  d.b.level = math.min(d.b.capacity, d.b.level + to_burst)
+  d.h.level = math.min(d.h.capacity, d.h.level + to_burst)
+  d.g.level = math.min(d.g.capacity, d.g.level + unused - to_burst)
+  return to_burst > 0
+end
+
 local orgs, keys, histograms = {}, {}, {}  -- each read once, written once at the end
 local day_moves = {}  -- day counter key -> what the batch moves it by, applied once at the end
 local sliced_keys = {}  -- API key id -> whether it has a slice (asked once per call)
