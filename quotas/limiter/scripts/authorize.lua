@@ -259,41 +259,53 @@ if outcome == 'allowed' then
   end
 end
 
--- Headers: {limit, remaining, reset ms} per limit, the tighter of the org's and the key's.
+-- Headers: limit, remaining, reset ms per limit, the tighter of the org's and the key's
+-- (three values, not a table: nothing for the script's garbage collector).
 local function org_view(d)
   local reset = 0
   if d.g.rate > 0 then reset = math.max(reset, (d.g.capacity - d.g.level) * 1000 / d.g.rate) end
   if d.b.rate > 0 then reset = math.max(reset, (d.b.capacity - d.b.level) * 1000 / d.b.rate) end
-  return {d.g.capacity + d.b.capacity,
-          math.floor(math.max(d.g.level, 0) + math.max(d.b.level, 0)), math.ceil(reset)}
+  return d.g.capacity + d.b.capacity,
+         math.floor(math.max(d.g.level, 0) + math.max(d.b.level, 0)), math.ceil(reset)
 end
 local function key_view(b)
-  return {b.capacity, math.floor(math.max(b.level, 0)),
-          math.ceil((b.capacity - b.level) * 1000 / b.rate)}
+  return b.capacity, math.floor(math.max(b.level, 0)),
+         math.ceil((b.capacity - b.level) * 1000 / b.rate)
 end
-local function tighter(view, other)
-  if other and other[2] < view[2] then return other end
-  return view
+local function tighter(limit, remaining, reset, key_limit, key_remaining, key_reset)
+  if key_remaining < remaining then return key_limit, key_remaining, key_reset end
+  return limit, remaining, reset
 end
--- Input and output apart only where they are metered apart (else {0, 0, 0}: one bucket meters
+-- Input and output apart only where they are metered apart (else 0, 0, 0: one bucket meters
 -- both, and the combined tokens headers say it all).
-local out_view, in_view = org_view(s.output), {0, 0, 0}
-if k and k.output.rate > 0 then out_view = tighter(out_view, key_view(k.output)) end
-local tokens_view = out_view
-if s.apart then
-  in_view = org_view(s.input)
-  if k and k.input.rate > 0 then in_view = tighter(in_view, key_view(k.input)) end
-  -- The combined tokens headers: whichever of input and output has the smaller share left.
-  if in_view[2] * out_view[1] < out_view[2] * in_view[1] then tokens_view = in_view end
+local out_limit, out_remaining, out_reset = org_view(s.output)
+if k and k.output.rate > 0 then
+  out_limit, out_remaining, out_reset = tighter(out_limit, out_remaining, out_reset,
+                                                key_view(k.output))
 end
-local day_view = {daily, math.max(0, daily - used), day_reset}
-local requests_view = {conc, math.max(0, conc - active), conc_reset}
+local in_limit, in_remaining, in_reset = 0, 0, 0
+local tokens_limit, tokens_remaining, tokens_reset = out_limit, out_remaining, out_reset
+if s.apart then
+  in_limit, in_remaining, in_reset = org_view(s.input)
+  if k and k.input.rate > 0 then
+    in_limit, in_remaining, in_reset = tighter(in_limit, in_remaining, in_reset,
+                                               key_view(k.input))
+  end
+  -- The combined tokens headers: whichever of input and output has the smaller share left.
+  if in_remaining * out_limit < out_remaining * in_limit then
+    tokens_limit, tokens_remaining, tokens_reset = in_limit, in_remaining, in_reset
+  end
+end
+local day_limit, day_remaining = daily, math.max(0, daily - used)
+local requests_limit, requests_remaining = conc, math.max(0, conc - active)
 if k and k.daily > 0 then
-  day_view = tighter(day_view, {k.daily, math.max(0, k.daily - k.day_used), day_reset})
+  day_limit, day_remaining = tighter(day_limit, day_remaining, day_reset, k.daily,
+                                     math.max(0, k.daily - k.day_used), day_reset)
 end
 if k and k.conc > 0 then
-  requests_view = tighter(requests_view, {k.conc, math.max(0, k.conc - key_active),
-                                          key_conc_reset})
+  requests_limit, requests_remaining, conc_reset = tighter(
+    requests_limit, requests_remaining, conc_reset, k.conc, math.max(0, k.conc - key_active),
+    key_conc_reset)
 end
 
 return reply{
@@ -301,11 +313,11 @@ return reply{
   reserved_tokens = total, reserved_input_tokens = input, reserved_output_tokens = output,
   retry_after_ms = retry,
   scope = scope, limit = limit,
-  tokens_limit = tokens_view[1], tokens_remaining = tokens_view[2],
-  tokens_reset_ms = tokens_view[3],
-  input_limit = in_view[1], input_remaining = in_view[2], input_reset_ms = in_view[3],
-  output_limit = out_view[1], output_remaining = out_view[2], output_reset_ms = out_view[3],
-  day_limit = day_view[1], day_remaining = day_view[2], day_reset_ms = day_view[3],
-  requests_limit = requests_view[1], requests_remaining = requests_view[2],
-  requests_reset_ms = requests_view[3],
+  tokens_limit = tokens_limit, tokens_remaining = tokens_remaining,
+  tokens_reset_ms = tokens_reset,
+  input_limit = in_limit, input_remaining = in_remaining, input_reset_ms = in_reset,
+  output_limit = out_limit, output_remaining = out_remaining, output_reset_ms = out_reset,
+  day_limit = day_limit, day_remaining = day_remaining, day_reset_ms = day_reset,
+  requests_limit = requests_limit, requests_remaining = requests_remaining,
+  requests_reset_ms = conc_reset,
 }
