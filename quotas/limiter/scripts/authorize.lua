@@ -220,7 +220,7 @@ if outcome == 'allowed' then
   if not dry then
     -- Integers go to Redis as strings: Redis formats every number argument with %.17g, about
     -- 4,000 instructions each (callgrind, bench/README.md); string.format('%d') is a fraction.
-    -- Only whole numbers: token counts, times and TTLs (bucket levels may be fractional).
+    -- Only whole numbers: token counts, times and TTLs (bucket levels travel packed, _buckets.lua).
     local expires, slot_ttl = string.format('%d', now + ttl), string.format('%d', ttl + DAY_MS)
     buckets_write(org_key, s)
     if headroom_changed then headroom_write(headroom) end
