@@ -146,9 +146,10 @@ class LayoutFields(NamedTuple):
     """How a hash is stored, not what it says. The org's and the pool's hashes carry `hashtable`
     (publishes write it) with a value longer than Redis's hash-max-listpack-value (64 bytes by
     default): such a hash is converted to Redis's hashtable encoding, for good. authorize reads
-    23 fields of the org's hash in one HMGET, and in the compact listpack encoding each of them
-    is a linear scan of the hash: hashed, the script runs ~9 % fewer instructions (callgrind,
-    bench/README.md) for ~1 KB more memory per org and pool."""
+    8 fields of the org's hash in one HMGET (23 before limits and levels were packed), and in
+    the compact listpack encoding each of them is a linear scan of the hash: hashed, the script
+    runs ~5 % fewer instructions (316,000 vs 300,000 on Redis 7.0; callgrind,
+    bench/script_instructions.py) for ~1 KB more memory per org and pool."""
     hashtable: str = "_ht"
     # The limits authorize reads on every call, packed (cmsgpack) beside the readable fields
     # by the publishes (_common.lua: org_limits_of, pool_limits_of): numbers that need no

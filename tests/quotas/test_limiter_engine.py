@@ -218,7 +218,7 @@ def test_an_unsynced_pool_asks_the_configured_rebuild_once_then_refuses(tenant, 
 
 
 def test_publishes_keep_the_orgs_and_the_pools_hashes_hashed(tenant):
-    """authorize reads 23 fields of the org's hash in one HMGET, each a linear scan when Redis
+    """authorize reads 8 fields of the org's hash in one HMGET, each a linear scan when Redis
     keeps the hash as a listpack: publishes convert both hashes to the hashtable encoding
     (schema.LayoutFields), and settling, which rewrites bucket levels, keeps it."""
     from quotas.limiter.connection import limiter_client
