@@ -5,6 +5,7 @@ Each case starts a real process with production settings (config.settings.base, 
 import os
 import re
 import secrets
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -103,3 +104,28 @@ def test_production_refuses_backends_that_write_emails_to_the_log():
 def test_development_still_prints_emails():
     env = production_env(SLUICE_DEBUG="1", SLUICE_EMAIL_HOST=None, SLUICE_SECRET_KEY=None)
     assert setting("EMAIL_BACKEND", env) == "django.core.mail.backends.console.EmailBackend"
+
+
+def test_a_postgresql_that_never_answers_fails_the_connection_instead_of_hanging():
+    # A listener that completes TCP handshakes (the kernel does) and never says a word: a dead
+    # server behind a live port. Without a connect timeout the child would wait for good (and
+    # `run` give up after 120 s).
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        port = silent.getsockname()[1]
+        env = production_env(SLUICE_DB_CONNECT_TIMEOUT_SECONDS="1",
+                             DATABASE_URL=f"postgres://sluice@127.0.0.1:{port}/sluice")
+        result = run(["-c", "import django; django.setup(); from django.db import connection\n"
+                            "try:\n    connection.ensure_connection()\n"
+                            "except Exception as exc:\n    print(type(exc).__name__, exc)"], env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("OperationalError"), result.stdout
+    assert "timeout" in result.stdout.lower(), result.stdout
+
+
+def test_a_connect_timeout_in_database_url_wins():
+    env = production_env(DATABASE_URL=os.environ["DATABASE_URL"].split("?")[0]
+                         + "?connect_timeout=9")
+    assert setting("DATABASES['default']['OPTIONS']['connect_timeout']", env) in (9, "9")
+    assert setting("DATABASES['default']['OPTIONS']['connect_timeout']", production_env()) == 5

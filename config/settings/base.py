@@ -56,6 +56,7 @@ KNOWN_ENV = {
     "SLUICE_WEBHOOKS_ALLOW_PRIVATE",
     "SLUICE_USAGE_RAW_RETENTION_DAYS",
     "SLUICE_USAGE_HOURLY_RETENTION_DAYS",
+    "SLUICE_DB_CONNECT_TIMEOUT_SECONDS",
 }
 env_reject_unknown("SLUICE_", KNOWN_ENV)
 
@@ -133,6 +134,10 @@ DATABASES = {"default": dj_database_url.parse(env_str("DATABASE_URL"), conn_max_
 if DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
     raise ImproperlyConfigured("DATABASE_URL must point at PostgreSQL.")
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+# A PostgreSQL that never answers (a dead host, a black-holed route) fails a new connection in
+# this many seconds, not the operating system's minutes; a connect_timeout in DATABASE_URL wins.
+DATABASES["default"].setdefault("OPTIONS", {}).setdefault(
+    "connect_timeout", env_int("SLUICE_DB_CONNECT_TIMEOUT_SECONDS", 5, minimum=1))
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # Threads per web process that run requests once their bodies are in (sluice/asgi_bridge.py).
