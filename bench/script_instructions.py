@@ -78,6 +78,16 @@ def callgrind(command: str, pid: int) -> None:
     subprocess.run(["callgrind_control", command, str(pid)], check=True, capture_output=True)
 
 
+def dumped(workdir: Path, pid: int) -> str:
+    """The dump `callgrind_control -d` asked for: the server writes it a moment later."""
+    for _ in range(100):
+        for path in workdir.glob(f"out.{pid}.*"):
+            if "totals:" in (text := path.read_text()):
+                return text
+        time.sleep(0.05)
+    raise RuntimeError("callgrind wrote no dump")
+
+
 def instructions_per_admission(binary: str, admissions: int) -> float:
     from quotas.limiter.connection import engine_config, engine_configure
     from quotas.limiter.engine import limiter_authorize
@@ -101,14 +111,7 @@ def instructions_per_admission(binary: str, admissions: int) -> float:
             for n in range(admissions):
                 admit(n, "m")
             callgrind("-d", pid)
-            dumps = [p for p in workdir.glob(f"out.{pid}.*")]
-            for _ in range(100):  # the dump is written by the server, a moment later
-                if dumps and "totals:" in dumps[0].read_text():
-                    break
-                time.sleep(0.05)
-                dumps = [p for p in workdir.glob(f"out.{pid}.*")]
-            text = dumps[0].read_text()
-            total = int(next(line for line in text.splitlines()
+            total = int(next(line for line in dumped(workdir, pid).splitlines()
                              if line.startswith("summary:")).split()[1])
         finally:
             engine_configure(original)

@@ -28,13 +28,11 @@ end
 
 -- Bucket levels and the time they were measured at, packed (cmsgpack, F.layout.levels) like
 -- the limits: a level stays a number from one call to the next, neither formatted (%.17g) nor
--- parsed (strtod). A hash written before they were packed keeps them in readable `fields`,
+-- parsed (strtod). A hash written before they were packed keeps them in the readable fields `...`,
 -- read once (the next write packs them). Missing levels are nil: full buckets.
 local function levels_unpack(packed, k, ...)
   if packed then return cmsgpack.unpack(packed) end
-  local values = redis.call('HMGET', k, ...)
-  for i = 1, select('#', ...) do values[i] = tonumber(values[i]) end
-  return unpack(values, 1, select('#', ...))
+  return fields_read(k, nil, ...)
 end
 
 -- The pool's headroom buckets (from its packed limits and levels), refilled to `now`, then
@@ -42,7 +40,7 @@ end
 local function pool_read(now)
   local p = redis.call('HMGET', K.pool, F.layout.limits, F.layout.levels)
   local rate, capacity, input_rate, input_capacity, estimate_default, estimate_floor =
-    limits_unpack(p[1], K.pool, pool_limits_of, F.pool, false)
+    pool_limits_unpack(p[1], K.pool)
   local level, input_level, at = levels_unpack(p[2], K.pool, F.headroom.level,
                                                F.headroom.input_level, F.headroom.at)
   return {output = bucket(rate or 0, capacity or 0, level, at, now),

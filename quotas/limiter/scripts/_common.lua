@@ -35,13 +35,22 @@ local function pool_limits_of(v)
          v.input_headroom_capacity, v.estimate_default, v.estimate_floor
 end
 
--- The limits, in the order `limits_of` gives: unpacked from `packed`, or else (a hash
--- published before they were packed; the next publish packs them) read from hash `k`'s
--- readable fields (`group`: their stored names), `missing` for a field it lacks.
-local function limits_unpack(packed, k, limits_of, group, missing)
+-- Fields `...` of hash `k` as numbers (`missing` for one it lacks): where a hash written before
+-- its values were packed keeps them.
+local function fields_read(k, missing, ...)
+  local values = redis.call('HMGET', k, ...)
+  for i = 1, select('#', ...) do values[i] = num(values[i], missing) end
+  return unpack(values, 1, select('#', ...))
+end
+
+-- An org's limits (org_limits_of's order) and a pool's (pool_limits_of's): unpacked from
+-- `packed`, or else (a hash published before they were packed; the next publish packs them)
+-- read from hash `k`'s readable fields. The stored names are looked up only then.
+local function org_limits_unpack(packed, k)
   if packed then return cmsgpack.unpack(packed) end
-  local fields = {limits_of(group)}
-  local values = redis.call('HMGET', k, unpack(fields))
-  for i = 1, #fields do values[i] = num(values[i], missing) end
-  return unpack(values, 1, #fields)
+  return fields_read(k, 0, org_limits_of(F.org))
+end
+local function pool_limits_unpack(packed, k)  -- false for a value never published
+  if packed then return cmsgpack.unpack(packed) end
+  return fields_read(k, false, pool_limits_of(F.pool))
 end

@@ -57,7 +57,7 @@ if o[1] ~= 'active' then
 end
 if o[3] ~= '1' then return refuse('no_allocation') end
 local daily, conc, gr, gc, br, bc, igr, igc, ibr, ibc, input_price, output_price =
-  limits_unpack(o[4], org_key, org_limits_of, F.org, 0)
+  org_limits_unpack(o[4], org_key)
 local spend_cap = num(o[5], 0)
 
 local previous_org, previous_cost, previous_input, previous_state = unpack(redis.call(

@@ -5,18 +5,6 @@
 -- JSON (quotas/limiter/schema.py). Returns how many API keys the org has in the pool.
 local state = cjson.decode(A.state)
 
--- Store every field of `fields` (readable name -> stored field) from `values` (by readable
--- name; none may be missing).
-local function hash_write(k, fields, values)
-  local args = {}
-  for name, field in pairs(fields) do
-    assert(values[name] ~= nil, 'no value for ' .. name)
-    args[#args + 1] = field
-    args[#args + 1] = values[name]
-  end
-  redis.call('HSET', k, unpack(args))
-end
-
 -- Raise a counter to at least `floor`, never lower it (a live counter also holds open
 -- reservations). Raised, not set if missing: after a flush, usage may reach the pool before
 -- any publish and create the counter from its own events alone.
@@ -51,12 +39,8 @@ for _, api_key in ipairs(state.api_keys) do
     redis.call('DEL', slice_key)
   end
 end
-hash_write(K.org, F.org, state.org)
-hash_write(K.pool, F.pool, state.pool)
-redis.call('HSET', K.org, F.layout.limits, cmsgpack.pack(org_limits_of(state.org)))
-redis.call('HSET', K.pool, F.layout.limits, cmsgpack.pack(pool_limits_of(state.pool)))
-hashtable_keep(K.org)
-hashtable_keep(K.pool)
+limits_write(K.org, F.org, state.org, org_limits_of)
+limits_write(K.pool, F.pool, state.pool, pool_limits_of)
 raise(K.day, state.day_used, 2 * DAY_MS)
 -- The month's spend counter is raised to what billing has rated: it rebuilds a flushed counter
 -- and repairs increments lost while Redis was unreachable. (The live counter rounds each batch

@@ -17,7 +17,7 @@ local settled = 0
 local function org_buckets_read(org_key, headroom, now)
   local o = redis.call('HMGET', org_key, F.layout.limits, F.layout.levels)
   local _, _, gr, gc, br, bc, igr, igc, ibr, ibc =
-    limits_unpack(o[1], org_key, org_limits_of, F.org, 0)
+    org_limits_unpack(o[1], org_key)
   return buckets_from(gr, gc, br, bc, igr, igc, ibr, ibc, o[2], org_key, headroom, now)
 end
 
