@@ -14,7 +14,10 @@ closed loop, it has no fixed-rate mode), reported with its own rate and p99.
 
 Then CPU per request (server processes, Redis, wrk) of the empty endpoint, of /bench/ping
 (the same layer, after one Redis PING on the limiter's per-thread connection: the floor of any
-endpoint that waits for Redis in a WSGI thread) and of authorize.
+endpoint that waits for Redis in a WSGI thread), of authorize, and of /bench/stand-in:
+authorize with none of its Python (a body of its size read and parsed, one EVAL that keeps
+Redis busy as long as authorize.lua took in authorize's row, an answer of its size). The
+stand-in's ratio is the ceiling of authorize's for this server, this Redis and this script.
 
 `--loadgen python`: the pure-Python generator (bench/loadgen.py), which shares the 2 cores
 with the server (a floor): saturation, then an open loop at half of that peak.
@@ -90,7 +93,14 @@ def with_wrk(args, port, pool, headers, head, tail) -> None:
     django = [wrk.run(base + "/healthz", connections=c, seconds=args.seconds) for c in ceilings]
     sweep = [authorize(c, args.seconds, n)
              for n, c in enumerate(int(c) for c in args.sweep.split(",")) if c > 0]
-    cpu = _cpu_per_request(args, port, base, authorize)
+    def stand_in(loops: int) -> wrk.Result:
+        body_head, body_tail = _stand_in_body(head, tail, loops)
+        return wrk.run(base + "/bench/stand-in", connections=4, seconds=args.seconds,
+                       script=wrk.post_counter_script("/bench/stand-in", headers, body_head,
+                                                      body_tail),
+                       args=(f"{run_tag}-s",))
+
+    cpu, script_us = _cpu_per_request(args, port, base, authorize, stand_in)
     # Checked after the sweep so that it cannot warm anything up for it.
     metrics = wrk.run(base + "/metrics", connections=1, seconds=1)
 
@@ -124,17 +134,33 @@ def with_wrk(args, port, pool, headers, head, tail) -> None:
     table("CPU per request, wrk at 4 connections: what the throughput ratio is made of, "
           "measured in CPU time, which other load on the machine does not distort",
           ["endpoint", "server µs", "Redis µs", "wrk µs", "total µs"], cpu)
-    empty_total, ping_total, authorize_total = cpu[0][-1], cpu[1][-1], cpu[2][-1]
+    empty_total, ping_total, authorize_total, stand_in_total = (row[-1] for row in cpu)
     print(f"\nempty endpoint / authorize in CPU per request = "
           f"{empty_total / authorize_total:.2f} (the throughput ratio of a machine whose cores "
           "they saturate; Redis's share counts whatever else that Redis serves)")
     print(f"empty endpoint / ping endpoint = {empty_total / ping_total:.2f}: the ceiling of "
           "that ratio for any endpoint that waits for one Redis reply in a WSGI thread")
+    print(f"empty endpoint / stand-in = {empty_total / stand_in_total:.2f}: the ceiling of that "
+          "ratio for authorize with none of its Python (its body read and parsed, Redis busy "
+          f"{script_us:.1f} µs per call as authorize.lua was in the row above, its answer's size)")
 
 
-def _cpu_per_request(args, port, base, authorize) -> list[list]:
+def _stand_in_body(head: str, tail: str, loops: int) -> tuple[str, str]:
+    """Authorize's body template with `stand_in_loops` added (the stand-in reads it)."""
+    return head, tail[:-1] + f', "stand_in_loops": {loops}}}'
+
+
+def _script_us(redis) -> tuple[int, int]:
+    stats = redis.info("commandstats").get("cmdstat_evalsha", {"calls": 0, "usec": 0})
+    return stats["calls"], stats["usec"]
+
+
+def _cpu_per_request(args, port, base, authorize, stand_in) -> tuple[list[list], float]:
     """CPU microseconds per request of the web server (its processes), Redis and wrk, for the
-    empty endpoint, the one that only asks Redis PING, and authorize."""
+    empty endpoint, the one that only asks Redis PING, authorize, and its stand-in (Redis kept
+    busy as long as authorize.lua was in authorize's row, measured there by Redis: then
+    calibrated). Also the microseconds authorize.lua took per call inside Redis."""
+    from bench.wsgi_ceiling import stand_in_loops
     from quotas.limiter.connection import limiter_client
 
     server, redis = SERVER_PIDS[port], limiter_client(bulk=True)
@@ -145,20 +171,24 @@ def _cpu_per_request(args, port, base, authorize) -> list[list]:
         return (process_tree_cpu_seconds(server), info["used_cpu_sys"] + info["used_cpu_user"],
                 children.ru_utime + children.ru_stime)
 
-    rows = []
-    for name, run in (("GET /bench/empty", lambda: wrk.run(base + "/bench/empty",
-                                                             connections=4,
-                                                             seconds=args.seconds)),
-                      ("GET /bench/ping", lambda: wrk.run(base + "/bench/ping",
-                                                            connections=4,
-                                                            seconds=args.seconds)),
-                      ("POST authorize", lambda: authorize(4, args.seconds, "cpu"))):
+    def row(name: str, run) -> list:
         before = used()
         result = run()
         spent = [1e6 * (after - first) / result.requests
                  for first, after in zip(before, used(), strict=True)]
-        rows.append([name, *(f"{x:,.0f}" for x in spent), sum(spent)])
-    return rows
+        return [name, *(f"{x:,.0f}" for x in spent), sum(spent)]
+
+    rows = [row("GET /bench/empty", lambda: wrk.run(base + "/bench/empty", connections=4,
+                                                     seconds=args.seconds)),
+            row("GET /bench/ping", lambda: wrk.run(base + "/bench/ping", connections=4,
+                                                    seconds=args.seconds))]
+    calls, usec = _script_us(redis)
+    rows.append(row("POST authorize", lambda: authorize(4, args.seconds, "cpu")))
+    calls_after, usec_after = _script_us(redis)
+    script_us = (usec_after - usec) / max(calls_after - calls, 1)
+    loops = stand_in_loops(redis, microseconds=script_us)
+    rows.append(row("POST /bench/stand-in", lambda: stand_in(loops)))
+    return rows, script_us
 
 
 def with_python(args, port, pool, headers, head: bytes, tail: bytes) -> None:

@@ -2,12 +2,21 @@
 authorize fast path: /bench/empty, an empty JSON answer (the ceiling of this server and load
 generator for a request that does no work), and /bench/ping, the same answer after one Redis
 round trip (PING on the limiter's own per-thread connection: what the thread gives up while it
-waits for Redis, without any of authorize's work). Benchmarks only."""
+waits for Redis, without any of authorize's work), and /bench/stand-in: authorize with none of
+its Python (below). Benchmarks only."""
+
+import orjson
 
 from config.wsgi import application as sluice
 
 EMPTY = b"{}"
 HEADERS = [("Content-Type", "application/json"), ("Content-Length", str(len(EMPTY)))]
+# An answer of the size of an admission's (~700 bytes), with as many headers.
+STAND_IN = orjson.dumps({"allowed": True, "padding": "x" * 660})
+STAND_IN_HEADERS = [("Content-Type", "application/json"),
+                    ("Content-Length", str(len(STAND_IN))), ("X-Content-Type-Options", "nosniff")]
+# Busy inside Redis for `loops` iterations of an empty Lua loop: as long as the caller made it.
+_BUSY = "for _ = 1, tonumber(ARGV[1]) do end return 1"
 
 
 def _ping() -> None:
@@ -16,6 +25,29 @@ def _ping() -> None:
     conn = _hot_connection(limiter_client().connection_pool)
     conn.send_command("PING", check_health=False)
     conn.read_response()
+
+
+def _busy(loops: int) -> None:
+    from quotas.limiter.connection import _hot_connection, limiter_client
+
+    conn = _hot_connection(limiter_client().connection_pool)
+    conn.send_command("EVAL", _BUSY, 0, loops, check_health=False)
+    conn.read_response()
+
+
+def stand_in_loops(client, *, microseconds: float) -> int:
+    """How many iterations of _BUSY keep `client`'s Redis busy for `microseconds` (measured
+    there, from its own command statistics)."""
+    def usec() -> int:
+        return client.info("commandstats").get("cmdstat_eval", {"usec": 0})["usec"]
+
+    loops, calls = 20_000, 50
+    client.eval(_BUSY, 0, loops)
+    before = usec()
+    for _ in range(calls):
+        client.eval(_BUSY, 0, loops)
+    per_loop = (usec() - before) / calls / loops
+    return max(1, round(microseconds / per_loop))
 
 
 def application(environ, start_response):
@@ -27,4 +59,10 @@ def application(environ, start_response):
         _ping()
         start_response("200 OK", HEADERS)
         return [EMPTY]
+    if path == "/bench/stand-in":
+        # Authorize with none of its Python: a body of its size read and parsed, Redis busy
+        # for as long as authorize.lua (the body's `stand_in_loops`), an answer of its size.
+        _busy(orjson.loads(environ["wsgi.input"].read())["stand_in_loops"])
+        start_response("200 OK", STAND_IN_HEADERS)
+        return [STAND_IN]
     return sluice(environ, start_response)
