@@ -35,6 +35,7 @@ from django.utils import timezone
 from standardwebhooks.webhooks import Webhook
 
 from billing.services.outbox import backoff_after
+from sluice.sealing import SealBroken
 from webhooks.models import DeliveryStatus, WebhookDelivery, WebhookEvent
 
 logger = logging.getLogger(__name__)
@@ -128,8 +129,13 @@ def webhook_deliver(*, delivery_id: int, now: datetime | None = None) -> str:
     if endpoint.disabled_at is not None:
         return _failed(delivery, now=now, error="endpoint disabled")
     try:
-        code = webhook_post(url=endpoint.url, secret=endpoint.secret, event=delivery.event,
-                            at=timezone.now())
+        code = webhook_post(url=endpoint.url, secret=endpoint.signing_secret(),
+                            event=delivery.event, at=timezone.now())
+    except SealBroken:
+        logger.error("webhook endpoint %s: its signing secret does not open (was "
+                     "SLUICE_SECRET_KEY rotated without SLUICE_SECRET_KEY_FALLBACKS?)", endpoint.pk)
+        return _failed(delivery, now=now, error="signing secret unavailable (secret key "
+                                                "rotated without its fallback)")
     except DeliveryFailed as exc:
         return _failed(delivery, now=now, error=str(exc))
     if not 200 <= code < 300:

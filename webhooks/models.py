@@ -9,6 +9,10 @@ from django.db.models import Q
 from django.utils import timezone
 
 from orgs.models import Organization
+from sluice.sealing import seal, unseal
+
+# Its sealing key's purpose (sluice/sealing.py); migration 0002 names it too.
+SECRET_PURPOSE = "webhook signing secret"  # noqa: S105 - a label, not a secret
 
 
 class EventType(models.TextChoices):
@@ -30,15 +34,17 @@ def event_id_new() -> str:
 
 class WebhookEndpoint(models.Model):
     """Where an org wants its events. The signing secret (`whsec_` + base64 of 32 random bytes,
-    the Standard Webhooks format) must be usable to sign, so it is stored as is, not hashed;
-    the portal shows it once, at creation."""
+    the Standard Webhooks format) must be usable to sign, so it cannot be hashed: it is sealed
+    (sluice/sealing.py; `signing_secret()` opens it), and only its first characters are kept in
+    clear, to tell endpoints apart. The portal shows the secret once, at creation."""
 
     org = models.ForeignKey(Organization, on_delete=models.CASCADE,
                             related_name="webhook_endpoints")
     url = models.URLField(max_length=500)
     description = models.CharField(max_length=200, blank=True, default="")
     event_types = ArrayField(models.CharField(max_length=40, choices=EventType.choices))
-    secret = models.CharField(max_length=100)
+    secret_sealed = models.TextField()
+    secret_hint = models.CharField(max_length=12)  # "whsec_" and the secret's first 4 characters
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL,
                                    null=True, related_name="+")
     created_at = models.DateTimeField(default=timezone.now)
@@ -52,9 +58,14 @@ class WebhookEndpoint(models.Model):
     def __str__(self) -> str:
         return self.url
 
-    @property
-    def secret_hint(self) -> str:
-        return f"{self.secret[:10]}…"
+    @staticmethod
+    def secret_fields(secret: str) -> dict[str, str]:
+        """What is stored of a signing secret."""
+        return {"secret_sealed": seal(secret, purpose=SECRET_PURPOSE), "secret_hint": secret[:10]}
+
+    def signing_secret(self) -> str:
+        """Raises SealBroken when sealed under a key the settings no longer hold."""
+        return unseal(self.secret_sealed, purpose=SECRET_PURPOSE)
 
 
 class WebhookEvent(models.Model):

@@ -16,8 +16,10 @@ from django.utils import timezone
 from orgs.models import Organization
 from orgs.services.audit import Actor, audit_record
 from sluice.errors import Conflict, DomainError, IllegalTransition
+from sluice.sealing import SealBroken, reseal
 from sluice.transactions import nested_atomic
 from webhooks.models import (
+    SECRET_PURPOSE,
     DeliveryStatus,
     EventType,
     WebhookDelivery,
@@ -56,7 +58,7 @@ def webhook_endpoint_create(*, org: Organization, url: str, event_types: list[st
     secret = SECRET_PREFIX + base64.b64encode(secrets.token_bytes(32)).decode()
     endpoint = WebhookEndpoint.objects.create(
         org=org, url=endpoint_url_check(url), event_types=sorted(set(event_types)),
-        description=description.strip(), secret=secret,
+        description=description.strip(), **WebhookEndpoint.secret_fields(secret),
         created_by=actor if not isinstance(actor, str) else None)
     audit_record(actor=actor, action="webhook_endpoint.create", target=endpoint, org=org,
                  after={"url": url, "event_types": endpoint.event_types})
@@ -74,6 +76,24 @@ def webhook_endpoint_disable(*, endpoint: WebhookEndpoint, actor: Actor) -> Webh
     audit_record(actor=actor, action="webhook_endpoint.disable", target=endpoint,
                  org=endpoint.org)
     return endpoint
+
+
+@transaction.atomic(durable=True)
+def webhook_endpoint_secrets_reseal() -> tuple[int, list[int]]:
+    """Every endpoint's signing secret sealed again under the current SLUICE_SECRET_KEY, from
+    whichever of its fallbacks sealed it (after a rotation, before the fallback is removed):
+    (how many were sealed again, the ids of those that open with no configured key, which
+    are left as they are). The secrets themselves do not change."""
+    resealed, broken = 0, []
+    for endpoint in WebhookEndpoint.objects.select_for_update().only("pk", "secret_sealed"):
+        try:
+            sealed = reseal(endpoint.secret_sealed, purpose=SECRET_PURPOSE)
+        except SealBroken:
+            broken.append(endpoint.pk)
+            continue
+        WebhookEndpoint.objects.filter(pk=endpoint.pk).update(secret_sealed=sealed)
+        resealed += 1
+    return resealed, broken
 
 
 @nested_atomic

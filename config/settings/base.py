@@ -57,6 +57,7 @@ KNOWN_ENV = {
     "SLUICE_USAGE_RAW_RETENTION_DAYS",
     "SLUICE_USAGE_HOURLY_RETENTION_DAYS",
     "SLUICE_DB_CONNECT_TIMEOUT_SECONDS",
+    "SLUICE_SECRET_KEY_FALLBACKS",
 }
 env_reject_unknown("SLUICE_", KNOWN_ENV)
 
@@ -70,6 +71,9 @@ if not DEBUG and (len(SECRET_KEY) < 50 or len(set(SECRET_KEY)) < 5):
     raise ImproperlyConfigured(
         "SLUICE_SECRET_KEY must be at least 50 characters with at least 5 different ones, e.g. "
         "python -c 'import secrets; print(secrets.token_urlsafe(50))'.")
+# Earlier keys, while a rotation completes: sessions, password-reset links and sealed secrets
+# (sluice/sealing.py, until `manage.py secrets_reseal`) made under them are still honoured.
+SECRET_KEY_FALLBACKS = env_list("SLUICE_SECRET_KEY_FALLBACKS", [])
 
 ALLOWED_HOSTS = env_list("SLUICE_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("SLUICE_CSRF_TRUSTED_ORIGINS", [])
