@@ -7,6 +7,7 @@ from orgs.models import Application, Role, ServiceTier
 from orgs.services.applications import APPLICANT_FIELDS
 from portal.services import password_reset_email_queue
 from quotas.models import CapacityPool
+from quotas.selectors import pool_regions
 from sluice.auth_forms import ThrottledAuthenticationForm
 from webhooks.models import EventType
 
@@ -80,12 +81,6 @@ class WebhookEndpointForm(forms.Form):
     event_types = forms.MultipleChoiceField(
         label="Events", choices=EventType.choices, widget=forms.CheckboxSelectMultiple,
         initial=EventType.values)
-
-
-def pool_regions() -> list[str]:
-    """The regions some pool serves: the only ones an application can be queued in."""
-    return list(CapacityPool.objects.order_by("region").values_list("region", flat=True)
-                .distinct())
 
 
 class ApiKeyLimitsForm(forms.Form):

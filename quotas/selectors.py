@@ -42,6 +42,12 @@ def pool_get(*, pool_id: int) -> CapacityPool:
     return pool
 
 
+def pool_regions() -> list[str]:
+    """The regions some pool serves: the only ones an application can be queued in."""
+    return list(CapacityPool.objects.order_by("region").values_list("region", flat=True)
+                .distinct())
+
+
 def allocation_get_for_user(*, user, allocation_id: int) -> Allocation:
     """One query scoped to the orgs `user` may see: another org's allocation answers exactly
     like a missing one (same 404, same message)."""

@@ -80,10 +80,12 @@ class RequiredBooleanField(serializers.BooleanField):
     default_empty_html = serializers.empty
 
 
-def validated_input(serializer_class, data, *, partial: bool = False) -> dict:
-    """Parse a view's input with its Input serializer; malformed input raises (-> 400). The
-    one way every API view reads its body and query parameters."""
-    serializer = serializer_class(data=data, partial=partial)
+def validated_input(serializer_class, data, *, partial: bool = False,
+                    context: dict | None = None) -> dict:
+    """Parse a view's input with its Input serializer (`context`: what its checks need to
+    know besides the input); malformed input raises (-> 400). The one way every API view reads
+    its body and query parameters."""
+    serializer = serializer_class(data=data, partial=partial, context=context or {})
     serializer.is_valid(raise_exception=True)
     return serializer.validated_data
 

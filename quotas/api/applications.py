@@ -37,6 +37,7 @@ from orgs.services.applications import (
     applications_decide_bulk,
 )
 from quotas.models import CapacityPool
+from quotas.selectors import pool_regions
 from quotas.services import org_pool_preference_set
 from quotas.waitlist import application_rows, org_waitlist_estimate, vetting_queue
 from sluice.api import RequiredBooleanField, validated_input
@@ -60,6 +61,17 @@ class ApplicationInput(serializers.Serializer):
     expected_daily_tokens = serializers.IntegerField(min_value=1, max_value=10**15)
     latency_sensitivity = serializers.ChoiceField(choices=LatencySensitivity.choices)
     preferred_region = serializers.CharField(max_length=50)
+
+    def validate_preferred_region(self, value: str) -> str:
+        """A region some pool serves (as the portal's form offers), or the one the application
+        already has (`current_region` in the context: an earlier answer stays valid when its
+        pool goes)."""
+        current = self.context.get("current_region")
+        regions = pool_regions()
+        if value != current and value not in regions:
+            raise serializers.ValidationError(
+                f"No pool serves {value!r}; choose one of: {', '.join(regions) or '(none yet)'}.")
+        return value
 
 
 class ScoreOutput(serializers.Serializer):
@@ -358,7 +370,8 @@ class OrgApplicationDetailApi(APIView):
     def patch(self, request, slug: str, pk: int):
         membership, app = self._get(request, slug, pk)
         _require_manager(membership)
-        data = dict(validated_input(self.OrgApplicationUpdateInput, request.data, partial=True))
+        data = dict(validated_input(self.OrgApplicationUpdateInput, request.data, partial=True,
+                                    context={"current_region": app.preferred_region}))
         response = data.pop("response", "")
         app = application_update(application=app, data=data, response=response,
                                  actor=request.user)

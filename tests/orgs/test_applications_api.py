@@ -121,6 +121,38 @@ def test_malformed_applications_are_400_and_write_nothing(applicant, payload):
     assert _nothing_written()
 
 
+def test_a_region_no_pool_serves_is_400_and_writes_nothing(applicant):
+    """As in the portal's form: an application is queued in a region some pool serves."""
+    org, owner, client = applicant
+    PoolFactory(region="eu-west")
+    r = client.post(f"/api/v1/org/{org.slug}/applications",
+                    application_data(preferred_region="mars-1"), format="json")
+    assert r.status_code == 400, r.json()
+    assert r.json()["error"]["code"] == "invalid_input"
+    assert "eu-west" in r.json()["error"]["fields"]["preferred_region"][0]
+    assert _nothing_written()
+    r = client.post(f"/api/v1/org/{org.slug}/applications",
+                    application_data(preferred_region="eu-west"), format="json")
+    assert r.status_code == 201, r.json()
+
+
+def test_an_update_keeps_a_region_whose_pool_went_but_cannot_move_to_one(applicant,
+                                                                         operator_client):
+    org, owner, client = applicant
+    app = submit(org, owner, preferred_region="us-east")  # no pool serves it (any longer)
+    operator_client.post(f"/api/v1/operator/applications/{app.pk}/decision",
+                         {"decision": "request_info", "reason": "vague",
+                          "shared_reason": "What is your peak?"}, format="json")
+    url = f"/api/v1/org/{org.slug}/applications/{app.pk}"
+    r = client.patch(url, {"preferred_region": "mars-1"}, format="json")
+    assert r.status_code == 400, r.json()
+    app.refresh_from_db()
+    assert app.preferred_region == "us-east"
+    r = client.patch(url, {"preferred_region": "us-east", "expected_peak_tps": 500,
+                           "response": "500 at peak"}, format="json")
+    assert r.status_code == 200, r.json()
+
+
 def test_unparseable_json_is_400(applicant):
     org, _, client = applicant
     r = client.post(f"/api/v1/org/{org.slug}/applications", "{nope",
