@@ -265,6 +265,10 @@ class Settlement:
     cached_input_tokens: int = 0  # served from the upstream's cache: not input capacity
     api_key_id: int = 0  # 0: none known
     completed: int = 0  # 1: the output length is a sample of the org's (and key's) estimate
+    # The UTC day (YYYYMMDD) the request started: usage without a reservation counts against
+    # that day's quota, as a rebuild from PostgreSQL counts it ("": today). A reservation
+    # counts on the day it was made.
+    day: str = ""
 
 
 # Script arguments. A script taking a list gets one extra key per item (after its KEYS) and the

@@ -104,11 +104,13 @@ def test_one_batch_leaves_each_days_counter_at_what_its_requests_used(tenant, li
     today = day_stamp(clock.now())
     assert authorize(tenant, "t1", input_tokens=100, max_output_tokens=100).allowed
     used = {"y1": 30, "y2": 350, "t1": 10, "u1": 40, "u2": 25}  # y2 used more than reserved
+    # u3: no reservation, started yesterday (a late report): yesterday's, as a rebuild counts it.
     assert limiter_settle(pool_id=tenant.pool.pk, settlements=[
-        Settlement(request_id=r, org_id=tenant.org.pk, input_tokens=n)
-        for r, n in used.items()]) == 5
+        *(Settlement(request_id=r, org_id=tenant.org.pk, input_tokens=n)
+          for r, n in used.items()),
+        Settlement(request_id="u3", org_id=tenant.org.pk, input_tokens=60, day=yesterday)]) == 6
     redis = limiter_client()
-    assert int(redis.get(counter(yesterday))) == 30 + 350
+    assert int(redis.get(counter(yesterday))) == 30 + 350 + 60
     assert int(redis.get(counter(today))) == 10 + 40 + 25
     assert redis.pttl(counter(yesterday)) > 24 * 3600 * 1000
     assert redis.pttl(counter(today)) > 24 * 3600 * 1000

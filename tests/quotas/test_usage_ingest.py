@@ -136,6 +136,23 @@ def test_usage_for_a_request_admitted_while_failing_open_is_counted(gateway, t,
         "x-ratelimit-remaining-tokens-day"] == str(100_000 - 400 - 2)
 
 
+def test_a_late_report_of_yesterdays_unreserved_usage_is_not_todays(gateway, t, limiter_clock,
+                                                                    report):
+    """Usage without a reservation counts on the UTC day it started, as a rebuild of the day's
+    counter from PostgreSQL counts it: yesterday's, reported after midnight, leaves today's
+    quota whole."""
+    from quotas.gateway.reservations import reservation_id_issue
+
+    reservation = reservation_id_issue(pool_id=t.pool.pk, org_id=t.org.pk,
+                                       api_key_id=t.key.pk, request_id="late-1")
+    late = event("late-1", limiter_clock, reservation_id=reservation)  # 5 s before noon
+    limiter_clock.advance(hours=12, minutes=1)  # 00:01 UTC the next day
+    assert report(gateway, late).json()["recorded"] == 1
+    assert UsageEvent.objects.get().unreserved is True
+    assert authorize(gateway, t, "r2", input_tokens=1, max_output_tokens=1)["headers"][
+        "x-ratelimit-remaining-tokens-day"] == str(100_000 - 2)
+
+
 def test_unattributable_and_forged_events_are_rejected_per_event(gateway, t, limiter_clock,
                                                                  report):
     grant = authorize(gateway, t, "r1")

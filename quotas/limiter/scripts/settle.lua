@@ -126,7 +126,10 @@ for _, item in ipairs(ITEMS) do
                        F.res.api_key)
   local reserved_by, state = r[1], r[8]
   if state ~= 'settled' then
-    local owner, day, key_id = item.org_id, today, tonumber(item.api_key_id)
+    -- Without a reservation, usage counts on the day the request started (a late report of
+    -- yesterday's is not today's), as the rebuild from PostgreSQL counts it.
+    local owner, day, key_id = item.org_id, #item.day > 0 and item.day or today,
+                               tonumber(item.api_key_id)
     local reserved_in, reserved_out, borrowed_out, borrowed_in = 0, 0, 0, 0
     local reserved = reserved_by and state ~= 'spilled'
     if reserved then
