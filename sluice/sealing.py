@@ -43,17 +43,17 @@ def seal(plaintext: str, *, purpose: str) -> str:
 
 
 def unseal(sealed: str, *, purpose: str) -> str:
-    try:
-        return _current(purpose).decrypt(sealed.encode()).decode()
-    except InvalidToken as exc:
-        raise SealBroken(f"a sealed {purpose} does not open with SLUICE_SECRET_KEY or its "
-                         "fallbacks") from exc
+    return _opened(_current(purpose).decrypt, sealed, purpose)
 
 
 def reseal(sealed: str, *, purpose: str) -> str:
     """The same plaintext sealed under the current key (from a fallback's, after rotation)."""
+    return _opened(_current(purpose).rotate, sealed, purpose)
+
+
+def _opened(open_with, sealed: str, purpose: str) -> str:
     try:
-        return _current(purpose).rotate(sealed.encode()).decode()
+        return open_with(sealed.encode()).decode()
     except InvalidToken as exc:
         raise SealBroken(f"a sealed {purpose} does not open with SLUICE_SECRET_KEY or its "
                          "fallbacks") from exc
