@@ -254,7 +254,8 @@ def _settle(rows: list[_Row]) -> None:
             request_id=e.request_id, org_id=r.ref.org_id, input_tokens=e.input_tokens,
             output_tokens=e.output_tokens, cached_input_tokens=e.cached_input_tokens,
             api_key_id=r.ref.api_key_id or 0, completed=int(e.status == "completed"),
-            day=_utc_day(int(e.started_at.timestamp()) // 86_400)))
+            day=_utc_day(int(e.started_at.timestamp()) // 86_400),
+            finished_ms=int(e.finished_at.timestamp() * 1000)))
     for pool_id, settlements in by_pool.items():
         try:
             limiter_settle(pool_id=pool_id, settlements=settlements)

@@ -269,6 +269,9 @@ class Settlement:
     # that day's quota, as a rebuild from PostgreSQL counts it ("": today). A reservation
     # counts on the day it was made.
     day: str = ""
+    # When it finished (epoch ms; 0: now). Usage without a reservation owes the TPS buckets only
+    # what their rate has not repaid since: a late report does not throttle the present.
+    finished_ms: int = 0
 
 
 # Script arguments. A script taking a list gets one extra key per item (after its KEYS) and the

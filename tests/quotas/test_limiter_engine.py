@@ -87,6 +87,27 @@ def test_excess_usage_is_debited_and_unreserved_usage_counted(tenant):
     assert d.day_remaining == 100_000 - 50 - 30 - 2
 
 
+def test_a_late_report_owes_only_what_the_rate_has_not_repaid_since(tenant, limiter_clock):
+    """Usage without a reservation is debited when it is settled, less what the guaranteed
+    rate (100 tokens/s here) would have repaid since it finished; the day counts all of it."""
+    from quotas.limiter.clock import clock, epoch_ms
+
+    now = epoch_ms(clock.now())
+    before = authorize(tenant, "r0", input_tokens=1, max_output_tokens=1)
+    assert limiter_settle(pool_id=tenant.pool.pk, settlements=[
+        Settlement(request_id="old", org_id=tenant.org.pk, input_tokens=500,
+                   finished_ms=now - 10_000),  # 10 s ago: repaid by now
+        Settlement(request_id="recent", org_id=tenant.org.pk, input_tokens=500,
+                   finished_ms=now - 2_000),  # 2 s ago: 200 repaid, 300 owed
+        Settlement(request_id="ahead", org_id=tenant.org.pk, input_tokens=50,
+                   finished_ms=now + 1_000),  # a clock ahead of ours: all owed
+        Settlement(request_id="unknown", org_id=tenant.org.pk, input_tokens=100),  # all owed
+    ]) == 4
+    after = authorize(tenant, "r1", input_tokens=1, max_output_tokens=1)
+    assert after.tokens_remaining == before.tokens_remaining - 300 - 50 - 100 - 2
+    assert after.day_remaining == before.day_remaining - 1_150 - 2
+
+
 def test_one_batch_leaves_each_days_counter_at_what_its_requests_used(tenant, limiter_clock):
     """settle.lua moves each (org, day) counter once per batch: the sum of its events'
     corrections, whichever day they were reserved on, with the counter's expiry renewed."""

@@ -55,6 +55,14 @@ local function key_slice(key_id)
   return keys[key_id]
 end
 
+-- What is still owed of a debt `unused` (< 0) of usage without a reservation that finished
+-- `age` ms ago (a late report): the bucket's `rate` would have repaid the rest since, as an
+-- otherwise idle org's bucket debited when the request finished would be full again by now.
+local function still_owed(unused, rate, age)
+  if unused >= 0 or age == 0 then return unused end
+  return math.min(0, unused + age * rate / 1000)
+end
+
 -- A key's own bucket of one dimension gets back `unused` (capped), or owes `-unused`.
 local function key_bucket_settle(b, unused)
   if b.rate > 0 then b.level = math.min(b.capacity, b.level + unused) end
@@ -151,9 +159,13 @@ for _, item in ipairs(ITEMS) do
     local s = org_buckets(owner)
     local unused_out, unused_in = reserved_out - output, reserved_in - prefill
     if not s.apart then unused_out, unused_in = unused_out + unused_in, 0 end
-    headroom_changed = buckets_settle(s.output, unused_out, borrowed_out) or headroom_changed
+    local finished, age = tonumber(item.finished_ms), 0
+    if not reserved and finished > 0 then age = math.max(0, now - finished) end
+    headroom_changed = buckets_settle(s.output, still_owed(unused_out, s.output.g.rate, age),
+                                      borrowed_out) or headroom_changed
     if s.apart then
-      headroom_changed = buckets_settle(s.input, unused_in, borrowed_in) or headroom_changed
+      headroom_changed = buckets_settle(s.input, still_owed(unused_in, s.input.g.rate, age),
+                                        borrowed_in) or headroom_changed
     end
 
     -- The key's own slice: settled like its reservation debited it, or, without one, debited
@@ -167,8 +179,8 @@ for _, item in ipairs(ITEMS) do
     end
     if sliced then
       local k = key_slice(key_id)
-      key_bucket_settle(k.output, unused_out)
-      key_bucket_settle(k.input, unused_in)
+      key_bucket_settle(k.output, still_owed(unused_out, k.output.rate, age))
+      key_bucket_settle(k.input, still_owed(unused_in, k.input.rate, age))
       if day == k.day then k.day_used = k.day_used - unused_out - unused_in end
       if reserved then redis.call('ZREM', key(KEY.key_inflight, key_id), item.request_id) end
     end
