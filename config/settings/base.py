@@ -278,6 +278,12 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TIMEZONE = "UTC"
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# A Redis failover demotes the broker the worker is blocked on (BRPOP answers "UNBLOCKED ...
+# master -> replica", then writes answer READONLY): channel errors, which Celery treats as
+# unrecoverable and exits on. Retried like a lost connection instead, for as long as it takes
+# (the default gives up after 100 attempts): a worker outlives the broker's outage.
+CELERY_BROKER_CHANNEL_ERROR_RETRY = True
+CELERY_BROKER_CONNECTION_MAX_RETRIES = None
 # What a task prints (the console email backend prints whole emails) goes to the worker's
 # output as it is: Celery's default logs every printed line as a WARNING.
 CELERY_WORKER_REDIRECT_STDOUTS = False
