@@ -2,7 +2,11 @@
 private Redis that is demoted to a replica (as a failover does to the old primary: its blocked
 BRPOP answers "UNBLOCKED ... master -> replica", then every write READONLY), promoted back, and
 then restarted. Celery's default treats the first as unrecoverable and exits; the settings'
-CELERY_BROKER_CHANNEL_ERROR_RETRY makes it reconnect like after a lost connection."""
+CELERY_BROKER_CHANNEL_ERROR_RETRY makes it reconnect like after a lost connection.
+
+Each fault strikes an idle worker (its task done and acknowledged). A connection lost while a
+task is in flight can still stop the worker: kombu, restoring the unacknowledged message on the
+closed connection, raises AttributeError (README, "Celery queues"); that is kombu's, not this."""
 
 import os
 import subprocess
@@ -32,11 +36,14 @@ def _consumers(broker: PrivateRedis) -> int:
     return sum(1 for c in broker.client().client_list() if c.get("cmd") == "brpop")
 
 
-def _task_sent(broker: PrivateRedis) -> str:
+def _task_done(broker: PrivateRedis, worker: subprocess.Popen, log: Path) -> None:
+    """A task sent to the worker through `broker`, received and finished (succeeded, or raised
+    for want of a database: either way the worker consumed it and acknowledged it)."""
     with Connection(broker.url) as connection:
-        result = app.send_task("quotas.tasks.limiter_sync", queue="maintenance",
-                               connection=connection)
-    return result.id
+        task_id = app.send_task("quotas.tasks.limiter_sync", queue="maintenance",
+                                connection=connection).id
+    _until(lambda: f"[{task_id}] succeeded" in log.read_text()
+           or f"[{task_id}] raised" in log.read_text(), "the task", worker, log)
 
 
 @pytest.mark.filterwarnings("ignore::celery.exceptions.AlwaysEagerIgnored")  # send_task: real
@@ -58,14 +65,12 @@ def test_a_worker_reconnects_after_its_broker_is_demoted_and_after_a_restart(tmp
                worker, log)
         broker.client().replicaof("NO", "ONE")  # promoted again
         _until(lambda: _consumers(broker) > 0, "the worker to consume again", worker, log)
-        task_id = _task_sent(broker)
-        _until(lambda: f"[{task_id}] received" in log.read_text(), "the task", worker, log)
+        _task_done(broker, worker, log)
 
         broker.stop()  # and restarted, empty, on the same port
         broker = PrivateRedis(tmp_path / "broker", port=broker.port).start()
         _until(lambda: _consumers(broker) > 0, "the worker after a restart", worker, log)
-        task_id = _task_sent(broker)
-        _until(lambda: f"[{task_id}] received" in log.read_text(), "the task", worker, log)
+        _task_done(broker, worker, log)
     finally:
         worker.terminate()
         worker.wait(30)
