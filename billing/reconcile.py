@@ -1,5 +1,8 @@
-"""Compare our invoices with Stripe's and list every difference. Read-only on both sides: an
-operator decides what to do (retry a dead letter, replay a missed webhook, void)."""
+"""Compare our invoices with Stripe's, and with their month rated again from today's data, and
+list every difference. Read-only on both sides: an operator decides what to do (retry a dead
+letter, replay a missed webhook, void, or reissue an open invoice whose month has changed since
+it was issued: usage reported late, a corrected discount or price; a paid one cannot be voided,
+and its difference is not billed by anything here yet)."""
 
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -7,6 +10,8 @@ from datetime import date
 
 from billing import stripe_api
 from billing.models import Invoice, InvoiceStatus, OutboxStatus
+from billing.rating import total_cents
+from billing.selectors import month_rated_lines
 
 # Our status -> the Stripe statuses that agree with it.
 AGREEING = {
@@ -39,11 +44,22 @@ def _compare(invoice: Invoice) -> Iterator[Difference]:
                          str(invoice.pk), remote.metadata.get("sluice_invoice_id", "-"))
 
 
+def _rated_again(invoices) -> Iterator[Difference]:
+    """Live invoices (zero ones too) whose month, rated again now, comes to another total."""
+    for invoice in invoices.exclude(status=InvoiceStatus.VOID).select_related("org"):
+        now = total_cents(month_rated_lines(org=invoice.org, month=invoice.period_start))
+        if now != invoice.total_cents:
+            yield Difference(invoice.number, f"rated again now: {now} cents (usage reported "
+                             "after the close, or a changed discount or price)",
+                             str(invoice.total_cents), "-")
+
+
 def reconcile(*, month: date | None = None) -> list[Difference]:
-    invoices = Invoice.objects.filter(total_cents__gt=0).order_by("period_start", "pk")
+    every = Invoice.objects.order_by("period_start", "pk")
     if month is not None:
-        invoices = invoices.filter(period_start=month)
-    differences = []
+        every = every.filter(period_start=month)
+    invoices = every.filter(total_cents__gt=0)
+    differences = list(_rated_again(every))
     for invoice in invoices.prefetch_related("outbox_messages"):
         if invoice.stripe_invoice_id:
             differences.extend(_compare(invoice))
