@@ -1,15 +1,15 @@
-"""Compare our invoices with Stripe's, and with their month rated again from today's data, and
-list every difference. Read-only on both sides: an operator decides what to do (retry a dead
-letter, replay a missed webhook, void, or reissue an open invoice whose month has changed since
-it was issued: usage reported late, a corrected discount or price; a paid one cannot be voided,
-and its difference is not billed by anything here yet)."""
+"""Compare our invoices with Stripe's, and with the usage their month holds now, and list every
+difference. Read-only on both sides: an operator decides what to do (retry a dead letter,
+replay a missed webhook, void, or reissue an open invoice whose month received usage after it
+was issued; a paid one cannot be voided, and its difference is not billed by anything here
+yet)."""
 
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import date
 
 from billing import stripe_api
-from billing.models import Invoice, InvoiceStatus, OutboxStatus
+from billing.models import Invoice, InvoiceStatus, LineKind, OutboxStatus
 from billing.rating import total_cents
 from billing.selectors import month_rated_lines
 
@@ -44,13 +44,30 @@ def _compare(invoice: Invoice) -> Iterator[Difference]:
                          str(invoice.pk), remote.metadata.get("sluice_invoice_id", "-"))
 
 
-def _rated_again(invoices) -> Iterator[Difference]:
-    """Live invoices (zero ones too) whose month, rated again now, comes to another total."""
-    for invoice in invoices.exclude(status=InvoiceStatus.VOID).select_related("org"):
-        now = total_cents(month_rated_lines(org=invoice.org, month=invoice.period_start))
-        if now != invoice.total_cents:
-            yield Difference(invoice.number, f"rated again now: {now} cents (usage reported "
-                             "after the close, or a changed discount or price)",
+# Lines that count tokens once each (the premium and speed-credit lines count them again).
+_TOKEN_KINDS = (LineKind.INPUT, LineKind.CACHED_INPUT, LineKind.OUTPUT)
+
+
+def _usage_of(lines) -> dict[tuple, int]:
+    """Tokens per (kind, pool, price version) of invoice lines or rated lines: what was used,
+    whatever the discount (which the invoice does not record, and may have changed since)."""
+    return {(str(ln.kind), ln.pool_id, ln.price_version_id): ln.quantity_tokens
+            for ln in lines if ln.kind != LineKind.DISCOUNT}
+
+
+def _usage_since_close(invoices) -> Iterator[Difference]:
+    """Live invoices (zero ones too) whose month now holds other usage than they bill: usage
+    reported after the close (the hook accepts events up to the raw retention)."""
+    for invoice in (invoices.exclude(status=InvoiceStatus.VOID).select_related("org")
+                    .prefetch_related("lines")):
+        billed = _usage_of(invoice.lines.all())
+        lines = month_rated_lines(org=invoice.org, month=invoice.period_start)
+        now = _usage_of(lines)
+        if now != billed:
+            more = sum(q for (kind, *_), q in now.items() if kind in _TOKEN_KINDS) - sum(
+                q for (kind, *_), q in billed.items() if kind in _TOKEN_KINDS)
+            yield Difference(invoice.number, f"usage reported after the close: {more:+,} "
+                             f"tokens; rated again now: {total_cents(lines)} cents",
                              str(invoice.total_cents), "-")
 
 
@@ -59,7 +76,7 @@ def reconcile(*, month: date | None = None) -> list[Difference]:
     if month is not None:
         every = every.filter(period_start=month)
     invoices = every.filter(total_cents__gt=0)
-    differences = list(_rated_again(every))
+    differences = list(_usage_since_close(every))
     for invoice in invoices.prefetch_related("outbox_messages"):
         if invoice.stripe_invoice_id:
             differences.extend(_compare(invoice))
