@@ -19,19 +19,12 @@ STAND_IN_HEADERS = [("Content-Type", "application/json"),
 _BUSY = "for _ = 1, tonumber(ARGV[1]) do end return 1"
 
 
-def _ping() -> None:
+def _redis_call(*command) -> None:
+    """One command on the limiter's own per-thread connection, as authorize sends its script."""
     from quotas.limiter.connection import _hot_connection, limiter_client
 
     conn = _hot_connection(limiter_client().connection_pool)
-    conn.send_command("PING", check_health=False)
-    conn.read_response()
-
-
-def _busy(loops: int) -> None:
-    from quotas.limiter.connection import _hot_connection, limiter_client
-
-    conn = _hot_connection(limiter_client().connection_pool)
-    conn.send_command("EVAL", _BUSY, 0, loops, check_health=False)
+    conn.send_command(*command, check_health=False)
     conn.read_response()
 
 
@@ -56,13 +49,13 @@ def application(environ, start_response):
         start_response("200 OK", HEADERS)
         return [EMPTY]
     if path == "/bench/ping":
-        _ping()
+        _redis_call("PING")
         start_response("200 OK", HEADERS)
         return [EMPTY]
     if path == "/bench/stand-in":
         # Authorize with none of its Python: a body of its size read and parsed, Redis busy
         # for as long as authorize.lua (the body's `stand_in_loops`), an answer of its size.
-        _busy(orjson.loads(environ["wsgi.input"].read())["stand_in_loops"])
+        _redis_call("EVAL", _BUSY, 0, orjson.loads(environ["wsgi.input"].read())["stand_in_loops"])
         start_response("200 OK", STAND_IN_HEADERS)
         return [STAND_IN]
     return sluice(environ, start_response)

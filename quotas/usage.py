@@ -16,7 +16,6 @@ import logging
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from functools import lru_cache
 
 import psycopg
 from django.conf import settings
@@ -31,7 +30,7 @@ from quotas.gateway.reservations import (
     reservation_id_pool,
 )
 from quotas.gateway.routing import PoolRoute, pool_route_by_id, pool_routes_all
-from quotas.limiter.clock import clock, day_stamp
+from quotas.limiter.clock import clock, day_stamp_of_ms, epoch_ms
 from quotas.limiter.connection import LimiterUnavailable
 from quotas.limiter.engine import limiter_reservations_lookup, limiter_settle
 from quotas.limiter.schema import Settlement
@@ -240,12 +239,6 @@ def _columns(rows: list[_Row]) -> dict[str, list]:
     }
 
 
-@lru_cache(maxsize=64)
-def _utc_day(days_since_epoch: int) -> str:
-    """YYYYMMDD of a UTC day by its number (a batch's events share a few: formatted once)."""
-    return day_stamp(datetime.fromtimestamp(days_since_epoch * 86_400, UTC))
-
-
 def _settle(rows: list[_Row]) -> None:
     by_pool: dict[int, list[Settlement]] = defaultdict(list)
     for r in rows:
@@ -254,8 +247,7 @@ def _settle(rows: list[_Row]) -> None:
             request_id=e.request_id, org_id=r.ref.org_id, input_tokens=e.input_tokens,
             output_tokens=e.output_tokens, cached_input_tokens=e.cached_input_tokens,
             api_key_id=r.ref.api_key_id or 0, completed=int(e.status == "completed"),
-            day=_utc_day(int(e.started_at.timestamp()) // 86_400),
-            finished_ms=int(e.finished_at.timestamp() * 1000)))
+            day=day_stamp_of_ms(epoch_ms(e.started_at)), finished_ms=epoch_ms(e.finished_at)))
     for pool_id, settlements in by_pool.items():
         try:
             limiter_settle(pool_id=pool_id, settlements=settlements)

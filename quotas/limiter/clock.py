@@ -2,6 +2,7 @@
 instead of sleeping; production reads the wall clock."""
 
 from datetime import UTC, datetime, timedelta
+from functools import lru_cache
 
 
 class Clock:
@@ -30,6 +31,17 @@ def epoch_ms(at: datetime) -> int:
 
 def day_stamp(at: datetime) -> str:
     return at.astimezone(UTC).strftime("%Y%m%d")
+
+
+def day_stamp_of_ms(ms: int) -> str:
+    """The UTC day (YYYYMMDD) of epoch ms `ms`, formatted once per day: a usage batch's
+    events fall on a day or two."""
+    return _day_stamp_of(ms // _DAY_MS)
+
+
+@lru_cache(maxsize=64)
+def _day_stamp_of(day_number: int) -> str:
+    return day_stamp(datetime.fromtimestamp(day_number * 86_400, UTC))
 
 
 def month_stamp(at: datetime) -> str:
