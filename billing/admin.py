@@ -46,14 +46,14 @@ class InvoiceLineInline(admin.TabularInline):
 
 @admin.register(Invoice)
 class InvoiceAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
-    list_display = ["number", "org", "period_start", "status", "total_cents", "stripe_status",
-                    "payment_failed_at"]
+    list_display = ["number", "org", "period_start", "status", "total_cents", "supplements",
+                    "stripe_status", "payment_failed_at"]
     list_filter = ["status", "period_start"]
     search_fields = ["number", "org__name", "stripe_invoice_id"]
-    list_select_related = ["org"]
+    list_select_related = ["org", "supplements"]
     show_full_result_count = False
     inlines = [InvoiceLineInline]
-    actions = ["void", "reissue"]
+    actions = ["void", "reissue", "bill_late_usage"]
 
     @admin.action(description="Void selected invoices")
     def void(self, request, queryset):
@@ -64,6 +64,12 @@ class InvoiceAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     def reissue(self, request, queryset):
         run_service_on_each(self, request, queryset, services.invoice_reissue, "Re-issued",
                             arg="invoice", reason="re-issued in admin")
+
+    @admin.action(description="Bill late usage of the selected paid invoices' months")
+    def bill_late_usage(self, request, queryset):
+        run_service_on_each(self, request, queryset, services.invoice_bill_late_usage,
+                            "Supplements of late usage issued",
+                            arg="invoice", reason="billed in admin")
 
 
 @admin.register(OutboxMessage)

@@ -121,6 +121,10 @@ class Invoice(models.Model):
     total_cents = models.BigIntegerField()
     replaces = models.OneToOneField("self", on_delete=models.PROTECT, null=True, blank=True,
                                     related_name="replaced_by")
+    # A supplementary invoice: usage of a paid invoice's month reported after it was issued.
+    # The month's main invoice (never itself a supplement) is the one this bills in addition to.
+    supplements = models.ForeignKey("self", on_delete=models.PROTECT, null=True, blank=True,
+                                    related_name="supplemented_by")
     issued_at = models.DateTimeField(default=timezone.now)
     paid_at = models.DateTimeField(null=True, blank=True)
     payment_failed_at = models.DateTimeField(null=True, blank=True)
@@ -133,8 +137,10 @@ class Invoice(models.Model):
         ordering = ["-period_start", "-revision"]
         constraints = [
             # The idempotency of the monthly close: a second close (or a concurrent one) hits
-            # this constraint and returns the invoice that is already there.
-            models.UniqueConstraint(fields=["org", "period_start"], condition=~Q(status="void"),
+            # this constraint and returns the invoice that is already there. Supplements of
+            # late usage are not the month's invoice: a month may have several.
+            models.UniqueConstraint(fields=["org", "period_start"],
+                                    condition=~Q(status="void") & Q(supplements__isnull=True),
                                     name="invoice_one_live_per_org_month"),
             models.UniqueConstraint(fields=["org", "period_start", "revision"],
                                     name="invoice_revision_unique"),

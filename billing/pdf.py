@@ -23,11 +23,14 @@ def _header(pdf: FPDF, invoice: Invoice) -> None:
     pdf.cell(text=_latin1(f"Invoice {invoice.number}"), new_x="LMARGIN", new_y="NEXT")
     pdf.set_font("Helvetica", size=10)
     replaces = f" - replaces {invoice.replaces.number}" if invoice.replaces_id else ""
-    for text in (invoice.org.name,
-                 f"Period {invoice.period_start:%Y-%m-%d} to {invoice.period_end:%Y-%m-%d} "
-                 "(UTC, end exclusive)",
-                 f"Issued {invoice.issued_at:%Y-%m-%d} - {invoice.get_status_display()}"
-                 f"{replaces}"):
+    texts = [invoice.org.name,
+             f"Period {invoice.period_start:%Y-%m-%d} to {invoice.period_end:%Y-%m-%d} "
+             "(UTC, end exclusive)",
+             f"Issued {invoice.issued_at:%Y-%m-%d} - {invoice.get_status_display()}{replaces}"]
+    if invoice.supplements_id:
+        texts.append(f"Late usage: usage of this period reported after invoice "
+                     f"{invoice.supplements.number} was issued, billed in addition to it")
+    for text in texts:
         pdf.cell(text=_latin1(text), new_x="LMARGIN", new_y="NEXT")
     pdf.ln(4)
 

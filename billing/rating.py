@@ -24,7 +24,7 @@ applies to them like to every input token.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 LIST_INPUT_MICROS_PER_MTOK = 5_000_000
@@ -168,6 +168,50 @@ def rate_usage(*, usage: Iterable[UsageRow], prices: Sequence[Price],
             lines.append(RatedLine(kind="discount", pool_id=None, price_version_id=None,
                                    quantity_tokens=0, unit_micros_per_mtok=0,
                                    amount_pico=discount))
+    return lines
+
+
+def usage_billed(lines: Iterable) -> dict[tuple, tuple[int, int]]:
+    """(kind, pool, price version) -> (tokens, cents) of invoice lines or rated lines, summed
+    (a month's invoice and its supplements): what was used and billed for it, the discount
+    aside (the invoice does not record its rate, which may have changed since)."""
+    billed: dict[tuple, tuple[int, int]] = {}
+    for ln in lines:
+        if str(ln.kind) == "discount":
+            continue
+        key = (str(ln.kind), ln.pool_id, ln.price_version_id)
+        tokens, cents = billed.get(key, (0, 0))
+        billed[key] = (tokens + ln.quantity_tokens, cents + ln.amount_cents)
+    return billed
+
+
+def lines_not_yet_billed(*, rated: Sequence[RatedLine], billed: Iterable,
+                         discount_bps: int = 0) -> list[RatedLine]:
+    """What a month's invoices do not bill yet of its usage rated now (`rated`, discount lines
+    aside): per kind, pool and price version, the tokens and the cents rated now minus those
+    billed, so that the invoices of a month add up, line by line, to the month rated as one.
+    Then one discount line over their subtotal at today's rate (a discount changed since does
+    not rewrite what was billed). Quantities may come out negative only if usage vanished:
+    the caller refuses those."""
+    done = usage_billed(billed)
+    lines = []
+    for ln in rated:  # one line per kind, pool and price version
+        if ln.kind == "discount":
+            continue
+        tokens, cents = done.pop((str(ln.kind), ln.pool_id, ln.price_version_id), (0, 0))
+        if (ln.quantity_tokens, ln.amount_cents) != (tokens, cents):
+            lines.append(replace(ln, quantity_tokens=ln.quantity_tokens - tokens,
+                                 amount_pico=(ln.amount_cents - cents) * PICO_PER_CENT))
+    for (kind, pool_id, version_id), (tokens, cents) in done.items():  # billed, now gone
+        lines.append(RatedLine(kind=kind, pool_id=pool_id, price_version_id=version_id,
+                               quantity_tokens=-tokens, unit_micros_per_mtok=0,
+                               amount_pico=-cents * PICO_PER_CENT))
+    discount = discount_pico(subtotal_pico=sum(ln.amount_pico for ln in lines),
+                             discount_bps=discount_bps)
+    if discount:
+        lines.append(RatedLine(kind="discount", pool_id=None, price_version_id=None,
+                               quantity_tokens=0, unit_micros_per_mtok=0,
+                               amount_pico=discount))
     return lines
 
 

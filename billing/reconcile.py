@@ -1,8 +1,7 @@
 """Compare our invoices with Stripe's, and with the usage their month holds now, and list every
 difference. Read-only on both sides: an operator decides what to do (retry a dead letter,
-replay a missed webhook, void, or reissue an open invoice whose month received usage after it
-was issued; a paid one cannot be voided, and its difference is not billed by anything here
-yet)."""
+replay a missed webhook, void, reissue an open invoice whose month received usage after it
+was issued, or bill a paid one's on a supplement: `invoice_bill_late_usage`)."""
 
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -10,8 +9,8 @@ from datetime import date
 
 from billing import stripe_api
 from billing.models import Invoice, InvoiceStatus, LineKind, OutboxStatus
-from billing.rating import total_cents
-from billing.selectors import month_rated_lines
+from billing.rating import total_cents, usage_billed
+from billing.selectors import month_invoiced_lines, month_rated_lines
 
 # Our status -> the Stripe statuses that agree with it.
 AGREEING = {
@@ -48,26 +47,25 @@ def _compare(invoice: Invoice) -> Iterator[Difference]:
 _TOKEN_KINDS = (LineKind.INPUT, LineKind.CACHED_INPUT, LineKind.OUTPUT)
 
 
-def _usage_of(lines) -> dict[tuple, int]:
-    """Tokens per (kind, pool, price version) of invoice lines or rated lines: what was used,
-    whatever the discount (which the invoice does not record, and may have changed since)."""
-    return {(str(ln.kind), ln.pool_id, ln.price_version_id): ln.quantity_tokens
-            for ln in lines if ln.kind != LineKind.DISCOUNT}
+def _tokens(usage: dict[tuple, tuple[int, int]]) -> int:
+    return sum(tokens for (kind, *_), (tokens, _cents) in usage.items() if kind in _TOKEN_KINDS)
 
 
 def _usage_since_close(invoices) -> Iterator[Difference]:
-    """Live invoices (zero ones too) whose month now holds other usage than they bill: usage
-    reported after the close (the hook accepts events up to the raw retention)."""
-    for invoice in (invoices.exclude(status=InvoiceStatus.VOID).select_related("org")
-                    .prefetch_related("lines")):
-        billed = _usage_of(invoice.lines.all())
-        lines = month_rated_lines(org=invoice.org, month=invoice.period_start)
-        now = _usage_of(lines)
-        if now != billed:
-            more = sum(q for (kind, *_), q in now.items() if kind in _TOKEN_KINDS) - sum(
-                q for (kind, *_), q in billed.items() if kind in _TOKEN_KINDS)
-            yield Difference(invoice.number, f"usage reported after the close: {more:+,} "
-                             f"tokens; rated again now: {total_cents(lines)} cents",
+    """Months whose live invoice (zero ones too) and its supplements bill other usage than the
+    month holds now: usage reported after the close (the hook accepts events up to the raw
+    retention). Listed on the month's invoice, with what settles it."""
+    for invoice in (invoices.exclude(status=InvoiceStatus.VOID)
+                    .filter(supplements__isnull=True).select_related("org")):
+        billed = usage_billed(month_invoiced_lines(org=invoice.org, month=invoice.period_start))
+        rated = month_rated_lines(org=invoice.org, month=invoice.period_start)
+        now = usage_billed(rated)
+        if {k: t for k, (t, _) in now.items()} != {k: t for k, (t, _) in billed.items()}:
+            action = ("re-issue it" if invoice.status == InvoiceStatus.OPEN
+                      else "bill it on a supplement (late usage)")
+            yield Difference(invoice.number, f"usage reported after the close: "
+                             f"{_tokens(now) - _tokens(billed):+,} tokens; rated again now: "
+                             f"{total_cents(rated)} cents; {action}",
                              str(invoice.total_cents), "-")
 
 

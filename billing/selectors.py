@@ -103,6 +103,13 @@ def month_rated_lines(*, org: Organization, month: date,
     return rate_usage(usage=usage, prices=prices, discount_bps=billing_discount_bps(org=org))
 
 
+def month_invoiced_lines(*, org: Organization | int, month: date) -> list[InvoiceLine]:
+    """Every line of the live invoices of `org`'s `month`: its invoice and the supplements of
+    usage reported after it."""
+    return list(InvoiceLine.objects.filter(invoice__org=org, invoice__period_start=month)
+                .exclude(invoice__status=InvoiceStatus.VOID))
+
+
 def price_changes_between(*, start: datetime, end: datetime) -> set[tuple[int, datetime]]:
     """(pool id, hour) of every price version, public or negotiated, starting in [start, end)."""
     return set(PriceVersion.objects.filter(effective_from__gte=start, effective_from__lt=end)
@@ -128,13 +135,14 @@ def usage_batch_cost_micros(*, org_id: int, usage: list[UsageRow]) -> int:
 
 
 def invoices_for_org(*, org: Organization) -> QuerySet[Invoice]:
-    return Invoice.objects.filter(org=org).order_by("-period_start", "-revision")
+    return (Invoice.objects.filter(org=org).select_related("supplements")
+            .order_by("-period_start", "-revision"))
 
 
 def invoice_with_lines(*, queryset: QuerySet[Invoice], invoice_id: int) -> Invoice | None:
     lines = InvoiceLine.objects.select_related("pool").order_by("position")
-    return (queryset.select_related("org").prefetch_related(Prefetch("lines", queryset=lines))
-            .filter(pk=invoice_id).first())
+    return (queryset.select_related("org", "replaces", "supplements")
+            .prefetch_related(Prefetch("lines", queryset=lines)).filter(pk=invoice_id).first())
 
 
 def invoices_for_operator(*, org_id: int | None = None, status: str = "",

@@ -25,7 +25,9 @@ def _invoice(invoice: Invoice) -> dict:
                         "period_start": invoice.period_start.isoformat(),
                         "total": {"value": invoice.total_cents / 100,
                                   "currency": invoice.currency},
-                        "replaces": invoice.replaces.number if invoice.replaces_id else None}}
+                        "replaces": invoice.replaces.number if invoice.replaces_id else None,
+                        "supplements": (invoice.supplements.number if invoice.supplements_id
+                                        else None)}}
 
 
 def org_transitioned_received(*, org, action: str, actor, reason: str) -> None:

@@ -12,12 +12,15 @@ class InvoiceLineSerializer(serializers.ModelSerializer):
 
 class InvoiceSerializer(serializers.ModelSerializer):
     replaces = serializers.SlugRelatedField(slug_field="number", read_only=True)
+    supplements = serializers.SlugRelatedField(
+        slug_field="number", read_only=True,
+        help_text="A supplement's paid invoice, whose month's late usage it bills; else null.")
 
     class Meta:
         model = Invoice
         fields = ["id", "org", "number", "period_start", "period_end", "revision", "status",
                   "currency", "total_cents", "issued_at", "paid_at", "payment_failed_at",
-                  "voided_at", "void_reason", "replaces", "stripe_status"]
+                  "voided_at", "void_reason", "replaces", "supplements", "stripe_status"]
 
 
 class InvoiceDetailSerializer(InvoiceSerializer):

@@ -34,6 +34,8 @@ urlpatterns = [
          op.OperatorInvoiceVoidView.as_view(), name="operator-invoice-void"),
     path("operator/billing/invoices/<int:invoice_id>/reissue",
          op.OperatorInvoiceReissueView.as_view(), name="operator-invoice-reissue"),
+    path("operator/billing/invoices/<int:invoice_id>/late-usage",
+         op.OperatorInvoiceLateUsageView.as_view(), name="operator-invoice-late-usage"),
     path("operator/billing/outbox/dead", op.OperatorDeadLetterListView.as_view(),
          name="operator-outbox-dead"),
     path("operator/billing/outbox/<int:message_id>/retry",

@@ -1,5 +1,5 @@
-"""Operator billing API: invoices (void, re-issue, close), the price book, outbox dead letters
-and failed Stripe events, each with its retry action."""
+"""Operator billing API: invoices (void, re-issue, close, bill late usage), the price book,
+outbox dead letters and failed Stripe events, each with its retry action."""
 
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import extend_schema
@@ -53,7 +53,7 @@ class OperatorInvoiceListView(OperatorView):
         f = validated_input(self.InvoiceFilterSerializer, request.query_params)
         invoices = selectors.invoices_for_operator(
             org_id=f.get("org"), status=f.get("status", ""), month=f.get("month")
-        ).select_related("replaces")
+        ).select_related("replaces", "supplements")
         return self.paginated(request, invoices, OperatorInvoiceSerializer)
 
 
@@ -87,6 +87,20 @@ class OperatorInvoiceReissueView(OperatorView):
     def post(self, request, invoice_id: int):
         data = validated_input(ReasonSerializer, request.data)
         invoice = services.invoice_reissue(
+            invoice=get_object_or_404(Invoice, pk=invoice_id), actor=request.user,
+            reason=data["reason"])
+        return Response(OperatorInvoiceSerializer(invoice).data, status=201)
+
+
+class OperatorInvoiceLateUsageView(OperatorView):
+    @extend_schema(request=ReasonSerializer, responses={201: OperatorInvoiceSerializer,
+                                                        **errors(409, 422)})
+    def post(self, request, invoice_id: int):
+        """Bill the usage of a paid invoice's month reported after it was issued, on a
+        supplementary invoice (409 if the month's invoice is open: re-issue it; 422
+        `no_late_usage` if there is nothing to bill)."""
+        data = validated_input(ReasonSerializer, request.data)
+        invoice = services.invoice_bill_late_usage(
             invoice=get_object_or_404(Invoice, pk=invoice_id), actor=request.user,
             reason=data["reason"])
         return Response(OperatorInvoiceSerializer(invoice).data, status=201)

@@ -10,6 +10,7 @@ from billing.services.caps import (
 )
 from billing.services.dunning import dunning_enforce, invoice_paid, invoice_payment_failed
 from billing.services.invoices import (
+    invoice_bill_late_usage,
     invoice_close_month,
     invoice_reissue,
     invoice_void,
@@ -29,6 +30,7 @@ __all__ = [
     "billing_account_for",
     "discount_set",
     "dunning_enforce",
+    "invoice_bill_late_usage",
     "invoice_close_month",
     "invoice_paid",
     "invoice_payment_failed",

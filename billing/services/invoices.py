@@ -1,5 +1,6 @@
-"""Monthly close, void and re-issue. The close is idempotent by a unique constraint: at most one
-live (not void) invoice per org and month."""
+"""Monthly close, void, re-issue, and supplements for late usage. The close is idempotent by a
+unique constraint: at most one live (not void) invoice per org and month, besides the
+supplements that bill usage of a paid month reported after its invoice was issued."""
 
 import logging
 from datetime import date, datetime
@@ -11,8 +12,8 @@ from django.utils import timezone
 from billing.events import invoice_issued
 from billing.models import Invoice, InvoiceLine, InvoiceStatus, LineKind, OutboxKind
 from billing.periods import month_after, month_before, month_bounds, month_of
-from billing.rating import RatedLine, total_cents
-from billing.selectors import month_rated_lines
+from billing.rating import RatedLine, lines_not_yet_billed, total_cents
+from billing.selectors import billing_discount_bps, month_invoiced_lines, month_rated_lines
 from billing.services.outbox import outbox_enqueue
 from orgs.models import Organization, OrgStatus
 from orgs.services.audit import Actor, audit_record
@@ -43,14 +44,16 @@ def _lines_create(invoice: Invoice, lines: list[RatedLine]) -> None:
         for n, ln in enumerate(lines, start=1))
 
 
-def _invoice_insert(*, org: Organization, month: date, replaces: Invoice | None) -> Invoice:
-    lines = month_rated_lines(org=org, month=month)
+def _invoice_insert(*, org: Organization, month: date, lines: list[RatedLine],
+                    replaces: Invoice | None = None,
+                    supplements: Invoice | None = None) -> Invoice:
     revision = (Invoice.objects.filter(org=org, period_start=month)
                 .aggregate(m=Max("revision"))["m"] or 0) + 1
     total = total_cents(lines)
     invoice = Invoice.objects.create(
         org=org, period_start=month, period_end=month_after(month), revision=revision,
         number=f"SL-{org.pk:05d}-{month:%Y%m}-{revision}", total_cents=total, replaces=replaces,
+        supplements=supplements,
         # Nothing to collect: a zero invoice is settled the moment it exists.
         status=InvoiceStatus.OPEN if total > 0 else InvoiceStatus.PAID,
         paid_at=None if total > 0 else timezone.now())
@@ -73,13 +76,15 @@ def invoice_close_month(*, org: Organization, month: date, actor: Actor,
     """Rate `month` for `org` into an invoice. Returns (invoice, created). A second or concurrent
     close finds the live invoice through the unique constraint and returns it unchanged."""
     _month_closable(month, now or timezone.now())
-    live = Q(org=org, period_start=month) & ~Q(status=InvoiceStatus.VOID)
+    live = (Q(org=org, period_start=month, supplements__isnull=True)
+            & ~Q(status=InvoiceStatus.VOID))
     existing = Invoice.objects.filter(live).first()
     if existing:
         return existing, False
     try:
         with transaction.atomic():
-            invoice = _invoice_insert(org=org, month=month, replaces=None)
+            invoice = _invoice_insert(org=org, month=month,
+                                      lines=month_rated_lines(org=org, month=month))
     except IntegrityError:
         # Lost the race to a concurrent close: its invoice is the one.
         return Invoice.objects.get(live), False
@@ -140,9 +145,44 @@ def invoice_void(*, invoice: Invoice, actor: Actor, reason: str) -> Invoice:
 def invoice_reissue(*, invoice: Invoice, actor: Actor, reason: str) -> Invoice:
     """Void `invoice` and close its month again, rated from today's data (e.g. after a discount
     was corrected). The new invoice is a new revision that says what it replaces."""
-    old = _invoice_void_locked(invoice=_invoice_locked(invoice), actor=actor, reason=reason)
-    new = _invoice_insert(org=old.org, month=old.period_start, replaces=old)
+    locked = _invoice_locked(invoice)
+    if locked.supplements_id:
+        raise IllegalTransition("A supplement is not re-issued: void it, then bill the month's "
+                                "late usage again.", details={"supplements": locked.number})
+    old = _invoice_void_locked(invoice=locked, actor=actor, reason=reason)
+    new = _invoice_insert(org=old.org, month=old.period_start, replaces=old,
+                          lines=month_rated_lines(org=old.org, month=old.period_start))
     audit_record(actor=actor, action="invoice.reissue", target=new, org=old.org,
                  after={"number": new.number, "replaces": old.number,
                         "total_cents": new.total_cents}, reason=reason)
     return new
+
+
+@transaction.atomic(durable=True)
+def invoice_bill_late_usage(*, invoice: Invoice, actor: Actor, reason: str = "") -> Invoice:
+    """Bill, on a supplementary invoice, the usage of `invoice`'s month reported after the
+    month's paid invoice (and any earlier supplement) was issued: what the month rated now
+    holds beyond what its live invoices bill, line by line, at today's discount. An open
+    invoice is re-issued instead (one invoice, not two). Concurrent calls bill it once: the
+    month's invoice is locked while its lines are compared."""
+    main = _invoice_locked(invoice.supplements or invoice)
+    if main.status != InvoiceStatus.PAID:
+        hint = " Re-issue it: it is not paid yet." if main.status == InvoiceStatus.OPEN else ""
+        raise IllegalTransition(f"Late usage is billed after a paid invoice, and {main.number} "
+                                f"is {main.status}.{hint}", details={"status": main.status})
+    org, month = main.org, main.period_start
+    lines = lines_not_yet_billed(rated=month_rated_lines(org=org, month=month),
+                                 billed=month_invoiced_lines(org=org, month=month),
+                                 discount_bps=billing_discount_bps(org=org))
+    if not lines:
+        raise Unprocessable(f"{month:%B %Y} holds no usage that its invoices do not bill.",
+                            code="no_late_usage", details={"invoice": main.number})
+    if any(ln.quantity_tokens < 0 for ln in lines):
+        raise Unprocessable(f"{month:%B %Y} now holds less usage than its invoices bill: "
+                            "a correction, not late usage.", code="usage_decreased",
+                            details={"invoice": main.number})
+    supplement = _invoice_insert(org=org, month=month, lines=lines, supplements=main)
+    audit_record(actor=actor, action="invoice.late_usage", target=supplement, org=org,
+                 after={"number": supplement.number, "supplements": main.number,
+                        "total_cents": supplement.total_cents}, reason=reason)
+    return supplement

@@ -5,7 +5,13 @@ import pytest
 from django.core.management import call_command
 
 from billing.models import Invoice
-from billing.services import discount_set, invoice_close_month, invoice_reissue, outbox_drain
+from billing.services import (
+    discount_set,
+    invoice_bill_late_usage,
+    invoice_close_month,
+    invoice_reissue,
+    outbox_drain,
+)
 from tests.billing.conftest import usage_add
 from tests.factories import OrganizationFactory
 
@@ -55,10 +61,10 @@ def test_reconcile_is_quiet_when_everything_agrees(stripe, pool):
     assert _run() == (0, "0 difference(s).\n")
 
 
-def test_usage_reported_after_the_close_is_listed_until_the_month_is_reissued(stripe, pool):
+def test_usage_reported_after_the_close_is_listed_until_the_month_is_billed(stripe, pool):
     """Late usage (up to the raw retention, days after the 1st) changes a month already
-    invoiced: reconcile says which invoices and by how much; a reissue settles an open one. A
-    zero invoice is paid at birth and cannot be voided: it stays listed. A discount changed
+    invoiced: reconcile says which invoices, by how much, and what settles it: a reissue for an
+    open one; a supplement for a paid one (a zero invoice is paid at birth). A discount changed
     since is not usage: not listed."""
     invoiced, untouched = _pushed_invoices(pool, 2)
     idle = OrganizationFactory()  # nothing used by the close: a zero invoice
@@ -71,13 +77,15 @@ def test_usage_reported_after_the_close_is_listed_until_the_month_is_reissued(st
     usage_add(org=invoiced.org, pool=pool, hour=datetime(2026, 10, 31, 23, tzinfo=UTC),
               i=1_000_000)
     usage_add(org=idle, pool=pool, hour=datetime(2026, 10, 20, tzinfo=UTC), i=1_000_000)
-    late = "usage reported after the close: +1,000,000 tokens; rated again now: {} cents"
+    late = ("usage reported after the close: +1,000,000 tokens; rated again now: {} cents; "
+            "{}")
     code, out = _run("--month", "2026-10")
     assert code == 1
     assert sorted(line.split("\t") for line in out.splitlines()[:-1]) == sorted([
-        [invoiced.number, late.format(2 * invoiced.total_cents),
+        [invoiced.number, late.format(2 * invoiced.total_cents, "re-issue it"),
          f"ours={invoiced.total_cents}", "stripe=-"],
-        [zero.number, late.format(invoiced.total_cents), "ours=0", "stripe=-"],
+        [zero.number, late.format(invoiced.total_cents, "bill it on a supplement (late usage)"),
+         "ours=0", "stripe=-"],
     ])
     assert untouched.number not in out
 
@@ -86,3 +94,6 @@ def test_usage_reported_after_the_close_is_listed_until_the_month_is_reissued(st
     code, out = _run()
     assert reissued.total_cents == 2 * invoiced.total_cents
     assert [line.split("\t")[0] for line in out.splitlines()[:-1]] == [zero.number]
+    invoice_bill_late_usage(invoice=zero, actor="test")
+    outbox_drain()
+    assert _run() == (0, "0 difference(s).\n")

@@ -190,3 +190,43 @@ def test_operator_sees_live_use_sets_prices_and_pool_settings(new_page):
     assert pool.limiter_failure_policy == "fail_open"
     assert PoolAdmission.objects.get(pool=pool).quota_auto_approve_max_tps == 200
     assert PriceVersion.objects.filter(pool=pool, output_micros_per_mtok=30_000_000).exists()
+
+
+def test_operator_bills_a_paid_months_late_usage_from_the_invoice_list(new_page):
+    """Usage of a paid month reported after the close: the operator selects the invoice in the
+    console's invoice list and runs "bill late usage"; the org's page shows the supplement."""
+    from datetime import UTC, date, datetime
+
+    from billing.models import Invoice
+    from billing.services import invoice_close_month, invoice_paid
+
+    pool = PoolFactory(region="us-east")
+    org = OrganizationFactory(name="Late Co", status=OrgStatus.ACTIVE)
+    hour = {"org": org, "pool": pool, "requests": 1, "input_tokens": 1_000_000,
+            "output_tokens": 100_000, "premium_input_tokens": 1_000_000,
+            "premium_output_tokens": 100_000}
+    UsageHourly.objects.create(hour=datetime(2026, 10, 5, tzinfo=UTC), **hour)
+    main = invoice_close_month(org=org, month=date(2026, 10, 1), actor="test",
+                               now=datetime(2026, 11, 2, tzinfo=UTC))[0]
+    invoice_paid(invoice=main)
+    UsageHourly.objects.create(hour=datetime(2026, 10, 31, 23, tzinfo=UTC), **hour)
+    user, device = _operator()
+    page = new_page()
+    _signs_in(page, user, device)
+
+    page.goto("/admin/billing/invoice/")
+    page.locator(f"input[name='_selected_action'][value='{main.pk}']").check()
+    page.locator("select[name='action']").select_option("bill_late_usage")
+    page.get_by_role("button", name="Go").click()
+    expect(page.locator(".alert-success, .messagelist .success").first).to_contain_text(
+        "Supplements of late usage issued: 1.")
+    supplement = Invoice.objects.get(supplements=main)
+    assert supplement.total_cents == main.total_cents
+    screenshot(page, "console-invoices-late-usage")
+
+    page.goto(f"/admin/console/orgs/{org.pk}/")
+    expect(page.locator(f"[data-supplements='{main.number}']")).to_contain_text(
+        f"late usage of {main.number}")
+    page.get_by_role("link", name=supplement.number).click()
+    expect(page.locator(f"[data-supplements='{main.number}']")).to_contain_text(
+        "billed in addition to it")
