@@ -1,12 +1,13 @@
-"""A WSGI fast path for POST /api/gateway/v1/authorize, in front of the Django application.
+"""A WSGI fast path for the gateway hook, POST /api/gateway/v1/authorize and /usage, in front
+of the Django application.
 
-Authorize runs before every inference request. Served here it skips Django's request and
-response objects and its middleware (sessions, auth, CSRF, messages: none of which the hook
-uses), about a third of a decision's CPU. What the hook needs from the middleware is kept:
-the Host check against ALLOWED_HOSTS, the body size limit, `nosniff`, and database connection
-hygiene (fail-open and a pool rebuild query PostgreSQL; `_database_hygiene`). Every other
-request goes to Django, and the same logic is reachable through the Django view
-(quotas.gateway.views.authorize).
+Authorize runs before every inference request, and usage after it (one event per call, from a
+gateway that does not batch). Served here they skip Django's request and response objects and
+its middleware (sessions, auth, CSRF, messages: none of which the hook uses), about a third of
+a decision's CPU and a fifth of a one-event usage call's. What the hook needs from the
+middleware is kept: the Host check against ALLOWED_HOSTS, the body size limit, `nosniff`, and
+database connection hygiene (`_database_hygiene`). Every other request goes to Django, and the
+same logic is reachable through the Django views (quotas.gateway.views).
 """
 
 from http import HTTPStatus
@@ -16,11 +17,15 @@ from django.conf import settings
 from django.db import connections
 from django.http.request import split_domain_port, validate_host
 
-from quotas.gateway.hook import authorize_call
+from quotas.gateway.hook import authorize_call, usage_call
 from quotas.gateway.inputs import body_read
 from sluice.error_format import error_body
 
 AUTHORIZE_PATH = "/api/gateway/v1/authorize"
+USAGE_PATH = "/api/gateway/v1/usage"
+# Path -> the hook's call, and what its refusals carry besides the error (authorize's every
+# answer that admits nothing says `allowed: false`).
+_HOOKS = {AUTHORIZE_PATH: (authorize_call, {"allowed": False}), USAGE_PATH: (usage_call, {})}
 
 
 def _reply(start_response, status: int, body: dict):
@@ -35,20 +40,22 @@ def _refusal(environ) -> tuple[int, dict] | None:
     host = environ.get("HTTP_HOST") or environ.get("SERVER_NAME", "")
     domain, _ = split_domain_port(host)
     if not domain or not validate_host(domain, settings.ALLOWED_HOSTS):
-        return 400, {"allowed": False,
-                     **error_body(code="bad_host", message=f"Host {host!r} not allowed.")}
+        return 400, error_body(code="bad_host", message=f"Host {host!r} not allowed.")
     return None
 
 
 def gateway_fast_path(django_app):
     def application(environ, start_response):
-        if environ.get("PATH_INFO") != AUTHORIZE_PATH or environ.get("REQUEST_METHOD") != "POST":
+        hook = _HOOKS.get(environ.get("PATH_INFO"))
+        if hook is None or environ.get("REQUEST_METHOD") != "POST":
             return django_app(environ, start_response)
+        call, refused = hook
         refusal = _refusal(environ)
         if refusal is not None:
-            return _reply(start_response, *refusal)
+            status, error = refusal
+            return _reply(start_response, status, {**refused, **error})
         try:
-            status, answer = authorize_call(
+            status, answer = call(
                 method="POST", authorization=environ.get("HTTP_AUTHORIZATION", ""),
                 read_body=lambda: body_read(environ,
                                             limit=settings.DATA_UPLOAD_MAX_MEMORY_SIZE))
@@ -59,10 +66,12 @@ def gateway_fast_path(django_app):
 
 
 def _database_hygiene() -> None:
-    """What Django's request signals do for the database, which a decision touches only to
-    rebuild a pool, fail open or reload routes: close a connection that is broken or past its
-    CONN_MAX_AGE. Called directly: the signals' other receivers (caches, URLconf, query log)
-    have nothing to do here, and sending them cost about a sixth of a decision's CPU."""
+    """What Django's request signals do for the database (which a decision touches only to
+    rebuild a pool, fail open or reload routes; usage, always): close a connection that is
+    broken or past its CONN_MAX_AGE, and have the next request's first query check the
+    connection's health. After each call, which is before the next one: the signals' other
+    receivers (caches, URLconf, query log) have nothing to do here, and sending them cost about
+    a sixth of a decision's CPU."""
     for conn in connections.all(initialized_only=True):
         if not conn.in_atomic_block:  # only a test's transaction spans requests
             conn.close_if_unusable_or_obsolete()
