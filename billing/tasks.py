@@ -26,6 +26,11 @@ def invoices_close_previous_month_task() -> int:
 
 
 @shared_task
+def invoices_bill_late_usage_task() -> int:
+    return services.invoices_bill_late_usage(actor="celery:invoices_late_usage")
+
+
+@shared_task
 def dunning_enforce_task() -> int:
     return services.dunning_enforce()
 

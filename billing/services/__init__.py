@@ -14,6 +14,7 @@ from billing.services.invoices import (
     invoice_close_month,
     invoice_reissue,
     invoice_void,
+    invoices_bill_late_usage,
     invoices_close_previous_month,
 )
 from billing.services.outbox import outbox_deliver, outbox_drain, outbox_enqueue, outbox_retry
@@ -36,6 +37,7 @@ __all__ = [
     "invoice_payment_failed",
     "invoice_reissue",
     "invoice_void",
+    "invoices_bill_late_usage",
     "invoices_close_previous_month",
     "outbox_deliver",
     "outbox_drain",

@@ -18,6 +18,7 @@ from billing.services.outbox import outbox_enqueue
 from orgs.models import Organization, OrgStatus
 from orgs.services.audit import Actor, audit_record
 from quotas.models import CapacityPool, UsageHourly
+from quotas.partitions import usage_started_at_window
 from sluice.errors import IllegalTransition, Unprocessable
 from sluice.transactions import nested_atomic
 
@@ -186,3 +187,29 @@ def invoice_bill_late_usage(*, invoice: Invoice, actor: Actor, reason: str = "")
                  after={"number": supplement.number, "supplements": main.number,
                         "total_cents": supplement.total_cents}, reason=reason)
     return supplement
+
+
+def invoices_bill_late_usage(*, actor: Actor, now: datetime | None = None) -> int:
+    """Beat, on the 1st after the close: bill on a supplement the late usage of every paid month
+    that the hook may still receive usage for (events up to the raw retention old), as Stripe
+    carries pending items into the next invoice: one supplement per month and run, not one per
+    late report. One transaction per invoice; a month with nothing late is skipped. Open
+    invoices are left to a re-issue (reconcile lists them). Safe to run twice."""
+    now = now or timezone.now()
+    earliest, _ = usage_started_at_window(now=now)
+    paid = (Invoice.objects.filter(status=InvoiceStatus.PAID, supplements__isnull=True,
+                                   period_start__gte=month_of(earliest),
+                                   period_start__lt=month_of(now))
+            .select_related("org").order_by("period_start", "pk"))
+    billed = 0
+    for invoice in paid:
+        try:
+            invoice_bill_late_usage(invoice=invoice, actor=actor,
+                                    reason="late usage, billed at the monthly close")
+            billed += 1
+        except Unprocessable as exc:
+            if exc.code != "no_late_usage":
+                logger.warning("late usage of %s not billed: %s", invoice.number, exc.message)
+        except Exception:
+            logger.exception("billing the late usage of %s failed", invoice.number)
+    return billed

@@ -320,6 +320,9 @@ CELERY_BEAT_SCHEDULE |= {
     # Billing: close last month at 00:15 UTC on the 1st (late usage reports have settled).
     "billing-close-month": {"task": "billing.tasks.invoices_close_previous_month_task",
                             "schedule": crontab(minute=15, hour=0, day_of_month=1)},
+    # Then the usage of earlier, paid months reported since their close, on supplements.
+    "billing-late-usage": {"task": "billing.tasks.invoices_bill_late_usage_task",
+                           "schedule": crontab(minute=45, hour=0, day_of_month=1)},
     "billing-outbox-drain": {"task": "billing.tasks.outbox_drain_task", "schedule": 60.0},
     "billing-dunning-enforce": {"task": "billing.tasks.dunning_enforce_task",
                                 "schedule": crontab(minute=5)},

@@ -239,3 +239,28 @@ def test_operator_api_and_admin_action_bill_late_usage(operator_client, operator
     assert Invoice.objects.filter(supplements=main).count() == 2
     html = console.get(f"/admin/console/invoices/{made.json()['id']}/").content.decode()
     assert f'data-supplements="{main.number}"' in html
+
+
+@pytest.mark.django_db
+def test_the_monthly_run_bills_each_paid_months_late_usage_once(pool):
+    """Beat, on the 1st after the close: every paid month within the raw retention that
+    received usage since its invoice gets one supplement; nothing else does."""
+    from billing.services import invoices_bill_late_usage
+    from quotas.partitions import usage_started_at_window
+
+    dec_1 = datetime(2026, 12, 1, 0, 45, tzinfo=UTC)
+    assert usage_started_at_window(now=dec_1)[0] <= datetime(2026, 10, 1, tzinfo=UTC)
+    late, quiet, unpaid = (OrganizationFactory() for _ in range(3))
+    main = _paid_october(late, pool)
+    _paid_october(quiet, pool)
+    usage_add(org=unpaid, pool=pool, hour=datetime(2026, 10, 3, tzinfo=UTC), i=1_000_000)
+    open_invoice = invoice_close_month(org=unpaid, month=OCT, actor="test", now=NOV_2)[0]
+    for org in (late, unpaid):
+        _late(org, pool)
+
+    assert invoices_bill_late_usage(actor="celery:test", now=dec_1) == 1
+    supplement = Invoice.objects.get(supplements__isnull=False)
+    assert supplement.supplements == main
+    assert not Invoice.objects.filter(supplements=open_invoice).exists()
+    assert AuditEvent.objects.get(action="invoice.late_usage").actor_label == "celery:test"
+    assert invoices_bill_late_usage(actor="celery:test", now=dec_1) == 0
