@@ -8,8 +8,8 @@ from io import StringIO
 
 import pytest
 from django.core.management import call_command
-from django.test import Client
 from django.db import connection
+from django.test import Client
 
 from billing.models import Invoice, InvoiceStatus, LineKind, OutboxKind, OutboxMessage
 from billing.rating import total_cents, usage_billed
