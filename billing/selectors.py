@@ -103,7 +103,7 @@ def month_rated_lines(*, org: Organization, month: date,
     return rate_usage(usage=usage, prices=prices, discount_bps=billing_discount_bps(org=org))
 
 
-def month_invoiced_lines(*, org: Organization | int, month: date) -> list[InvoiceLine]:
+def month_invoiced_lines(*, org: Organization, month: date) -> list[InvoiceLine]:
     """Every line of the live invoices of `org`'s `month`: its invoice and the supplements of
     usage reported after it."""
     return list(InvoiceLine.objects.filter(invoice__org=org, invoice__period_start=month)

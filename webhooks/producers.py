@@ -22,10 +22,10 @@ THRESHOLDS = (50, 80, 100)
 
 
 def _subscribed(org_ids: set[int], event_type: str) -> set[int]:
-    """The orgs among `org_ids` with an enabled endpoint subscribed to `event_type`. Once per
-    usage batch, of one event too, and almost always empty: plain SQL, because building the ORM
-    query (an array containment) cost several times what running it did (bench/usage_http.py,
-    one event per call)."""
+    """The orgs among `org_ids` with an enabled endpoint subscribed to `event_type`. Asked after
+    every usage batch, of one event too, and almost always empty: plain SQL, because building
+    the ORM query (an array containment) cost several times what running it did
+    (bench/usage_http.py, one event per call)."""
     with connection.cursor() as cursor:
         table = WebhookEndpoint._meta.db_table  # a model constant, not input
         cursor.execute(f"SELECT DISTINCT org_id FROM {table} "  # noqa: S608
