@@ -92,13 +92,16 @@ def _as_invoice(obj) -> StripeInvoice:
                          metadata=obj.metadata.to_dict() if obj.metadata else {})
 
 
-def invoice_create(*, customer_id: str, invoice_id: int, number: str,
-                   idempotency_key: str) -> StripeInvoice:
+def invoice_create(*, customer_id: str, invoice_id: int, number: str, idempotency_key: str,
+                   supplements: str = "") -> StripeInvoice:
+    description = f"Sluice invoice {number}"
+    if supplements:  # a supplement of late usage says which invoice it adds to
+        description += f": usage reported after invoice {supplements}"
     # auto_advance off while we add items: Stripe would otherwise finalize the draft on its own
     # an hour later, possibly with half its lines if our push stalled during an outage.
     params = {
         "customer": customer_id, "collection_method": "charge_automatically",
-        "auto_advance": False, "currency": "usd", "description": f"Sluice invoice {number}",
+        "auto_advance": False, "currency": "usd", "description": description,
         "pending_invoice_items_behavior": "exclude",
         "metadata": {"sluice_invoice_id": str(invoice_id), "sluice_number": number},
     }

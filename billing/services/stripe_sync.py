@@ -47,8 +47,10 @@ def _invoice_push(invoice: Invoice) -> None:
     customer_id = stripe_customer_ensure(org=invoice.org)
     key = f"sluice-invoice-{invoice.pk}"
     if not invoice.stripe_invoice_id:
-        created = stripe_api.invoice_create(customer_id=customer_id, invoice_id=invoice.pk,
-                                            number=invoice.number, idempotency_key=key)
+        created = stripe_api.invoice_create(
+            customer_id=customer_id, invoice_id=invoice.pk, number=invoice.number,
+            idempotency_key=key,
+            supplements=invoice.supplements.number if invoice.supplements_id else "")
         _invoice_save_stripe(invoice, stripe_invoice_id=created.id, status=created.status)
     for line in invoice.lines.order_by("position"):
         stripe_api.invoice_item_add(

@@ -202,6 +202,8 @@ def test_supplement_reaches_stripe_and_reconcile_stops_listing_the_month(stripe,
     remote = stripe.call("GET", f"/v1/invoices/{supplement.stripe_invoice_id}")
     assert (remote["total"], remote["status"]) == (supplement.total_cents, "open")
     assert remote["metadata"]["sluice_invoice_id"] == str(supplement.pk)
+    assert remote["description"] == (f"Sluice invoice {supplement.number}: usage reported "
+                                     f"after invoice {main.number}")
     assert _reconcile() == (1, f"{paid_only_here}\n1 difference(s).\n")
 
 
