@@ -161,13 +161,17 @@ def rate_usage(*, usage: Iterable[UsageRow], prices: Sequence[Price],
     lines: list[RatedLine] = []
     for price in sorted(buckets, key=_sort_key):
         lines.extend(_lines_for(price, buckets[price]))
-    if discount_bps:
-        discount = discount_pico(subtotal_pico=sum(ln.amount_pico for ln in lines),
-                                 discount_bps=discount_bps)
-        if discount:
-            lines.append(RatedLine(kind="discount", pool_id=None, price_version_id=None,
-                                   quantity_tokens=0, unit_micros_per_mtok=0,
-                                   amount_pico=discount))
+    return _discounted(lines, discount_bps)
+
+
+def _discounted(lines: list[RatedLine], discount_bps: int) -> list[RatedLine]:
+    """`lines` and, when the discount comes to anything, one discount line over their exact
+    subtotal."""
+    discount = discount_pico(subtotal_pico=sum(ln.amount_pico for ln in lines),
+                             discount_bps=discount_bps)
+    if discount:
+        lines.append(RatedLine(kind="discount", pool_id=None, price_version_id=None,
+                               quantity_tokens=0, unit_micros_per_mtok=0, amount_pico=discount))
     return lines
 
 
@@ -206,13 +210,7 @@ def lines_not_yet_billed(*, rated: Sequence[RatedLine], billed: Iterable,
         lines.append(RatedLine(kind=kind, pool_id=pool_id, price_version_id=version_id,
                                quantity_tokens=-tokens, unit_micros_per_mtok=0,
                                amount_pico=-cents * PICO_PER_CENT))
-    discount = discount_pico(subtotal_pico=sum(ln.amount_pico for ln in lines),
-                             discount_bps=discount_bps)
-    if discount:
-        lines.append(RatedLine(kind="discount", pool_id=None, price_version_id=None,
-                               quantity_tokens=0, unit_micros_per_mtok=0,
-                               amount_pico=discount))
-    return lines
+    return _discounted(lines, discount_bps)
 
 
 def total_cents(lines: Iterable[RatedLine]) -> int:
