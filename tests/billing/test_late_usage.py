@@ -133,6 +133,21 @@ def test_only_a_paid_months_late_usage_is_billed_and_a_supplement_is_not_reissue
 
 
 @pytest.mark.django_db
+def test_usage_that_shrank_since_the_invoice_is_not_billed_as_late_usage(pool):
+    """Rollups only grow by ingestion; should one shrink (a manual correction), the difference
+    is not late usage: refused, nothing written."""
+    from quotas.models import UsageHourly
+
+    org = OrganizationFactory()
+    main = _paid_october(org, pool)
+    UsageHourly.objects.filter(org=org).update(output_tokens=800_000)  # of 1,000,000
+    with pytest.raises(Unprocessable) as refused:
+        invoice_bill_late_usage(invoice=main, actor="test")
+    assert refused.value.code == "usage_decreased"
+    assert Invoice.objects.filter(org=org).count() == 1
+
+
+@pytest.mark.django_db
 def test_a_zero_invoice_is_supplemented_too(pool):
     """An org idle at the close got a zero invoice (paid at birth): its late usage is billed."""
     org = OrganizationFactory()
@@ -233,6 +248,14 @@ def test_operator_api_and_admin_action_bill_late_usage(operator_client, operator
     portal.force_login(a.owner)
     html = portal.get(f"/portal/o/{a.org.slug}/billing/").content.decode()
     assert f"late usage, in addition to {main.number}" in html
+    page = portal.get(f"/portal/o/{a.org.slug}/billing/invoices/{made.json()['id']}/")
+    assert f'data-supplements="{main.number}"' in page.content.decode()
+    pdf = portal.get(f"/portal/o/{a.org.slug}/billing/invoices/{made.json()['id']}/pdf/")
+    assert pdf.status_code == 200 and pdf["Content-Type"] == "application/pdf"
+    other = Client()
+    other.force_login(b.owner)
+    assert other.get(f"/portal/o/{a.org.slug}/billing/invoices/{made.json()['id']}/"
+                     ).status_code == 404
 
     _late(a.org, pool, hour=31)
     console = console_client(operator)
