@@ -71,7 +71,7 @@ class InvoiceListView(PaginatedApi, OrgBillingView):
     @extend_schema(responses=InvoiceSerializer(many=True))
     def get(self, request, org_id: int):
         invoices = selectors.invoices_for_org(org=self.org(request, org_id)) \
-            .select_related("replaces", "supplements")
+            .select_related("replaces")
         return paginate(request, self, invoices, InvoiceSerializer)
 
 
