@@ -1,10 +1,12 @@
 """The monthly partitions of `quotas_usageevent` (created by migration 0006).
 
 A partition holds the events that started in one UTC month and is named after it:
-quotas_usageevent_y2026m11 holds [2026-11-01, 2026-12-01). Partitions are made ahead of need:
-every `migrate` (post_migrate) and beat each day make sure this month and the next
-`PARTITIONS_AHEAD` exist. They go when their month has passed the raw retention
-(quotas/retention.py).
+quotas_usageevent_y2026m11 holds [2026-11-01, 2026-12-01). Every `migrate` (post_migrate) and
+beat each day make sure every month the raw retention still covers exists, from the month of
+its horizon through `PARTITIONS_AHEAD` after this one: a gateway may report a request that
+started last month (at 00:05 on the 1st, or replaying a spool) to an installation made today.
+Retention drops only months that ended before its horizon (quotas/retention.py), so the two
+never undo each other.
 
 An event whose month has no partition would fail its whole batch, so ingestion only accepts
 start times inside `usage_started_at_window`: from the later of the retention horizon and the
@@ -93,11 +95,11 @@ def usage_partitions_detached() -> list[Partition]:
 
 def usage_partitions_ensure(*, now: datetime, months_ahead: int = PARTITIONS_AHEAD,
                             since: date | None = None) -> list[str]:
-    """Make sure a partition exists for every month from `since` (default: `now`'s) through
-    `months_ahead` after `now`'s; returns the names created. Idempotent: beat runs it daily,
-    every migrate runs it too. A month older than the oldest partition is only made when asked
-    for with `since`: retention dropped it on purpose."""
-    month = since or now.astimezone(UTC).date().replace(day=1)
+    """Make sure a partition exists for every month from `since` (default: the month of the raw
+    retention's horizon) through `months_ahead` after `now`'s; returns the names created.
+    Idempotent: beat runs it daily, every migrate runs it too. A month that ended before the
+    horizon is only made when asked for with `since`: retention dropped it on purpose."""
+    month = since or usage_raw_horizon(now).astimezone(UTC).date().replace(day=1)
     last = now.astimezone(UTC).date().replace(day=1)
     for _ in range(months_ahead):
         last = month_following(last)
@@ -171,5 +173,9 @@ def usage_started_at_window(*, now: datetime) -> tuple[datetime, datetime]:
         oldest = partitions[0].start if partitions else now
         newest = partitions[-1].end if partitions else now
         _window = (time.monotonic(), oldest, newest)
-    horizon = now - timedelta(days=settings.USAGE_RAW_RETENTION_DAYS)
-    return max(oldest, horizon), newest
+    return max(oldest, usage_raw_horizon(now)), newest
+
+
+def usage_raw_horizon(now: datetime) -> datetime:
+    """Raw usage events that started before this instant are past the retention."""
+    return now - timedelta(days=settings.USAGE_RAW_RETENTION_DAYS)

@@ -36,6 +36,7 @@ from quotas.partitions import (
     usage_partition_drop,
     usage_partitions,
     usage_partitions_detached,
+    usage_raw_horizon,
     usage_started_at_window_forget,
 )
 
@@ -134,7 +135,7 @@ def _keys_forget(partition: Partition) -> int:
 def usage_raw_retire(*, now: datetime) -> RawRetirement:
     """Beat, daily: drop the months of raw events past the retention (the module docstring
     says when). Runs outside any transaction: DETACH ... CONCURRENTLY cannot run in one."""
-    horizon = now - timedelta(days=settings.USAGE_RAW_RETENTION_DAYS)
+    horizon = usage_raw_horizon(now)
     result = RawRetirement()
     usage_partition_detach_finish()
     for partition in usage_partitions():

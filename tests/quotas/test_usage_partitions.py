@@ -3,7 +3,7 @@ reports name, partitions made ahead, and the events of before partitioning moved
 
 import random
 import threading
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 
 import pytest
 from django.db import connection
@@ -73,17 +73,32 @@ def test_migrate_made_this_month_and_the_months_ahead():
 
 
 @pytest.mark.django_db
-def test_partitions_ahead_are_made_once():
-    far = datetime(2040, 5, 17, tzinfo=UTC)
+def test_partitions_cover_the_retention_and_the_months_ahead_once():
+    far = datetime(2040, 5, 17, tzinfo=UTC)  # the 90-day horizon: 2040-02-17
     created = usage_partitions_ensure(now=far, months_ahead=2)
-    assert created == ["quotas_usageevent_y2040m05", "quotas_usageevent_y2040m06",
-                       "quotas_usageevent_y2040m07"]
+    assert created == ["quotas_usageevent_y2040m02", "quotas_usageevent_y2040m03",
+                       "quotas_usageevent_y2040m04", "quotas_usageevent_y2040m05",
+                       "quotas_usageevent_y2040m06", "quotas_usageevent_y2040m07"]
     assert usage_partitions_ensure(now=far, months_ahead=2) == []
+    # January ended before the horizon: retention's to drop, never made again.
+    assert partition_for(date(2040, 1, 1)) not in usage_partitions()
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_get_expr(relpartbound, oid) FROM pg_class WHERE relname = %s",
                        ["quotas_usageevent_y2040m06"])
         assert cursor.fetchone()[0] == ("FOR VALUES FROM ('2040-06-01 00:00:00+00') "
                                         "TO ('2040-07-01 00:00:00+00')")
+
+
+@pytest.mark.django_db
+def test_an_installation_made_on_the_first_accepts_last_months_usage(tenant, limiter_clock):
+    """Installed (migrate) at 00:05 on the 1st, a gateway reports a request that started at
+    23:59 the day before: its month has a partition."""
+    now = datetime(2040, 6, 1, 0, 5, tzinfo=UTC)
+    limiter_clock.freeze(now)
+    usage_partitions_ensure(now=now)
+    assert _results([usage_event(tenant, "last-night", now - timedelta(minutes=6))]) == [
+        "recorded"]
+    assert _partition_of("last-night") == ["quotas_usageevent_y2040m05"]
 
 
 @pytest.mark.django_db
