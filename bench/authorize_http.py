@@ -18,6 +18,8 @@ endpoint that waits for Redis in a WSGI thread), of authorize, and of /bench/sta
 authorize with none of its Python (a body of its size read and parsed, one EVAL that keeps
 Redis busy as long as authorize.lua took in authorize's row, an answer of its size). The
 stand-in's ratio is the ceiling of authorize's for this server, this Redis and this script.
+And of /bench/no-redis: authorize with all of its Python and the script's reply replayed, no
+Redis call: the ceiling of a design that decides in the web process (per-process leases).
 
 `--loadgen python`: the pure-Python generator (bench/loadgen.py), which shares the 2 cores
 with the server (a floor): saturation, then an open loop at half of that peak.
@@ -100,7 +102,12 @@ def with_wrk(args, port, pool, headers, head, tail) -> None:
                                                       body_tail),
                        args=(f"{run_tag}-s",))
 
-    cpu, script_us = _cpu_per_request(args, port, base, authorize, stand_in)
+    def no_redis() -> wrk.Result:
+        return wrk.run(base + "/bench/no-redis", connections=4, seconds=args.seconds,
+                       script=wrk.post_counter_script("/bench/no-redis", headers, head, tail),
+                       args=(f"{run_tag}-n",))
+
+    cpu, script_us = _cpu_per_request(args, port, base, authorize, stand_in, no_redis)
     # Checked after the sweep so that it cannot warm anything up for it.
     metrics = wrk.run(base + "/metrics", connections=1, seconds=1)
 
@@ -134,7 +141,8 @@ def with_wrk(args, port, pool, headers, head, tail) -> None:
     table("CPU per request, wrk at 4 connections: what the throughput ratio is made of, "
           "measured in CPU time, which other load on the machine does not distort",
           ["endpoint", "server µs", "Redis µs", "wrk µs", "total µs"], cpu)
-    empty_total, ping_total, authorize_total, stand_in_total = (row[-1] for row in cpu)
+    empty_total, ping_total, authorize_total, stand_in_total, no_redis_total = (
+        row[-1] for row in cpu)
     print(f"\nempty endpoint / authorize in CPU per request = "
           f"{empty_total / authorize_total:.2f} (the throughput ratio of a machine whose cores "
           "they saturate; Redis's share counts whatever else that Redis serves)")
@@ -143,6 +151,9 @@ def with_wrk(args, port, pool, headers, head, tail) -> None:
     print(f"empty endpoint / stand-in = {empty_total / stand_in_total:.2f}: the ceiling of that "
           "ratio for authorize with none of its Python (its body read and parsed, Redis busy "
           f"{script_us:.1f} µs per call as authorize.lua was in the row above, its answer's size)")
+    print(f"empty endpoint / no-redis = {empty_total / no_redis_total:.2f}: the ceiling of that "
+          "ratio for authorize deciding without a Redis call (all of its Python, the script's "
+          "reply replayed): per-process leases, before their own bookkeeping")
 
 
 def _stand_in_body(head: str, tail: str, loops: int) -> tuple[str, str]:
@@ -155,11 +166,13 @@ def _script_us(redis) -> tuple[int, int]:
     return stats["calls"], stats["usec"]
 
 
-def _cpu_per_request(args, port, base, authorize, stand_in) -> tuple[list[list], float]:
+def _cpu_per_request(args, port, base, authorize, stand_in, no_redis
+                     ) -> tuple[list[list], float]:
     """CPU microseconds per request of the web server (its processes), Redis and wrk, for the
-    empty endpoint, the one that only asks Redis PING, authorize, and its stand-in (Redis kept
+    empty endpoint, the one that only asks Redis PING, authorize, its stand-in (Redis kept
     busy as long as authorize.lua was in authorize's row, measured there by Redis: then
-    calibrated). Also the microseconds authorize.lua took per call inside Redis."""
+    calibrated), and authorize without Redis. Also the microseconds authorize.lua took per call
+    inside Redis."""
     from bench.wsgi_ceiling import stand_in_loops
     from quotas.limiter.connection import limiter_client
 
@@ -188,6 +201,7 @@ def _cpu_per_request(args, port, base, authorize, stand_in) -> tuple[list[list],
     script_us = (usec_after - usec) / max(calls_after - calls, 1)
     loops = stand_in_loops(redis, microseconds=script_us)
     rows.append(row("POST /bench/stand-in", lambda: stand_in(loops)))
+    rows.append(row("POST /bench/no-redis", no_redis))
     return rows, script_us
 
 

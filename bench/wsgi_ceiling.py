@@ -2,12 +2,17 @@
 authorize fast path: /bench/empty, an empty JSON answer (the ceiling of this server and load
 generator for a request that does no work), and /bench/ping, the same answer after one Redis
 round trip (PING on the limiter's own per-thread connection: what the thread gives up while it
-waits for Redis, without any of authorize's work), and /bench/stand-in: authorize with none of
-its Python (below). Benchmarks only."""
+waits for Redis, without any of authorize's work), /bench/stand-in: authorize with none of
+its Python (below), and /bench/no-redis: authorize with all of its Python and no Redis (below).
+Benchmarks only."""
+
+import threading
 
 import orjson
 
+import quotas.limiter.engine
 from config.wsgi import application as sluice
+from quotas.gateway.wsgi import AUTHORIZE_PATH
 
 EMPTY = b"{}"
 HEADERS = [("Content-Type", "application/json"), ("Content-Length", str(len(EMPTY)))]
@@ -43,6 +48,25 @@ def stand_in_loops(client, *, microseconds: float) -> int:
     return max(1, round(microseconds / per_loop))
 
 
+_canned = threading.local()
+
+
+def _script_run_or_canned(real):
+    """authorize.lua's reply, asked of Redis once per thread and then replayed while
+    /bench/no-redis is served: every other script, and every other request, is unchanged."""
+    def script_run(name, *, keys, args, bulk=False):
+        if name != "authorize" or not getattr(_canned, "on", False):
+            return real(name, keys=keys, args=args, bulk=bulk)
+        reply = getattr(_canned, "reply", None)
+        if reply is None:
+            reply = _canned.reply = real(name, keys=keys, args=args, bulk=bulk)
+        return reply
+    return script_run
+
+
+quotas.limiter.engine.script_run = _script_run_or_canned(quotas.limiter.engine.script_run)
+
+
 def application(environ, start_response):
     path = environ.get("PATH_INFO")
     if path == "/bench/empty":
@@ -58,4 +82,13 @@ def application(environ, start_response):
         _redis_call("EVAL", _BUSY, 0, orjson.loads(environ["wsgi.input"].read())["stand_in_loops"])
         start_response("200 OK", STAND_IN_HEADERS)
         return [STAND_IN]
+    if path == "/bench/no-redis":
+        # Authorize, all of it (fast path, input, token, routing, decision, answer), but the
+        # script's reply is replayed instead of asked: the ceiling of a design that decides
+        # without a Redis call per request (per-process leases), before its own bookkeeping.
+        environ["PATH_INFO"], _canned.on = AUTHORIZE_PATH, True
+        try:
+            return sluice(environ, start_response)
+        finally:
+            _canned.on = False
     return sluice(environ, start_response)
