@@ -5,7 +5,9 @@ The relay is a raw ASGI response so that it sees the client leave at once: a tas
 (the upstream stops generating) and reports the request `cancelled` with the tokens sent.
 
 The upstream's SSE is read line by line (aiohttp's `response.content` iteration) and passed on
-one event at a time, as soon as its blank line arrives.
+one event at a time, as soon as its blank line arrives. Each chat completion chunk, and each
+Responses API event that carries the response, says the tier Sluice served it on
+(`service_tier`, as OpenAI's do), whatever the upstream wrote there.
 """
 
 
@@ -24,6 +26,8 @@ class StreamRelay:
         self.gateway, self.attempt, self.upstream = gateway, attempt, upstream
         self.client_wants_usage = client_wants_usage
         self.headers = headers
+        # None from a Sluice that does not name tiers: the upstream's chunks pass unchanged.
+        self.service_tier = attempt.grant.service_tier if attempt.grant else None
         self.status = "cancelled"   # until the pump says otherwise
         self.outcome = "cancelled"
 
@@ -110,6 +114,8 @@ class StreamRelay:
             if not isinstance(chunk, dict):
                 out.append(event + b"\n\n")
                 continue
+            if self._tier_named(chunk):
+                event = _data_replaced(event, orjson.dumps(chunk))
             if chunk.get("usage") and not chunk.get("choices"):
                 self.attempt.usage = chunk["usage"]
                 if self.client_wants_usage:
@@ -126,6 +132,29 @@ class StreamRelay:
                     tokens += 1
             out.append(event + b"\n\n")
         return b"".join(out), tokens, False
+
+    def _tier_named(self, chunk: dict) -> bool:
+        """Set the served tier where OpenAI's streams name one: on a chat completion chunk, and
+        on the response a Responses API event carries. True if that changed the chunk."""
+        if self.service_tier is None:
+            return False
+        if chunk.get("object") == "chat.completion.chunk":
+            target = chunk
+        elif isinstance(chunk.get("response"), dict):
+            target = chunk["response"]
+        else:
+            return False
+        if target.get("service_tier") == self.service_tier:
+            return False
+        target["service_tier"] = self.service_tier
+        return True
+
+
+def _data_replaced(event: bytes, payload: bytes) -> bytes:
+    """`event` with its data lines replaced by one line of `payload`; its other fields (event:,
+    id:) kept in their place."""
+    lines = [line for line in event.split(b"\n") if not line.startswith(b"data:")]
+    return b"\n".join([*lines, b"data: " + payload])
 
 
 def _data(event: bytes) -> bytes | None:

@@ -4,7 +4,10 @@ Sluice records is the upstream's, headers reach the SDK."""
 import pytest
 
 from gateway.sim.app import prompt_tokens_count
+from quotas.gateway.routing import pool_routes_reload
+from quotas.publish import limiter_sync_pool
 from tests.aio import run_async
+from tests.factories import AllocationFactory, PoolFactory
 from tests.gateway.conftest import UPSTREAM_SECRET, stored_event
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -62,6 +65,8 @@ def test_streaming_with_include_usage_async(stack):
     usage = [c.usage for c in chunks if c.usage is not None]
     assert len(usage) == 1 and chunks[-1].usage is not None and not chunks[-1].choices
     assert (usage[0].prompt_tokens, usage[0].completion_tokens) == (UPSTREAM_PROMPT_TOKENS, 30)
+    # Every chunk names the tier that served it, as OpenAI's do (the simulator names none).
+    assert {c.service_tier for c in chunks} == {"priority"}
     assert "x-ratelimit-limit-requests" in headers
     event = stored_event(headers["x-request-id"])
     assert (event.input_tokens, event.output_tokens) == (UPSTREAM_PROMPT_TOKENS, 30)
@@ -102,6 +107,25 @@ def test_responses_are_admitted_and_metered_too(stack):
     events = list(raw.parse())
     deltas = [e.delta for e in events if e.type == "response.output_text.delta"]
     assert len(deltas) == 12 and events[-1].type == "response.completed"
+    assert events[0].response.service_tier == events[-1].response.service_tier == "priority"
     event = stored_event(raw.headers["x-request-id"])
     assert (event.output_tokens, event.status) == (12, "completed")
     assert event.first_token_at is not None
+
+
+def test_a_stream_served_on_the_standard_tier_says_so(stack):
+    """The org holds a standard allocation beside its fast one; a request that asks for the
+    `default` tier streams from the standard pool, and every chunk says `default`."""
+    fast = stack.tenant.pool
+    standard = PoolFactory(model=fast.model, region=fast.region, tier="standard")
+    AllocationFactory(org=stack.tenant.org, pool=standard, guaranteed_tps=5_000,
+                      burst_tps=5_000, daily_tokens=10**7, max_concurrency=20)
+    limiter_sync_pool(pool_id=standard.pk)
+    pool_routes_reload()
+    raw = stack.client().chat.completions.with_raw_response.create(
+        model=stack.model, messages=MESSAGES, max_tokens=20, stream=True,
+        service_tier="default", stream_options={"include_usage": True})
+    chunks = list(raw.parse())
+    assert len(chunks) > 20 and {c.service_tier for c in chunks} == {"default"}
+    event = stored_event(raw.headers["x-request-id"])
+    assert (event.pool_id, event.output_tokens) == (standard.pk, 20)
