@@ -35,6 +35,9 @@ def writes(o):
         (f"/api/v1/operator/waves/{o['wave'].pk}/open", {}),
         (f"/api/v1/operator/pools/{o['pool'].pk}/auto-admission", {"enabled": True}),
         ("/api/v1/operator/billing/invoices/close", {"month": "2026-10"}),
+        # Refused before the invoice is looked up: no such invoice would otherwise be a 404.
+        *((f"/api/v1/operator/billing/invoices/999999/{verb}", {"reason": "support tries"})
+          for verb in ("void", "reissue", "late-usage")),
         ("/api/v1/pools/", {"model": "m", "region": "r", "capacity_tps": 1,
                             "guaranteeable_ratio": "1"}),
     ]
