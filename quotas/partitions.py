@@ -2,11 +2,13 @@
 
 A partition holds the events that started in one UTC month and is named after it:
 quotas_usageevent_y2026m11 holds [2026-11-01, 2026-12-01). Every `migrate` (post_migrate) and
-beat each day make sure every month the raw retention still covers exists, from the month of
-its horizon through `PARTITIONS_AHEAD` after this one: a gateway may report a request that
-started last month (at 00:05 on the 1st, or replaying a spool) to an installation made today.
-Retention drops only months that ended before its horizon (quotas/retention.py), so the two
-never undo each other.
+beat each day make sure the months around this one exist: the `PARTITIONS_BEHIND` before it
+that the raw retention still covers (all of them at the default 90 days), and
+`PARTITIONS_AHEAD` after it. Behind, because a gateway may report a request that started last
+month (at 00:05 on the 1st, or replaying a spool) to an installation made today; no further,
+so that a retention of years does not make an empty partition for each of its months at the
+first migrate (every query that cannot prune would lock them all). Retention drops only months
+that ended before its horizon (quotas/retention.py), so the two never undo each other.
 
 An event whose month has no partition would fail its whole batch, so ingestion only accepts
 start times inside `usage_started_at_window`: from the later of the retention horizon and the
@@ -25,6 +27,7 @@ from django.db import connection, transaction
 
 PARENT = "quotas_usageevent"
 PARTITIONS_AHEAD = 3
+PARTITIONS_BEHIND = 3
 _NAME = re.compile(r"^quotas_usageevent_y(\d{4})m(\d{2})$")
 # Creating a partition takes a SHARE UPDATE EXCLUSIVE lock on the parent (ATTACH, unlike
 # CREATE TABLE ... PARTITION OF), which ingestion's inserts do not conflict with; the timeout
@@ -50,6 +53,10 @@ class Partition:
 
 def month_following(month: date) -> date:
     return (month.replace(day=1) + timedelta(days=32)).replace(day=1)
+
+
+def month_preceding(month: date) -> date:
+    return (month.replace(day=1) - timedelta(days=1)).replace(day=1)
 
 
 def partition_for(month: date) -> Partition:
@@ -95,12 +102,18 @@ def usage_partitions_detached() -> list[Partition]:
 
 def usage_partitions_ensure(*, now: datetime, months_ahead: int = PARTITIONS_AHEAD,
                             since: date | None = None) -> list[str]:
-    """Make sure a partition exists for every month from `since` (default: the month of the raw
-    retention's horizon) through `months_ahead` after `now`'s; returns the names created.
-    Idempotent: beat runs it daily, every migrate runs it too. A month that ended before the
-    horizon is only made when asked for with `since`: retention dropped it on purpose."""
-    month = since or usage_raw_horizon(now).astimezone(UTC).date().replace(day=1)
-    last = now.astimezone(UTC).date().replace(day=1)
+    """Make sure a partition exists for every month from `since` (default: `PARTITIONS_BEHIND`
+    before `now`'s, and none that ended before the raw retention's horizon) through
+    `months_ahead` after `now`'s; returns the names created. Idempotent: beat runs it daily,
+    every migrate runs it too. A month that ended before the horizon is only made when asked
+    for with `since`: retention dropped it on purpose."""
+    this_month = now.astimezone(UTC).date().replace(day=1)
+    if since is None:
+        since = this_month
+        for _ in range(PARTITIONS_BEHIND):
+            since = month_preceding(since)
+        since = max(since, usage_raw_horizon(now).astimezone(UTC).date().replace(day=1))
+    month, last = since, this_month
     for _ in range(months_ahead):
         last = month_following(last)
     existing = {p.month for p in usage_partitions()}

@@ -90,6 +90,15 @@ def test_partitions_cover_the_retention_and_the_months_ahead_once():
 
 
 @pytest.mark.django_db
+def test_a_long_retention_makes_only_three_months_behind(settings):
+    """Ten years of retention: not 120 empty partitions at the first migrate."""
+    settings.USAGE_RAW_RETENTION_DAYS = 3650
+    created = usage_partitions_ensure(now=datetime(2041, 5, 17, tzinfo=UTC), months_ahead=0)
+    assert created == ["quotas_usageevent_y2041m02", "quotas_usageevent_y2041m03",
+                       "quotas_usageevent_y2041m04", "quotas_usageevent_y2041m05"]
+
+
+@pytest.mark.django_db
 def test_an_installation_made_on_the_first_accepts_last_months_usage(tenant, limiter_clock):
     """Installed (migrate) at 00:05 on the 1st, a gateway reports a request that started at
     23:59 the day before: its month has a partition."""
