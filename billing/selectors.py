@@ -29,6 +29,7 @@ from billing.rating import (
 )
 from orgs.models import BILLING_READERS, Membership, Organization
 from quotas.models import UsageHourly
+from sluice.sql import bigint_array
 
 
 def billing_spend_caps_micros(*, org_ids: set[int]) -> dict[int, int]:
@@ -41,7 +42,8 @@ def billing_spend_caps_micros(*, org_ids: set[int]) -> dict[int, int]:
     with connection.cursor() as cursor:
         table = BillingAccount._meta.db_table  # a model constant, not input
         cursor.execute(f"SELECT org_id, spend_cap_micros FROM {table} "  # noqa: S608
-                       "WHERE org_id = ANY(%s) AND spend_cap_micros > 0", [sorted(org_ids)])
+                       "WHERE org_id = ANY(%s::bigint[]) AND spend_cap_micros > 0",
+                       [bigint_array(org_ids)])
         return dict(cursor.fetchall())
 
 

@@ -15,6 +15,7 @@ from quotas.models import CapacityPool, OrgPoolPreference, UsageHourly
 from quotas.selectors import allocations_in_force
 from quotas.usage_report import SERVICE_TIERS
 from quotas.waitlist import waitlist_estimates
+from sluice.sql import bigint_array
 from webhooks.models import EventType, WaitlistPositionNotice, WebhookEndpoint, WebhookEvent
 from webhooks.services import webhook_event_record
 
@@ -29,8 +30,9 @@ def _subscribed(org_ids: set[int], event_type: str) -> set[int]:
     with connection.cursor() as cursor:
         table = WebhookEndpoint._meta.db_table  # a model constant, not input
         cursor.execute(f"SELECT DISTINCT org_id FROM {table} "  # noqa: S608
-                       "WHERE org_id = ANY(%s) AND disabled_at IS NULL "
-                       "AND event_types @> ARRAY[%s]::varchar[]", [sorted(org_ids), event_type])
+                       "WHERE org_id = ANY(%s::bigint[]) AND disabled_at IS NULL "
+                       "AND event_types @> ARRAY[%s]::varchar[]",
+                       [bigint_array(org_ids), event_type])
         return {org_id for (org_id,) in cursor.fetchall()}
 
 
