@@ -1,19 +1,10 @@
-"""Billing months are calendar months in UTC."""
+"""Billing months are calendar months in UTC (sluice/months.py)."""
 
 from datetime import UTC, date, datetime
 
+from sluice.months import month_after, month_before, month_of
 
-def month_of(moment: datetime) -> date:
-    moment = moment.astimezone(UTC)
-    return date(moment.year, moment.month, 1)
-
-
-def month_after(month: date) -> date:
-    return date(month.year + month.month // 12, month.month % 12 + 1, 1)
-
-
-def month_before(month: date) -> date:
-    return date(month.year - (month.month == 1), (month.month - 2) % 12 + 1, 1)
+__all__ = ["month_after", "month_before", "month_bounds", "month_of", "month_parse"]
 
 
 def month_bounds(month: date) -> tuple[datetime, datetime]:

@@ -25,6 +25,8 @@ from datetime import UTC, date, datetime, timedelta
 from django.conf import settings
 from django.db import connection, transaction
 
+from sluice.months import month_after, month_before, month_of
+
 PARENT = "quotas_usageevent"
 PARTITIONS_AHEAD = 3
 PARTITIONS_BEHIND = 3
@@ -47,16 +49,8 @@ class Partition:
 
     @property
     def end(self) -> datetime:
-        following = month_following(self.month)
+        following = month_after(self.month)
         return datetime(following.year, following.month, 1, tzinfo=UTC)
-
-
-def month_following(month: date) -> date:
-    return (month.replace(day=1) + timedelta(days=32)).replace(day=1)
-
-
-def month_preceding(month: date) -> date:
-    return (month.replace(day=1) - timedelta(days=1)).replace(day=1)
 
 
 def partition_for(month: date) -> Partition:
@@ -107,22 +101,22 @@ def usage_partitions_ensure(*, now: datetime, months_ahead: int = PARTITIONS_AHE
     `months_ahead` after `now`'s; returns the names created. Idempotent: beat runs it daily,
     every migrate runs it too. A month that ended before the horizon is only made when asked
     for with `since`: retention dropped it on purpose."""
-    this_month = now.astimezone(UTC).date().replace(day=1)
+    this_month = month_of(now)
     if since is None:
         since = this_month
         for _ in range(PARTITIONS_BEHIND):
-            since = month_preceding(since)
-        since = max(since, usage_raw_horizon(now).astimezone(UTC).date().replace(day=1))
+            since = month_before(since)
+        since = max(since, month_of(usage_raw_horizon(now)))
     month, last = since, this_month
     for _ in range(months_ahead):
-        last = month_following(last)
+        last = month_after(last)
     existing = {p.month for p in usage_partitions()}
     created = []
     while month <= last:
         if month not in existing:
             _partition_create(partition_for(month))
             created.append(partition_for(month).name)
-        month = month_following(month)
+        month = month_after(month)
     if created:
         usage_started_at_window_forget()
     return created

@@ -15,7 +15,6 @@ from quotas.gateway.tokens import gateway_token_cache_clear, gateway_token_creat
 from quotas.models import UsageEvent, UsageEventKey, UsageHourly
 from quotas.partitions import (
     PARTITIONS_AHEAD,
-    month_following,
     partition_for,
     usage_events_partitioned,
     usage_partitions,
@@ -23,6 +22,7 @@ from quotas.partitions import (
     usage_started_at_window_forget,
 )
 from quotas.usage import usage_record
+from sluice.months import month_after
 from tests.conftest import usage_partitions_for_tests
 from tests.quotas.usage_events import month_start, routed_tenant, usage_event
 
@@ -68,7 +68,7 @@ def test_migrate_made_this_month_and_the_months_ahead():
     month = timezone.now().date().replace(day=1)
     expected = [month]
     for _ in range(PARTITIONS_AHEAD):
-        expected.append(month_following(expected[-1]))
+        expected.append(month_after(expected[-1]))
     assert set(expected) <= {p.month for p in usage_partitions()}
 
 
@@ -286,9 +286,9 @@ def test_existing_events_move_into_monthly_partitions():
         # Every month from the oldest event to next month has its partition, gaps included.
         months = {p.month for p in usage_partitions()}
         month = starts[0].date().replace(day=1)
-        while month <= month_following(timezone.now().date().replace(day=1)):
+        while month <= month_after(timezone.now().date().replace(day=1)):
             assert month in months
-            month = month_following(month)
+            month = month_after(month)
         assert sorted(UsageEvent.objects.values_list("id", "request_id")) == [
             (10, "old-1"), (20, "old-2"), (30, "old-3")]
         assert set(UsageEventKey.objects.values_list("request_id", flat=True)) == {

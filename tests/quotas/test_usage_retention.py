@@ -19,7 +19,6 @@ from django.utils import timezone
 from billing.models import Invoice, InvoiceStatus
 from quotas.models import UsageEvent, UsageEventKey, UsageHourly
 from quotas.partitions import (
-    month_following,
     partition_for,
     usage_partitions,
     usage_partitions_detached,
@@ -27,6 +26,7 @@ from quotas.partitions import (
 )
 from quotas.retention import usage_partition_differences, usage_raw_retire
 from quotas.usage import usage_record
+from sluice.months import month_after
 from tests.conftest import usage_partitions_for_tests
 from tests.quotas.usage_events import month_start, routed_tenant, usage_event
 
@@ -70,7 +70,7 @@ def _record_old_month(tenant, clock) -> list[str]:
 
 def _invoice(org, month: date) -> Invoice:
     return Invoice.objects.create(
-        org=org, period_start=month, period_end=month_following(month), total_cents=0,
+        org=org, period_start=month, period_end=month_after(month), total_cents=0,
         number=f"SL-{org.pk:05d}-{month:%Y%m}-1", status=InvoiceStatus.PAID)
 
 
