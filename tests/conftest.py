@@ -1,5 +1,7 @@
+import sys
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
+from pathlib import Path
 
 import pytest
 import redis as redis_lib
@@ -9,6 +11,10 @@ from rest_framework.test import APIClient
 from orgs.models import Organization, Role
 from quotas.partitions import usage_partitions_ensure
 from tests.factories import MembershipFactory, OperatorFactory, OrganizationFactory, UserFactory
+
+# The Python client is its own package (clients/python): the tests of the client, of the
+# gateway and of the hook's server use it from source.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "clients" / "python" / "src"))
 
 
 @dataclass
