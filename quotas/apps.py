@@ -3,6 +3,15 @@ from django.core.signals import setting_changed
 from django.db.models.signals import post_migrate
 
 
+def hosts_setting_changed(*, setting: str, **kwargs) -> None:
+    """The hook's fast paths remember their Host checks: forget them when ALLOWED_HOSTS
+    changes (override_settings in tests)."""
+    if setting == "ALLOWED_HOSTS":
+        from quotas.gateway.wsgi import host_refusals_forget
+
+        host_refusals_forget()
+
+
 def usage_partitions_after_migrate(**kwargs) -> None:
     """Every migrate makes this month's partition and the next ones (beat does it daily too),
     so a deployment whose beat was down still has somewhere to put this month's usage."""
@@ -30,6 +39,7 @@ class QuotasConfig(AppConfig):
         engine_configure_from_settings()
         # Tests override REDIS_URL or the reservation TTL: the engine follows.
         setting_changed.connect(engine_settings_changed)
+        setting_changed.connect(hosts_setting_changed)
 
         orgs_events.org_transitioned.subscribe(receivers.org_transitioned_received)
         orgs_events.api_keys_changed.subscribe(receivers.api_keys_changed_received)

@@ -37,11 +37,16 @@ def _minute(at: datetime) -> int:
     return int(at.timestamp()) // 60 * 60
 
 
+def refusal_counted(*, decision: Decision, limiter: str) -> bool:
+    """Whether refusal_count counts this decision: refusals of a known org. Decisions taken
+    without Redis (`limiter` "fail_open") are not: Redis is down, and trying would add its
+    timeout to every refusal."""
+    return not decision.allowed and decision.org_id is not None and limiter == "redis"
+
+
 def refusal_count(*, decision: Decision, pool_id: int, limiter: str) -> None:
-    """Called by the gateway hook after every decision; counts refusals of a known org.
-    Decisions taken without Redis (`limiter` "fail_open") are not counted: Redis is down, and
-    trying would add its timeout to every refusal."""
-    if decision.allowed or decision.org_id is None or limiter != "redis":
+    """Called by the gateway hook after every decision (refusal_counted says which count)."""
+    if not refusal_counted(decision=decision, limiter=limiter):
         return
     minute = _minute(clock.now())
     key = HASH_KEY.format(minute=minute)

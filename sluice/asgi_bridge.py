@@ -21,12 +21,12 @@ _TOO_LARGE = b'{"error":{"code":"request_too_large","message":"Request body too 
 FIRST_BYTES = 64 * 1024
 
 
-class _TooLarge(Exception):
+class BodyTooLarge(Exception):
     pass
 
 
-async def _body(receive, limit: int) -> bytes | None:
-    """The whole body; None if the client went away first."""
+async def body_receive(receive, limit: int) -> bytes | None:
+    """The whole body; None if the client went away first. BodyTooLarge past `limit` bytes."""
     chunks, size = [], 0
     while True:
         message = await receive()
@@ -35,7 +35,7 @@ async def _body(receive, limit: int) -> bytes | None:
         chunk = message.get("body", b"")
         size += len(chunk)
         if size > limit:
-            raise _TooLarge
+            raise BodyTooLarge
         chunks.append(chunk)
         if not message.get("more_body", False):
             return b"".join(chunks)
@@ -98,8 +98,13 @@ async def _send_json(send, status: int, body: bytes) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-def wsgi_app_as_asgi(app, *, threads: int, max_body: int):
-    executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="wsgi")
+def wsgi_executor(threads: int) -> ThreadPoolExecutor:
+    """The threads that run the application (the server's other work in threads may share
+    them: config/asgi.py)."""
+    return ThreadPoolExecutor(max_workers=threads, thread_name_prefix="wsgi")
+
+
+def wsgi_app_as_asgi(app, *, executor: ThreadPoolExecutor, max_body: int):
 
     async def application(scope, receive, send):
         if scope["type"] == "lifespan":
@@ -112,8 +117,8 @@ def wsgi_app_as_asgi(app, *, threads: int, max_body: int):
         if scope["type"] != "http":
             return None
         try:
-            body = await _body(receive, max_body)
-        except _TooLarge:  # refused before any thread was involved
+            body = await body_receive(receive, max_body)
+        except BodyTooLarge:  # refused before any thread was involved
             return await _send_json(send, 413, _TOO_LARGE)
         if body is None:
             return None

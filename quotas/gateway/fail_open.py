@@ -26,6 +26,7 @@ from quotas.limiter.connection import LimiterUnavailable
 from quotas.limiter.fleet import fleet_heartbeat
 from quotas.limiter.schema import ALLOWED, Decision
 from quotas.limiter.state import BUCKET_SECONDS
+from quotas.limiter.steps import Background, Claim, Steps
 from quotas.selectors import allocations_in_force
 from sluice.secrets import secret_digest, secret_parse_lookup
 
@@ -54,6 +55,7 @@ class _Fleet:
         self.process_id = ""
         self.size: int | None = None  # None: never counted (Redis down since we started)
         self.next_beat = float("-inf")
+        self.claim = Claim()  # who schedules the heartbeat that is due
         self.lock = threading.Lock()
 
     def beat(self) -> None:
@@ -85,6 +87,14 @@ _fleet = _Fleet()
 def fail_open_heartbeat() -> None:
     """Called after each decision Redis took: at most one heartbeat per HEARTBEAT_SECONDS."""
     _fleet.beat()
+
+
+def fail_open_heartbeat_steps() -> Steps:
+    """fail_open_heartbeat as steps (quotas/limiter/steps.py): when one is due, in the
+    background."""
+    fleet = _fleet
+    if time.monotonic() >= fleet.next_beat and fleet.claim.take(fleet.next_beat):
+        yield Background(fleet.beat, {})
 
 
 def _caller_load(api_key: str, pool_id: int) -> _Caller | None:

@@ -1,9 +1,10 @@
 """The gateway hook's logic, independent of how the HTTP request arrived.
 
-`hook_call` takes the method, the Authorization header and a reader of the body, and returns
-(status, JSON-ready body). Two thin adapters serve it: the Django views (views.py, every hook
-URL) and, for authorize, a WSGI fast path in front of Django (wsgi.py) that skips Django's
-request/response objects and middleware — about a third of the CPU of a decision.
+`authorize_steps` and `usage_call` take the method, the Authorization header and a reader of
+the body, and give (status, JSON-ready body). Authorize is written as steps
+(quotas/limiter/steps.py): `authorize_call` runs them in the calling thread, for the Django
+views (views.py, every hook URL) and the WSGI fast path in front of Django (wsgi.py); the
+production server runs them on its event loop (asgi.py), where a decision needs no thread.
 """
 
 import logging
@@ -13,7 +14,7 @@ from collections.abc import Callable
 from django.db import InterfaceError, OperationalError
 
 from quotas.gateway import messages
-from quotas.gateway.fail_open import fail_open_authorize, fail_open_heartbeat
+from quotas.gateway.fail_open import fail_open_authorize, fail_open_heartbeat_steps
 from quotas.gateway.headers import ratelimit_headers
 from quotas.gateway.inputs import (
     AuthorizeInput,
@@ -35,13 +36,14 @@ from quotas.gateway.routing import (
     TIERS_SERVING,
     PoolRoute,
     RouteError,
-    pool_routes_for,
+    pool_routes_steps,
 )
-from quotas.gateway.tokens import GatewayIdentity, gateway_authenticate
+from quotas.gateway.tokens import GatewayIdentity, gateway_authenticate_steps
 from quotas.limiter.connection import LimiterUnavailable
-from quotas.limiter.engine import limiter_authorize, limiter_spill_mark
+from quotas.limiter.engine import limiter_authorize_steps, limiter_spill_mark_steps
 from quotas.limiter.schema import SPILLED, TIER_MISMATCH, Decision
-from quotas.refusals import refusal_count
+from quotas.limiter.steps import Background, Blocking, Steps, steps_run
+from quotas.refusals import refusal_count, refusal_counted
 from quotas.usage import usage_record
 from sluice.error_format import error_body
 from sluice.secrets import secret_digest
@@ -71,20 +73,20 @@ def _refusal(code: str, message: str, status: int, *, retry_after_ms: int | None
                     "headers": headers}
 
 
-def hook_call(handler, histogram, *, method: str, authorization: str,
-              read_body: Callable[[], bytes]) -> Answer:
-    """POST only, a valid gateway token, a JSON body: then `handler(parsed, gateway)`. The body
-    is read (`read_body`, which raises BadInput when it is too large) only for a known gateway.
-    """
+def _hook_steps(handler, histogram, *, method: str, authorization: str,
+                read_body: Callable[[], bytes]) -> Steps:
+    """POST only, a valid gateway token, a JSON body: then `handler(parsed, gateway)`'s steps.
+    The body is read (`read_body`, which raises BadInput when it is too large) only for a
+    known gateway."""
     started = time.perf_counter()
     try:
         if method != "POST":
             return _error("method_not_allowed", "Use POST.", 405)
-        gateway = gateway_authenticate(authorization)
+        gateway = yield from gateway_authenticate_steps(authorization)
         if gateway is None:
             return _error("invalid_gateway_token",
                           "A valid gateway token is required (Bearer gw_...).", 401)
-        return handler(json_body(read_body()), gateway)
+        return (yield from handler(json_body(read_body()), gateway))
     except BadInput as exc:
         return _error(exc.code, exc.message, 400, fields=exc.fields)
     except (OperationalError, InterfaceError):
@@ -101,18 +103,29 @@ def hook_call(handler, histogram, *, method: str, authorization: str,
         histogram.observe(time.perf_counter() - started)
 
 
-def authorize_call(*, method: str, authorization: str, read_body: Callable[[], bytes]
-                   ) -> Answer:
+def authorize_steps(*, method: str, authorization: str, read_body: Callable[[], bytes]
+                    ) -> Steps:
     """Authorize: every answer that admits nothing says `allowed: false`, whoever refused (the
     limiter, the input checks, the gateway token), so a gateway reads one field."""
-    status, body = hook_call(authorize_handle, AUTHORIZE_SECONDS, method=method,
-                             authorization=authorization, read_body=read_body)
+    status, body = yield from _hook_steps(_authorize_handle_steps, AUTHORIZE_SECONDS,
+                                          method=method, authorization=authorization,
+                                          read_body=read_body)
     return status, (body if "allowed" in body else {"allowed": False, **body})
 
 
+def authorize_call(*, method: str, authorization: str, read_body: Callable[[], bytes]
+                   ) -> Answer:
+    return steps_run(authorize_steps(method=method, authorization=authorization,
+                                     read_body=read_body))
+
+
+def _usage_handle_steps(body: object, gateway: GatewayIdentity) -> Steps:
+    return (yield Blocking(usage_handle, {"body": body, "gateway": gateway}))
+
+
 def usage_call(*, method: str, authorization: str, read_body: Callable[[], bytes]) -> Answer:
-    return hook_call(usage_handle, USAGE_SECONDS, method=method, authorization=authorization,
-                     read_body=read_body)
+    return steps_run(_hook_steps(_usage_handle_steps, USAGE_SECONDS, method=method,
+                                 authorization=authorization, read_body=read_body))
 
 
 def _decision_answer(d: Decision, *, route: PoolRoute, request_id: str, dry_run: bool,
@@ -165,18 +178,17 @@ def _candidates(routes: list[PoolRoute], service_tier: str, hint: str) -> list[P
     return [r for r in routes if r.tier in TIERS_SERVING[hint]]
 
 
-def _limiter_decide(ask: AuthorizeInput, routes: list[PoolRoute]
-                    ) -> tuple[Decision, PoolRoute] | None:
-    """Ask the pools in order until one admits or refuses for good. None when no pool of a
-    tier the key's default allows serves the model. Raises LimiterUnavailable (with the route
-    it happened on as its argument)."""
+def _limiter_decide_steps(ask: AuthorizeInput, routes: list[PoolRoute]) -> Steps:
+    """Ask the pools in order until one admits or refuses for good: (decision, route), or None
+    when no pool of a tier the key's default allows serves the model. Raises
+    LimiterUnavailable (with the route it happened on as its argument)."""
     digest = secret_digest(ask.api_key)
     refused: list[tuple[Decision, PoolRoute]] = []
     for _ in range(2):  # a second pass only when the key's default tier turned out stale
         hint = _key_tier_hints.get(digest, "unknown")
         for route in _candidates(routes, ask.service_tier, hint):
             try:
-                d = limiter_authorize(
+                d = yield from limiter_authorize_steps(
                     pool_id=route.pool_id, api_key=ask.api_key, digest=digest,
                     request_id=ask.request_id, input_tokens=ask.input_tokens,
                     max_output_tokens=ask.max_output_tokens, tier=ask.service_tier,
@@ -190,7 +202,8 @@ def _limiter_decide(ask: AuthorizeInput, routes: list[PoolRoute]
             if d.outcome in (TIER_MISMATCH, SPILLED):
                 continue
             if d.allowed:
-                _spills_mark(refused, ask, d)
+                if refused:
+                    yield from _spills_mark_steps(refused, ask, d)
                 return d, route
             refused.append((d, route))
             if ask.service_tier != "auto" or d.outcome not in SPILL_ON:
@@ -207,8 +220,8 @@ def _limiter_decide(ask: AuthorizeInput, routes: list[PoolRoute]
     return refused[0] if refused else None
 
 
-def _spills_mark(refused: list[tuple[Decision, PoolRoute]], ask: AuthorizeInput,
-                 d: Decision) -> None:
+def _spills_mark_steps(refused: list[tuple[Decision, PoolRoute]], ask: AuthorizeInput,
+                       d: Decision) -> Steps:
     """A request the fast pool refused for capacity and the standard one admitted: a retry of
     it must find its reservation in the standard pool, not be admitted by the fast one too."""
     if ask.dry_run:
@@ -216,8 +229,8 @@ def _spills_mark(refused: list[tuple[Decision, PoolRoute]], ask: AuthorizeInput,
     for refusal, route in refused:
         if refusal.outcome in ("tps_exceeded", "pool_capacity_exhausted"):
             try:
-                limiter_spill_mark(pool_id=route.pool_id, request_id=ask.request_id,
-                                   org_id=d.org_id)
+                yield from limiter_spill_mark_steps(pool_id=route.pool_id,
+                                                    request_id=ask.request_id, org_id=d.org_id)
             except LimiterUnavailable:
                 logger.warning("could not mark %s as spilled in pool %s", ask.request_id,
                                route.pool_id)
@@ -235,18 +248,18 @@ def _decisions_counted(outcome: str, limiter: str):
     return counter
 
 
-def authorize_handle(body: object, gateway: GatewayIdentity) -> Answer:
+def _authorize_handle_steps(body: object, gateway: GatewayIdentity) -> Steps:
     ask = authorize_input(body)
     try:
-        routes = pool_routes_for(model=ask.model, region=ask.region,
-                                 service_tier=ask.service_tier)
+        routes = yield from pool_routes_steps(model=ask.model, region=ask.region,
+                                              service_tier=ask.service_tier)
     except RouteError as exc:
         if exc.code == "unknown_model":
             return _refusal(exc.code, exc.message, 404)
         return _error(exc.code, exc.message, 400)
     limiter = "redis"
     try:
-        decided = _limiter_decide(ask, routes)
+        decided = yield from _limiter_decide_steps(ask, routes)
         if decided is None:
             return _refusal("unknown_model", f"No pool serves model {ask.model!r} on the API "
                             "key's default service tier.", 404)
@@ -259,18 +272,27 @@ def authorize_handle(body: object, gateway: GatewayIdentity) -> Answer:
         route = exc.args[0]
         policy = "fail_open" if route.fail_open else "fail_closed"
         LIMITER_ERRORS.labels(policy).inc()
-        decision = _fail_open_decide(ask, route) if route.fail_open else None
+        decision = None
+        if route.fail_open:
+            decision = yield Blocking(_fail_open_decide, {"ask": ask, "route": route})
         if decision is None:
             _decisions_counted("limiter_unavailable", policy).inc()
             return _refusal("limiter_unavailable", messages.LIMITER_UNAVAILABLE, 503,
                             retry_after_ms=messages.LIMITER_UNAVAILABLE_RETRY_MS)
         limiter = "fail_open"
     else:
-        fail_open_heartbeat()
+        yield from fail_open_heartbeat_steps()
     _decisions_counted(decision.outcome, limiter).inc()
-    refusal_count(decision=decision, pool_id=route.pool_id, limiter=limiter)
+    if refusal_counted(decision=decision, limiter=limiter):  # off the decision's path
+        yield Background(refusal_count, {"decision": decision, "pool_id": route.pool_id,
+                                         "limiter": limiter})
     return _decision_answer(decision, route=route, request_id=ask.request_id,
                             dry_run=ask.dry_run, limiter=limiter)
+
+
+def authorize_handle(body: object, gateway: GatewayIdentity) -> Answer:
+    """Authorize's decision for a parsed body, in this thread (the benchmarks, tests)."""
+    return steps_run(_authorize_handle_steps(body, gateway))
 
 
 def _fail_open_decide(ask: AuthorizeInput, route: PoolRoute) -> Decision | None:

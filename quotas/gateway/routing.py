@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from django.db import DatabaseError
 
+from quotas.limiter.steps import Background, Blocking, Claim, Steps
 from quotas.models import CapacityPool, LimiterFailurePolicy, Tier
 
 logger = logging.getLogger(__name__)
@@ -55,6 +56,7 @@ class _Routes:
         # (model, region, service tier) -> the routes to ask, as pool_routes_for found them.
         self.asked: dict[tuple, list[PoolRoute]] = {}
         self.loaded_at = float("-inf")
+        self.reload = Claim()
         self.lock = threading.Lock()
 
     def load(self) -> None:
@@ -67,10 +69,13 @@ class _Routes:
         self.asked = {}
         self.loaded_at = time.monotonic()
 
+    def stale(self, max_age: float) -> bool:
+        return time.monotonic() - self.loaded_at > max_age
+
     def fresh(self, max_age: float) -> None:
-        if time.monotonic() - self.loaded_at > max_age:
+        if self.stale(max_age):
             with self.lock:
-                if time.monotonic() - self.loaded_at > max_age:
+                if self.stale(max_age):
                     self._reload()
 
     def _reload(self) -> None:
@@ -117,6 +122,21 @@ def pool_routes_for(*, model: str, region: str | None = None,
     if len(_routes.asked) < 10_000:  # callers choose the names: bound what they can add
         _routes.asked[(model, region, service_tier)] = found
     return found
+
+
+def pool_routes_steps(*, model: str, region: str | None = None,
+                      service_tier: str = "auto") -> Steps:
+    """pool_routes_for as steps (quotas/limiter/steps.py): what it found before is answered
+    from memory (a table past REFRESH_SECONDS is reloaded in the background meanwhile); a
+    first load, or a question not asked before, waits in a thread (it may read PostgreSQL)."""
+    if _routes.by_id:
+        if _routes.stale(REFRESH_SECONDS) and _routes.reload.take(_routes.loaded_at):
+            yield Background(_routes.fresh, {"max_age": REFRESH_SECONDS})
+        asked = _routes.asked.get((model, region, service_tier))
+        if asked is not None:
+            return asked
+    return (yield Blocking(pool_routes_for, {"model": model, "region": region,
+                                             "service_tier": service_tier}))
 
 
 def pool_route_by_id(pool_id: int) -> PoolRoute | None:

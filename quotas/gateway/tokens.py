@@ -28,6 +28,7 @@ from quotas.limiter.gateways import (
     gateway_tokens_used_record,
     gateway_tokens_write,
 )
+from quotas.limiter.steps import Background, Blocking, Claim, Steps
 from quotas.models import GatewayToken
 from quotas.publish import (
     gateway_tokens_publish,
@@ -115,6 +116,7 @@ class _Known:
     def __init__(self) -> None:
         self.by_digest: dict[str, GatewayIdentity] | None = None
         self.fresh_until = float("-inf")
+        self.refresh = Claim()
         self.misses: dict[str, float] = {}  # digest -> unknown until (monotonic)
         self.used: dict[int, int] = {}  # token id -> last use (epoch s), not yet recorded
         self.recorded: dict[int, int] = {}  # token id -> last use recorded in Redis
@@ -176,16 +178,57 @@ def _lookup(plaintext: str) -> GatewayIdentity | None:
 _known = _Known()
 
 
-def gateway_authenticate(authorization: str) -> GatewayIdentity | None:
-    """The gateway behind an `Authorization` header value, or None."""
+def _presented(authorization: str) -> tuple[str, str] | None:
+    """(plaintext, digest) of the token in an `Authorization` header value, or None. The last
+    one is remembered: a gateway sends the same header on every call."""
+    global _last_presented
+    last = _last_presented
+    if last[0] == authorization:
+        return last[1]
     if not authorization.startswith("Bearer gw_"):
         return None
     plaintext = authorization[7:].strip()
-    digest = secret_digest(plaintext)
-    identity = _known.current().get(digest) or _known.miss(plaintext, digest)
+    presented = plaintext, secret_digest(plaintext)
+    _last_presented = (authorization, presented)
+    return presented
+
+
+_last_presented: tuple[str, tuple[str, str] | None] = ("", None)
+
+
+def _used(identity: GatewayIdentity | None) -> GatewayIdentity | None:
     if identity is not None:
         _known.used[identity.token_id] = int(time.time())
     return identity
+
+
+def gateway_authenticate(authorization: str) -> GatewayIdentity | None:
+    """The gateway behind an `Authorization` header value, or None. May read Redis or
+    PostgreSQL (a stale set, an unknown token)."""
+    presented = _presented(authorization)
+    if presented is None:
+        return None
+    plaintext, digest = presented
+    return _used(_known.current().get(digest) or _known.miss(plaintext, digest))
+
+
+def gateway_authenticate_steps(authorization: str) -> Steps:
+    """gateway_authenticate as steps (quotas/limiter/steps.py): answered from the set in
+    memory when it holds the answer; a stale set is refreshed in the background meanwhile, and
+    only a first load or an unknown token waits (in a thread) for Redis or PostgreSQL."""
+    presented = _presented(authorization)
+    if presented is None:
+        return None
+    known = _known
+    if known.by_digest is not None:
+        if known.stale() and known.refresh.take(known.fresh_until):
+            yield Background(known.current, {})
+        identity = known.by_digest.get(presented[1])
+        if identity is not None:
+            return _used(identity)
+        if known.misses.get(presented[1], float("-inf")) > time.monotonic():
+            return None
+    return (yield Blocking(gateway_authenticate, {"authorization": authorization}))
 
 
 def gateway_token_cache_clear() -> None:

@@ -1,6 +1,7 @@
 """The limiter's clock. Tests freeze and advance it (UTC day rollover, reservation expiry)
 instead of sleeping; production reads the wall clock."""
 
+import time
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 
@@ -11,6 +12,10 @@ class Clock:
 
     def now(self) -> datetime:
         return self._frozen or datetime.now(UTC)
+
+    def now_ms(self) -> int:
+        """epoch_ms(now()), without making a datetime (authorize asks on every request)."""
+        return time.time_ns() // 1_000_000 if self._frozen is None else epoch_ms(self._frozen)
 
     def freeze(self, at: datetime) -> None:
         self._frozen = at
@@ -58,13 +63,14 @@ _DAY_MS = 86_400_000
 _today: tuple[int, str, str] = (-1, "", "")  # the UTC day's first epoch ms, YYYYMMDD, YYYYMM
 
 
-def time_stamps(at: datetime) -> tuple[int, str, str]:
-    """`at` as epoch ms, and its UTC day (YYYYMMDD) and month (YYYYMM), formatted once a day:
-    authorize needs all three on every request."""
+def time_stamps(ms: int) -> tuple[str, str]:
+    """The UTC day (YYYYMMDD) and month (YYYYMM) of epoch ms `ms`, formatted once a day:
+    authorize needs both on every request."""
     global _today
-    ms = epoch_ms(at)
     start, day, month = _today
     if not start <= ms < start + _DAY_MS:
-        start, day, month = ms - ms % _DAY_MS, day_stamp(at), month_stamp(at)
+        start = ms - ms % _DAY_MS
+        at = datetime.fromtimestamp(start // 1000, UTC)
+        day, month = day_stamp(at), month_stamp(at)
         _today = (start, day, month)
-    return ms, day, month
+    return day, month

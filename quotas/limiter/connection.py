@@ -70,7 +70,7 @@ class LimiterUnavailable(Exception):
     open."""
 
 
-class _SlowReply(Exception):
+class SlowReply(Exception):
     """Connected and sent, but no reply within reply_timeout_s."""
 
 
@@ -122,6 +122,16 @@ def limiter_reset() -> None:
         _hot_connections.clear()
         _broken_until, _failures = 0.0, 0
     _script.cache_clear()
+    for reset in _resets:
+        reset()
+
+
+_resets: list[Callable[[], None]] = []
+
+
+def on_limiter_reset(reset: Callable[[], None]) -> None:
+    """Have limiter_reset also call `reset` (aio.py closes its connections)."""
+    _resets.append(reset)
 
 
 def script_source(name: str) -> str:
@@ -139,11 +149,15 @@ def _script(name: str, bulk: bool = False):
     return limiter_client(bulk=bulk).register_script(script_source(name))
 
 
+def script_sha(name: str) -> str:
+    return _script(name).sha
+
+
 def script_run(name: str, *, keys: Sequence[str], args: Sequence, bulk: bool = False):
     if bulk:
         try:
             return _script_call(_script(name, bulk=True), keys, args)
-        except (redis.RedisError, _SlowReply) as exc:  # READONLY and OOM replies included
+        except (redis.RedisError, SlowReply) as exc:  # READONLY and OOM replies included
             raise LimiterUnavailable(str(exc)) from exc
     return _script_run_hot(name, keys=keys, args=args)
 
@@ -152,7 +166,7 @@ _hot = threading.local()
 _hot_connections: list = []  # every thread's, closed by limiter_reset
 
 
-def _connection_pool(client: redis.Redis | RedisCluster, key: str) -> redis.ConnectionPool:
+def connection_pool_for(client: redis.Redis | RedisCluster, key: str) -> redis.ConnectionPool:
     if isinstance(client, RedisCluster):
         # The node serving KEYS[1]'s slot: every key of the call shares its pool hash tag.
         return client.get_redis_connection(client.get_node_from_key(key)).connection_pool
@@ -180,7 +194,7 @@ def _evalsha(script, keys: Sequence[str], args: Sequence):
     """EVALSHA without the client's per-command machinery (pool, retries, observability
     hooks), packed by hiredis in C: this runs once per inference request, and per pool of
     every usage batch."""
-    conn = _hot_connection(_connection_pool(script.registered_client, keys[0]))
+    conn = _hot_connection(connection_pool_for(script.registered_client, keys[0]))
     try:
         conn.send_packed_command(
             (hiredis.pack_command(("EVALSHA", script.sha, len(keys), *keys, *args)),),
@@ -188,7 +202,7 @@ def _evalsha(script, keys: Sequence[str], args: Sequence):
         return conn.read_response()
     except redis.TimeoutError as exc:
         conn.disconnect()  # the reply may still come: never hand this socket out again
-        raise _SlowReply(str(exc)) from exc
+        raise SlowReply(str(exc)) from exc
     except redis.ConnectionError:
         conn.disconnect()
         raise
@@ -208,21 +222,40 @@ def _script_call(script, keys: Sequence[str], args: Sequence):
 
 
 def _script_run_hot(name: str, *, keys: Sequence[str], args: Sequence):
-    global _broken_until, _failures, _last_reply
-    if _broken_until and time.monotonic() < _broken_until:
-        raise LimiterUnavailable("circuit open after repeated Redis failures")
+    hot_breaker_check()
     try:
         reply = _script_call(_script(name), keys, args)
-    except (redis.RedisError, _SlowReply) as exc:
+    except (redis.RedisError, SlowReply) as exc:
         # Connection refused or reset, no reply within reply_timeout_s, or an error reply
         # (READONLY after a failover, OOM): all of them are "Redis cannot decide", and the
         # caller's failure policy answers, never a 500.
-        if not isinstance(exc, _SlowReply) or time.monotonic() - _last_reply > HANG_SECONDS:
-            _failures += 1
-        if _failures >= BREAKER_FAILURES:
-            _broken_until = time.monotonic() + BREAKER_SECONDS
-        # At most BREAKER_FAILURES lines per BREAKER_SECONDS and process, however long it lasts.
-        logger.warning("limiter: %s failed (%s): %s", name, type(exc).__name__, exc)
-        raise LimiterUnavailable(str(exc)) from exc
-    _failures, _broken_until, _last_reply = 0, 0.0, time.monotonic()
+        raise hot_call_failed(name, exc) from exc
+    hot_call_answered()
     return reply
+
+
+# The hot calls' circuit breaker, shared by this module's threads and by the event loops of
+# aio.py: a Redis that is down is down for both.
+
+def hot_breaker_check() -> None:
+    """Raises LimiterUnavailable while the breaker is open."""
+    if _broken_until and time.monotonic() < _broken_until:
+        raise LimiterUnavailable("circuit open after repeated Redis failures")
+
+
+def hot_call_failed(name: str, exc: Exception) -> LimiterUnavailable:
+    """Count a failed hot call (a slow reply only once Redis has been silent HANG_SECONDS),
+    open the breaker after BREAKER_FAILURES, and return the error to raise."""
+    global _broken_until, _failures
+    if not isinstance(exc, SlowReply) or time.monotonic() - _last_reply > HANG_SECONDS:
+        _failures += 1
+    if _failures >= BREAKER_FAILURES:
+        _broken_until = time.monotonic() + BREAKER_SECONDS
+    # At most BREAKER_FAILURES lines per BREAKER_SECONDS and process, however long it lasts.
+    logger.warning("limiter: %s failed (%s): %s", name, type(exc).__name__, exc)
+    return LimiterUnavailable(str(exc))
+
+
+def hot_call_answered() -> None:
+    global _broken_until, _failures, _last_reply
+    _failures, _broken_until, _last_reply = 0, 0.0, time.monotonic()

@@ -3,7 +3,8 @@
 `limiter_authorize` hashes the presented API key (Redis only ever sees digests), runs
 authorize.lua in the pool's slot, and decodes the reply into a `Decision`. When the pool's key
 registry is missing (Redis flushed or restarted), it calls the configured `pool_rebuild` and
-asks once more: the engine itself never reads a database.
+asks once more: the engine itself never reads a database. `limiter_authorize_steps` is the
+same decision as steps (steps.py), which an event loop runs without a thread.
 
 Output estimates: settle keeps, per org (and API key) and pool, a histogram of the output
 lengths of completed requests, and derives its p95; authorize reserves the smaller of
@@ -14,7 +15,6 @@ hundred bytes to ~2 KB of Redis memory per org or key and pool); weights double 
 ESTIMATE_HALF_LIFE observations, so the estimate follows the last few hundred requests.
 """
 
-from datetime import datetime
 from functools import cache
 from itertools import chain
 from operator import attrgetter
@@ -39,6 +39,7 @@ from quotas.limiter.schema import (
     pool_key,
     reply_decode,
 )
+from quotas.limiter.steps import Blocking, ScriptCall, Steps, steps_run
 from sluice.secrets import secret_digest  # Django-free, like the engine
 
 # How long a reservation's record outlives its expiry: a late usage report still finds it.
@@ -67,55 +68,59 @@ def _pool_keys(pool_id: int) -> _PoolKeys:
                      reservation_prefix=pool_key(pool_id, KEY.reservation, ""))
 
 
-def _authorize_once(*, pool_id: int, digest: str, request_id: str, input_tokens: int,
+def _authorize_call(*, pool_id: int, digest: str, request_id: str, input_tokens: int,
                     max_output_tokens: int, tier: str, key_tier: str, pool_tier: str,
-                    dry_run: bool, now: datetime, config: EngineConfig) -> Decision:
+                    dry_run: bool, now_ms: int, config: EngineConfig) -> ScriptCall:
     pool = _pool_keys(pool_id)
     ttl_ms = config.reservation_ttl_s * 1000
-    keys = AuthorizeKeys(registry=pool.registry, synced=pool.synced, pool=pool.pool,
-                         reservation=pool.reservation_prefix + request_id)
-    now_ms, day, month = time_stamps(now)
-    args = AuthorizeArgs(digest=digest, request_id=request_id, input_tokens=input_tokens,
-                         max_output_tokens=max_output_tokens, tier=tier, key_tier=key_tier,
-                         pool_tier=pool_tier, now_ms=now_ms, day=day, month=month,
-                         ttl_ms=ttl_ms, dry_run=int(dry_run),
-                         record_ttl_ms=ttl_ms + RECORD_GRACE_MS)
-    return reply_decode(Decision, script_run("authorize", keys=keys, args=args))
+    day, month = time_stamps(now_ms)
+    # Positional, in the layouts' order: this runs once per inference request.
+    return ScriptCall("authorize", AuthorizeKeys(
+        pool.registry, pool.synced, pool.pool, pool.reservation_prefix + request_id),
+        AuthorizeArgs(digest, request_id, input_tokens, max_output_tokens, tier, key_tier,
+                      pool_tier, now_ms, day, month, ttl_ms, int(dry_run),
+                      ttl_ms + RECORD_GRACE_MS))
 
 
-def limiter_authorize(*, pool_id: int, api_key: str, request_id: str, input_tokens: int,
-                      max_output_tokens: int | None, tier: str = "auto",
-                      key_tier: str = "unknown", pool_tier: str = "fast",
-                      dry_run: bool = False, digest: str | None = None) -> Decision:
-    """Decide one request in one pool. `max_output_tokens` None: reserve the output estimate
-    alone. `tier` is what the request asked for (auto, priority, default), `pool_tier` the
-    pool's (fast, standard), `key_tier` what the caller believes the key's default tier is
-    ("unknown" if it has no idea): a mismatch answers TIER_MISMATCH with the key's tier, and
-    nothing is reserved. `digest`: the key's, when the caller has it already. Raises
-    LimiterUnavailable when Redis cannot be reached."""
+def limiter_authorize_steps(*, pool_id: int, api_key: str, request_id: str, input_tokens: int,
+                            max_output_tokens: int | None, tier: str = "auto",
+                            key_tier: str = "unknown", pool_tier: str = "fast",
+                            dry_run: bool = False, digest: str | None = None) -> Steps:
+    """`limiter_authorize` as steps (steps.py), for a caller that runs them on an event loop."""
     config = engine_config()
-    kwargs = dict(pool_id=pool_id, digest=digest or secret_digest(api_key), request_id=request_id,
-                  input_tokens=input_tokens,
-                  max_output_tokens=-1 if max_output_tokens is None else max_output_tokens,
-                  tier=tier, key_tier=key_tier, pool_tier=pool_tier, dry_run=dry_run,
-                  now=clock.now(), config=config)
-    decision = _authorize_once(**kwargs)
+    call = _authorize_call(
+        pool_id=pool_id, digest=digest or secret_digest(api_key), request_id=request_id,
+        input_tokens=input_tokens,
+        max_output_tokens=-1 if max_output_tokens is None else max_output_tokens, tier=tier,
+        key_tier=key_tier, pool_tier=pool_tier, dry_run=dry_run, now_ms=clock.now_ms(),
+        config=config)
+    decision = reply_decode(Decision, (yield call))
     if decision.outcome == UNSYNCED:
         if config.pool_rebuild is not None:
-            config.pool_rebuild(pool_id=pool_id)
-            decision = _authorize_once(**kwargs)
+            yield Blocking(config.pool_rebuild, {"pool_id": pool_id})
+            decision = reply_decode(Decision, (yield call))
         if decision.outcome == UNSYNCED:  # the pool still has no state for this key's org
             decision = Decision(outcome="invalid_api_key")
     return decision
 
 
-def limiter_spill_mark(*, pool_id: int, request_id: str, org_id: int) -> None:
+def limiter_authorize(**kwargs) -> Decision:
+    """Decide one request in one pool. `max_output_tokens` None: reserve the output estimate
+    alone. `tier` is what the request asked for (auto, priority, default), `pool_tier` the
+    pool's (fast, standard), `key_tier` what the caller believes the key's default tier is
+    ("unknown" if it has no idea): a mismatch answers TIER_MISMATCH with the key's tier, and
+    nothing is reserved. `digest`: the key's, when the caller has it already. Raises
+    LimiterUnavailable when Redis cannot be reached. (Keywords: limiter_authorize_steps'.)"""
+    return steps_run(limiter_authorize_steps(**kwargs))
+
+
+def limiter_spill_mark_steps(*, pool_id: int, request_id: str, org_id: int) -> Steps:
     """Mark `request_id` in this pool as served by another one: a retry of it here answers
     SPILLED instead of being admitted twice. Raises LimiterUnavailable."""
     record_ttl_ms = engine_config().reservation_ttl_s * 1000 + RECORD_GRACE_MS
-    script_run("spill_mark",
-               keys=SpillMarkKeys(reservation=pool_key(pool_id, KEY.reservation, request_id)),
-               args=SpillMarkArgs(org=org_id, record_ttl_ms=record_ttl_ms))
+    yield ScriptCall("spill_mark",
+                     SpillMarkKeys(reservation=pool_key(pool_id, KEY.reservation, request_id)),
+                     SpillMarkArgs(org=org_id, record_ttl_ms=record_ttl_ms))
 
 
 def limiter_settle(*, pool_id: int, settlements: list[Settlement]) -> int:

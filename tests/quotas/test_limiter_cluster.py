@@ -113,3 +113,31 @@ def test_the_hook_serves_authorize_from_a_cluster(limiter, settings):
                                       "model": t.pool.model, "input_tokens": 1,
                                       "max_output_tokens": 1}, content_type="application/json")
     assert answer.status_code == 200 and "limiter" not in answer.json()
+
+
+@pytest.mark.django_db(transaction=True)  # the loop's threads read the rows it commits
+def test_the_event_loop_asks_each_pools_node_over_its_own_connection(limiter, cluster):
+    """Authorize decided on the server's event loop (quotas/gateway/asgi.py): each pool's
+    script runs on the node serving its slot, over the loop's connection to that node."""
+    from tests.quotas.test_hook_on_loop import OnLoop
+
+    gateway_token_cache_clear()
+    _, plaintext = gateway_token_create(name="edge-loop", actor="test")
+    tenants = [tenant_create(guaranteed_tps=100, burst_tps=100, daily_tokens=10**6,
+                             max_concurrency=100) for _ in range(6)]
+    pool_routes_reload()
+    nodes = limiter_client()
+    expected = {n.port: 0 for n in cluster.nodes}
+    for t in tenants:
+        expected[nodes.get_node_from_key(pool_key(t.pool.pk, KEY.registry)).port] += 1
+    on_loop = OnLoop(plaintext)
+    try:
+        before = _evalsha_calls(cluster)
+        answers = on_loop.many([{"request_id": "r1", "api_key": t.plaintext,
+                                 "model": t.pool.model, "input_tokens": 1,
+                                 "max_output_tokens": 1} for t in tenants])
+        after = _evalsha_calls(cluster)
+    finally:
+        on_loop.close()
+    assert [a.json()["org"] for a in answers] == [t.org.pk for t in tenants]
+    assert {port: after[port] - before[port] for port in after} == expected

@@ -3,60 +3,27 @@ stall authorize: the production server (config/serve.py, a real process on a fre
 bodies on its event loop, so every authorize is answered while they hang on. The precise
 latency figures are in bench/slow_clients.py; here only a generous comparison of medians."""
 
-import os
 import socket
 import statistics
-import subprocess
-import sys
-import tempfile
 import time
-from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import pytest
-from django.conf import settings
-from django.db import connection
 
 from quotas.gateway.tokens import gateway_token_create
-from tests.private_redis import free_port
 from tests.quotas.conftest import tenant_create
+from tests.server import sluice_server
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the server process reads the rows
-ROOT = Path(__file__).resolve().parents[2]
 PATH = "/api/gateway/v1/authorize"
 SLOW = 40
 
 
 @pytest.fixture
 def server(limiter):
-    """The production server, one worker with 4 threads, on the test's databases (in debug
-    mode, as `dev.py run` starts it: production settings want a deployment's environment)."""
-    db = connection.settings_dict
-    port = free_port()
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("SLUICE_")},
-           "DJANGO_SETTINGS_MODULE": "config.settings.base", "SLUICE_DEBUG": "1",
-           "SLUICE_LOG_LEVEL": "WARNING",
-           # The run's own URL (TCP, or the embedded server's socket) on the test database.
-           "DATABASE_URL": urlunsplit(urlsplit(os.environ["DATABASE_URL"])._replace(
-               path=f"/{db['NAME']}")),
-           "REDIS_URL": settings.REDIS_URL, "SLUICE_WEB_CONCURRENCY": "1",
-           "SLUICE_WEB_THREADS": "4", "PROMETHEUS_MULTIPROC_DIR": tempfile.mkdtemp()}
-    process = subprocess.Popen(  # noqa: S603 - our own server
-        [sys.executable, "-m", "config.serve", "--bind", f"127.0.0.1:{port}"], cwd=ROOT,
-        env=env, stdout=subprocess.DEVNULL)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(600):
-            try:
-                if httpx.get(f"{base}/healthz").status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.05)  # waiting for start-up, not asserting on time
-        yield base, port
-    finally:
-        process.terminate()
-        process.wait()
+    """The production server, one worker with 4 threads."""
+    with sluice_server(workers=1, threads=4) as started:
+        yield started
 
 
 def _slow_senders(port: int, headers: str) -> list[socket.socket]:

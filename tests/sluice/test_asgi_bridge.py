@@ -5,7 +5,7 @@ length; a big or streaming response is sent as the application yields it."""
 import asyncio
 from concurrent.futures import ThreadPoolExecutor
 
-from sluice.asgi_bridge import FIRST_BYTES, wsgi_app_as_asgi
+from sluice.asgi_bridge import FIRST_BYTES, wsgi_app_as_asgi, wsgi_executor
 
 
 def _echo(environ, start_response):
@@ -33,7 +33,7 @@ def _call(app, messages, *, path="/x"):
     scope = {"type": "http", "method": "POST", "path": path, "query_string": b"",
              "headers": [(b"transfer-encoding", b"chunked")], "server": ("127.0.0.1", 80),
              "client": ("127.0.0.1", 5000), "scheme": "http", "http_version": "1.1"}
-    application = wsgi_app_as_asgi(app, threads=2, max_body=100)
+    application = wsgi_app_as_asgi(app, executor=wsgi_executor(2), max_body=100)
     # In a thread of its own: another test may have left an event loop running in this one.
     with ThreadPoolExecutor(1) as thread:
         thread.submit(asyncio.run, application(scope, receive, send)).result()
