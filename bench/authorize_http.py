@@ -2,24 +2,25 @@
 
     DATABASE_URL=... REDIS_URL=redis://127.0.0.1:6379/4 python bench/authorize_http.py
 
-The production server (config/serve.py: granian, bodies read before a thread runs a request;
-DEBUG off), or `--server gunicorn` for the WSGI layout it replaced. Limits are set high so
-every decision runs the whole script and is an admission; every request_id is new.
+The production server (config/serve.py: granian; authorize decided on its event loop, every
+other request through the bridge's threads; DEBUG off), or `--server gunicorn` for the WSGI
+layout it replaced (authorize in gunicorn's threads). Limits are set high so every decision
+runs the whole script and is an admission; every request_id is new.
 
-With wrk (the default when it is on PATH): two empty JSON endpoints as ceilings, /bench/empty
-at the bare WSGI layer where authorize is served and /healthz through Django's whole stack,
-then authorize at 1, 2, 3, ... connections. Peak is the best of those; "half of peak" is the
+With wrk (the default when it is on PATH): the empty JSON endpoints as ceilings, /bench/empty
+at the bare WSGI layer (where Django's requests are served: issue 12's yardstick),
+/bench/loop-empty on the event loop (where authorize is served: the stricter one) and
+/healthz through Django's whole stack, each at the same connection counts (the best is kept),
+then authorize at 1, 2, 4, ... connections. Peak is the best of those; "half of peak" is the
 connection count (up to the peak's) whose throughput came closest to half the peak (wrk is
 closed loop, it has no fixed-rate mode), reported with its own rate and p99.
 
-Then CPU per request (server processes, Redis, wrk) of the empty endpoint, of /bench/ping
-(the same layer, after one Redis PING on the limiter's per-thread connection: the floor of any
-endpoint that waits for Redis in a WSGI thread), of authorize, and of /bench/stand-in:
-authorize with none of its Python (a body of its size read and parsed, one EVAL that keeps
-Redis busy as long as authorize.lua took in authorize's row, an answer of its size). The
-stand-in's ratio is the ceiling of authorize's for this server, this Redis and this script.
-And of /bench/no-redis: authorize with all of its Python and the script's reply replayed, no
-Redis call: the ceiling of a design that decides in the web process (per-process leases).
+Then CPU per request (server processes, Redis, wrk), which other load on the machine does not
+distort, of both empty endpoints, of authorize, of /bench/loop-stand-in (authorize with none
+of its Python: a body of its size read and parsed, one EVAL over the loop's connection that
+keeps Redis busy as long as authorize.lua took in authorize's row, an answer of its size: the
+ceiling of authorize's ratio for this server, this Redis and this script) and of
+/bench/loop-no-redis (authorize whole, the script's reply replayed: its Python on the loop).
 
 `--loadgen python`: the pure-Python generator (bench/loadgen.py), which shares the 2 cores
 with the server (a floor): saturation, then an open loop at half of that peak.
@@ -55,9 +56,9 @@ def main() -> None:
                         help="the production server, or the gunicorn layout it replaced")
     parser.add_argument("--loadgen", choices=["wrk", "python"],
                         default="wrk" if wrk.available() else "python")
-    parser.add_argument("--sweep", default="1,2,3,4,6,8,12",
+    parser.add_argument("--sweep", default="1,2,4,8,12,16,24",
                         help="wrk: authorize connection counts")
-    parser.add_argument("--ceiling-connections", default="2,4,8",
+    parser.add_argument("--ceiling-connections", default="2,4,8,16,24",
                         help="wrk: connection counts for the empty endpoints (best is kept)")
     parser.add_argument("--processes", type=int, default=2, help="python: load processes")
     parser.add_argument("--connections", type=int, default=8, help="python: per process")
@@ -79,6 +80,8 @@ def main() -> None:
 
 
 def with_wrk(args, port, pool, headers, head, tail) -> None:
+    from quotas.limiter.connection import limiter_client
+
     base = f"http://127.0.0.1:{port}"
     script = wrk.post_counter_script(PATH, headers, head, tail)
     run_tag = f"w{pool.pk}-{uuid.uuid4().hex[:6]}"
@@ -87,27 +90,40 @@ def with_wrk(args, port, pool, headers, head, tail) -> None:
         return wrk.run(base + PATH, connections=connections, seconds=seconds, script=script,
                        args=(f"{run_tag}-{n}",))
 
+    def posted(path: str, body_head: str, body_tail: str, tag: str):
+        def run(connections: int = 4) -> wrk.Result:
+            return wrk.run(base + path, connections=connections, seconds=args.seconds,
+                           script=wrk.post_counter_script(path, headers, body_head, body_tail),
+                           args=(f"{run_tag}-{tag}{connections}",))
+        return run
+
     authorize(2, 2, 0)  # warm up every worker's caches, and Django's (URLconf, middleware)
     wrk.run(base + "/healthz", connections=4, seconds=1)
     ceilings = [int(c) for c in args.ceiling_connections.split(",")]
     bare = [wrk.run(base + "/bench/empty", connections=c, seconds=args.seconds)
             for c in ceilings]
+    on_loop = [wrk.run(base + "/bench/loop-empty", connections=c, seconds=args.seconds)
+               for c in ceilings] if args.server == "granian" else []
     django = [wrk.run(base + "/healthz", connections=c, seconds=args.seconds) for c in ceilings]
+    redis = limiter_client(bulk=True)
+    calls, usec = _script_us(redis)
     sweep = [authorize(c, args.seconds, n)
              for n, c in enumerate(int(c) for c in args.sweep.split(",")) if c > 0]
-    def stand_in(loops: int) -> wrk.Result:
-        body_head, body_tail = _stand_in_body(head, tail, loops)
-        return wrk.run(base + "/bench/stand-in", connections=4, seconds=args.seconds,
-                       script=wrk.post_counter_script("/bench/stand-in", headers, body_head,
-                                                      body_tail),
-                       args=(f"{run_tag}-s",))
+    calls_after, usec_after = _script_us(redis)
+    script_us = (usec_after - usec) / max(calls_after - calls, 1)  # authorize.lua, in Redis
+    stand_ins, no_redis, cpu = [], [], []
+    if args.server == "granian":
+        from bench.asgi_ceiling import stand_in_loops
 
-    def no_redis() -> wrk.Result:
-        return wrk.run(base + "/bench/no-redis", connections=4, seconds=args.seconds,
-                       script=wrk.post_counter_script("/bench/no-redis", headers, head, tail),
-                       args=(f"{run_tag}-n",))
-
-    cpu, script_us = _cpu_per_request(args, port, base, authorize, stand_in, no_redis)
+        # Calibrated to keep Redis as busy as authorize.lua kept it during the sweep.
+        stand_in = posted("/bench/loop-stand-in",
+                          *_stand_in_body(head, tail, stand_in_loops(redis,
+                                                                     microseconds=script_us)),
+                          "s")
+        replayed = posted("/bench/loop-no-redis", head, tail, "n")
+        stand_ins = [stand_in(c) for c in ceilings]
+        no_redis = [replayed(c) for c in ceilings]
+        cpu = _cpu_per_request(args, base, authorize, stand_in, replayed)
     # Checked after the sweep so that it cannot warm anything up for it.
     metrics = wrk.run(base + "/metrics", connections=1, seconds=1)
 
@@ -117,8 +133,11 @@ def with_wrk(args, port, pool, headers, head, tail) -> None:
                key=lambda r: abs(r.rps - peak.rps / 2))
     best_bare, best_django = max(bare, key=lambda r: r.rps), max(django, key=lambda r: r.rps)
     rows = []
-    for name, results in (("GET /bench/empty (bare WSGI, empty JSON)", bare),
+    for name, results in (("GET /bench/empty (bare WSGI layer, empty JSON)", bare),
+                          ("GET /bench/loop-empty (event loop, empty JSON)", on_loop),
                           ("GET /healthz (through Django, JSON)", django),
+                          ("POST /bench/loop-stand-in (none of authorize's Python)", stand_ins),
+                          ("POST /bench/loop-no-redis (no Redis call)", no_redis),
                           ("POST authorize", sweep)):
         for r in results:
             mark = (" <- peak" if r is peak else "") + (" <- ~half of peak" if r is half else "")
@@ -130,30 +149,42 @@ def with_wrk(args, port, pool, headers, head, tail) -> None:
     print(f"\npeak authorize: {peak.rps:,.0f} decisions/s at {peak.connections} connections "
           f"(p99 {peak.p99_ms:.2f} ms)")
     print(f"authorize / bare WSGI empty endpoint = {peak.rps / best_bare.rps:.2f} "
-          f"({best_bare.rps:,.0f}/s)")
+          f"({best_bare.rps:,.0f}/s): issue 12's ratio")
+    if on_loop:
+        best_loop = max(on_loop, key=lambda r: r.rps)
+        print(f"authorize / event-loop empty endpoint = {peak.rps / best_loop.rps:.2f} "
+              f"({best_loop.rps:,.0f}/s): the stricter reading, the layer authorize is served at")
     print(f"authorize / Django empty JSON endpoint (/healthz) = "
           f"{peak.rps / best_django.rps:.2f} ({best_django.rps:,.0f}/s)")
+    if stand_ins:
+        best_stand_in = max(stand_ins, key=lambda r: r.rps)
+        best_no_redis = max(no_redis, key=lambda r: r.rps)
+        print(f"stand-in / bare WSGI empty endpoint = {best_stand_in.rps / best_bare.rps:.2f}: "
+              "the ceiling of issue 12's ratio for authorize with none of its Python (its body "
+              f"read and parsed, Redis busy {script_us:.1f} µs per call as authorize.lua was in "
+              "the sweep, its answer's size)")
+        print(f"no-redis / bare WSGI empty endpoint = {best_no_redis.rps / best_bare.rps:.2f}: "
+              "authorize whole with the script's reply replayed, no Redis call")
     print(f"~half of peak (no fixed-rate mode in wrk: the connection count whose rate was "
           f"closest to {peak.rps / 2:,.0f}/s, at or below the peak's connections): "
           f"{half.connections} connections, "
           f"{half.rps:,.0f}/s, p50 {half.p50_ms:.2f} ms, p99 {half.p99_ms:.2f} ms")
     print(f"/metrics answered {'ok' if metrics.errors == 0 else f'{metrics.errors} errors'}")
+    if not cpu:
+        return
     table("CPU per request, wrk at 4 connections: what the throughput ratio is made of, "
           "measured in CPU time, which other load on the machine does not distort",
           ["endpoint", "server µs", "Redis µs", "wrk µs", "total µs"], cpu)
-    empty_total, ping_total, authorize_total, stand_in_total, no_redis_total = (
-        row[-1] for row in cpu)
-    print(f"\nempty endpoint / authorize in CPU per request = "
-          f"{empty_total / authorize_total:.2f} (the throughput ratio of a machine whose cores "
-          "they saturate; Redis's share counts whatever else that Redis serves)")
-    print(f"empty endpoint / ping endpoint = {empty_total / ping_total:.2f}: the ceiling of "
-          "that ratio for any endpoint that waits for one Redis reply in a WSGI thread")
-    print(f"empty endpoint / stand-in = {empty_total / stand_in_total:.2f}: the ceiling of that "
-          "ratio for authorize with none of its Python (its body read and parsed, Redis busy "
-          f"{script_us:.1f} µs per call as authorize.lua was in the row above, its answer's size)")
-    print(f"empty endpoint / no-redis = {empty_total / no_redis_total:.2f}: the ceiling of that "
-          "ratio for authorize deciding without a Redis call (all of its Python, the script's "
-          "reply replayed): per-process leases, before their own bookkeeping")
+    empty, loop_empty, authorized, stand_in_total, no_redis_total = (row[-1] for row in cpu)
+    print(f"\nempty endpoint (bare WSGI) / authorize in CPU per request = "
+          f"{empty / authorized:.2f}; event-loop empty / authorize = {loop_empty / authorized:.2f}"
+          " (the throughput ratios of a machine whose cores they saturate; Redis's share counts "
+          "whatever else that Redis serves)")
+    print(f"empty endpoint (bare WSGI) / stand-in = {empty / stand_in_total:.2f}, "
+          f"/ no-redis = {empty / no_redis_total:.2f}, by CPU")
+    print(f"authorize's Python on the loop, without the Redis call: "
+          f"{no_redis_total - loop_empty:,.0f} µs per request above the event-loop empty "
+          "endpoint")
 
 
 def _stand_in_body(head: str, tail: str, loops: int) -> tuple[str, str]:
@@ -166,17 +197,12 @@ def _script_us(redis) -> tuple[int, int]:
     return stats["calls"], stats["usec"]
 
 
-def _cpu_per_request(args, port, base, authorize, stand_in, no_redis
-                     ) -> tuple[list[list], float]:
+def _cpu_per_request(args, base, authorize, stand_in, no_redis) -> list[list]:
     """CPU microseconds per request of the web server (its processes), Redis and wrk, for the
-    empty endpoint, the one that only asks Redis PING, authorize, its stand-in (Redis kept
-    busy as long as authorize.lua was in authorize's row, measured there by Redis: then
-    calibrated), and authorize without Redis. Also the microseconds authorize.lua took per call
-    inside Redis."""
-    from bench.wsgi_ceiling import stand_in_loops
+    two empty endpoints, authorize, its stand-in and authorize without Redis."""
     from quotas.limiter.connection import limiter_client
 
-    server, redis = SERVER_PIDS[port], limiter_client(bulk=True)
+    server, redis = SERVER_PIDS[int(base.rsplit(":", 1)[1])], limiter_client(bulk=True)
 
     def used() -> tuple[float, float, float]:
         info = redis.info("cpu")
@@ -191,18 +217,12 @@ def _cpu_per_request(args, port, base, authorize, stand_in, no_redis
                  for first, after in zip(before, used(), strict=True)]
         return [name, *(f"{x:,.0f}" for x in spent), sum(spent)]
 
-    rows = [row("GET /bench/empty", lambda: wrk.run(base + "/bench/empty", connections=4,
-                                                     seconds=args.seconds)),
-            row("GET /bench/ping", lambda: wrk.run(base + "/bench/ping", connections=4,
-                                                    seconds=args.seconds))]
-    calls, usec = _script_us(redis)
-    rows.append(row("POST authorize", lambda: authorize(4, args.seconds, "cpu")))
-    calls_after, usec_after = _script_us(redis)
-    script_us = (usec_after - usec) / max(calls_after - calls, 1)
-    loops = stand_in_loops(redis, microseconds=script_us)
-    rows.append(row("POST /bench/stand-in", lambda: stand_in(loops)))
-    rows.append(row("POST /bench/no-redis", no_redis))
-    return rows, script_us
+    return [*(row(f"GET {path}", lambda path=path: wrk.run(base + path, connections=4,
+                                                            seconds=args.seconds))
+              for path in ("/bench/empty", "/bench/loop-empty")),
+            row("POST authorize", lambda: authorize(4, args.seconds, "cpu")),
+            row("POST /bench/loop-stand-in", stand_in),
+            row("POST /bench/loop-no-redis", no_redis)]
 
 
 def with_python(args, port, pool, headers, head: bytes, tail: bytes) -> None:
