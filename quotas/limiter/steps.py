@@ -103,6 +103,15 @@ def _logged(future) -> None:
         logger.error("background step failed", exc_info=future.exception())
 
 
+def _background(in_thread: InThread, step: Background) -> None:
+    """Start `step` in a thread, not waiting for it: it must not fail the decision, not even
+    when the threads are gone (a server stopping)."""
+    try:
+        in_thread(step.fn, step.kwargs).add_done_callback(_logged)
+    except RuntimeError as exc:
+        logger.warning("background step %s not started: %s", step.fn.__qualname__, exc)
+
+
 async def steps_run_async(steps: Steps, *, in_thread: InThread) -> Any:
     """Run a decision's steps on the running event loop: script calls awaited there, blocking
     and background work through `in_thread`, which must return a future (`run_in_executor`)."""
@@ -118,7 +127,7 @@ async def steps_run_async(steps: Steps, *, in_thread: InThread) -> Any:
                     answer = await in_thread(script_run, {"name": step.name, "keys": step.keys,
                                                           "args": step.args})
             elif kind is Background:
-                in_thread(step.fn, step.kwargs).add_done_callback(_logged)
+                _background(in_thread, step)
             else:
                 answer = await in_thread(step.fn, step.kwargs)
         except Exception as exc:
