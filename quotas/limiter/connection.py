@@ -195,10 +195,23 @@ def _evalsha(script, keys: Sequence[str], args: Sequence):
     hooks), packed by hiredis in C: this runs once per inference request, and per pool of
     every usage batch."""
     conn = _hot_connection(connection_pool_for(script.registered_client, keys[0]))
+    packed = (hiredis.pack_command(("EVALSHA", script.sha, len(keys), *keys, *args)),)
+    kept = conn.is_connected
     try:
-        conn.send_packed_command(
-            (hiredis.pack_command(("EVALSHA", script.sha, len(keys), *keys, *args)),),
-            check_health=False)
+        return _sent(conn, packed)
+    except redis.ConnectionError:
+        if not kept:
+            raise
+        # A connection kept from an earlier call that the server has closed since (it
+        # restarted, failed over, or dropped idle clients): the command is sent once more on
+        # a new one, as the first call on it would have been. Safe twice: every script is
+        # idempotent by request id (a decision made twice answers its reservation again).
+        return _sent(conn, packed)
+
+
+def _sent(conn: redis.Connection, packed: tuple[bytes, ...]):
+    try:
+        conn.send_packed_command(packed, check_health=False)
         return conn.read_response()
     except redis.TimeoutError as exc:
         conn.disconnect()  # the reply may still come: never hand this socket out again

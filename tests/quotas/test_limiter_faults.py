@@ -190,3 +190,18 @@ def test_a_rebuild_held_elsewhere_past_the_wait_answers_by_the_policy(
     redis.delete(pool_key(t.pool.pk, KEY.rebuild))  # the other process died: its TTL ran out
     assert ask(gateway, t, "r2").status_code == 200
     assert rebuilds == [(t.pool.pk,)]
+
+
+def test_a_restarted_redis_is_answered_on_the_first_call_of_a_kept_connection(server):
+    """Every thread keeps its own connection (connection.py). After Redis restarts, the first
+    call on one is written to a socket the old server closed: it is sent once more on a new
+    connection (every script is idempotent by request id) instead of failing that thread's next
+    decision, or its next usage batch's settlement."""
+    t = tenant_in()
+    assert limiter_authorize(pool_id=t.pool.pk, api_key=t.plaintext, request_id="before",
+                             input_tokens=1, max_output_tokens=1).allowed
+    server.stop()
+    server.start()  # the same port, empty: the pool is rebuilt from PostgreSQL
+    after = limiter_authorize(pool_id=t.pool.pk, api_key=t.plaintext, request_id="after",
+                              input_tokens=1, max_output_tokens=1)
+    assert after.allowed, after
