@@ -84,14 +84,9 @@ _lock = threading.Lock()
 _fleet = _Fleet()
 
 
-def fail_open_heartbeat() -> None:
-    """Called after each decision Redis took: at most one heartbeat per HEARTBEAT_SECONDS."""
-    _fleet.beat()
-
-
 def fail_open_heartbeat_steps() -> Steps:
-    """fail_open_heartbeat as steps (quotas/limiter/steps.py): when one is due, in the
-    background."""
+    """Taken after each decision Redis took (quotas/limiter/steps.py): a heartbeat, in the
+    background, when one is due (at most one per HEARTBEAT_SECONDS)."""
     fleet = _fleet
     if time.monotonic() >= fleet.next_beat and fleet.claim.take(fleet.next_beat):
         yield Background(fleet.beat, {})

@@ -8,6 +8,11 @@ a decision's CPU and a fifth of a one-event usage call's. What the hook needs fr
 middleware is kept: the Host check against ALLOWED_HOSTS, the body size limit, `nosniff`, and
 database connection hygiene (`database_hygiene`). Every other request goes to Django, and the
 same logic is reachable through the Django views (quotas.gateway.views).
+
+The production server decides authorize on its event loop before a request reaches this
+application (quotas/gateway/asgi.py, with the same steps and the same checks, which it takes
+from here); here it is served for the usage hook, and for authorize under a WSGI server
+(`bench/authorize_http.py --server gunicorn`).
 """
 
 from http import HTTPStatus
