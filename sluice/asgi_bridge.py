@@ -13,6 +13,7 @@ with their Content-Length. Responses are sent as the application yields them.
 import asyncio
 import io
 import sys
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 _TOO_LARGE = b'{"error":{"code":"request_too_large","message":"Request body too large."}}'
@@ -104,13 +105,18 @@ def wsgi_executor(threads: int) -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=threads, thread_name_prefix="wsgi")
 
 
-def wsgi_app_as_asgi(app, *, executor: ThreadPoolExecutor, max_body: int):
+def wsgi_app_as_asgi(app, *, executor: ThreadPoolExecutor, max_body: int,
+                     on_startup: Callable[[], None] | None = None):
+    """`app` as an ASGI application; `on_startup` runs when the server starts the process
+    (ASGI's lifespan startup), before its first request."""
 
     async def application(scope, receive, send):
         if scope["type"] == "lifespan":
             while True:
                 message = (await receive())["type"]
                 if message == "lifespan.startup":
+                    if on_startup is not None:
+                        on_startup()
                     await send({"type": "lifespan.startup.complete"})
                 elif message == "lifespan.shutdown":
                     return await send({"type": "lifespan.shutdown.complete"})

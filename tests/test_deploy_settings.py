@@ -140,3 +140,36 @@ def test_a_web_worker_imports_its_views_before_its_first_request():
                  production_env())
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "True"
+
+
+_LIFESPAN = """
+import asyncio, gc
+from config.asgi import application
+
+async def lifespan():
+    messages, sent = iter([{"type": "lifespan.startup"}, {"type": "lifespan.shutdown"}]), []
+    async def receive():
+        return next(messages)
+    async def send(message):
+        sent.append((message["type"], gc.get_freeze_count()))
+    await application({"type": "lifespan", "asgi": {"version": "3.0"}}, receive, send)
+    return sent
+
+before = gc.get_freeze_count()
+sent = asyncio.run(lifespan())
+tracked = sum(len(gc.get_objects(generation)) for generation in range(3))
+print(before, sent[0][0], sent[0][1], tracked, sent[1][0])
+"""
+
+
+def test_a_web_worker_freezes_what_it_built_before_serving():
+    """At the server's lifespan startup each worker freezes its imports (Django, DRF, every
+    view) out of the collector's way: a full collection scanned ~176,000 objects, ~100 ms of
+    the event loop that decides authorize."""
+    result = run(["-c", _LIFESPAN], production_env())
+    assert result.returncode == 0, result.stderr
+    before, started, frozen, tracked, stopped = result.stdout.split()
+    assert (started, stopped) == ("lifespan.startup.complete", "lifespan.shutdown.complete")
+    assert int(before) == 0  # importing the application freezes nothing: startup does
+    # Frozen once startup completed: most of what the process had built, not a handful.
+    assert int(frozen) > 50_000 and int(frozen) > 10 * int(tracked), (frozen, tracked)
