@@ -26,6 +26,7 @@ from config.asgi import asgi_application
 from quotas.gateway.wsgi import AUTHORIZE_PATH
 from quotas.limiter import aio, steps
 from quotas.limiter.connection import connection_pool_for, limiter_client
+from sluice.asgi_bridge import body_receive
 
 # An answer of the size of an admission's (~700 bytes), with as many headers.
 STAND_IN = orjson.dumps({"allowed": True, "padding": "x" * 660})
@@ -83,22 +84,16 @@ steps.script_run_async = _script_run_or_replayed(steps.script_run_async)
 production = asgi_application(wsgi_application)
 
 
-async def _body(receive) -> bytes:
-    chunks = []
-    while True:
-        message = await receive()
-        chunks.append(message.get("body", b""))
-        if not message.get("more_body", False):
-            return b"".join(chunks)
-
-
 async def application(scope, receive, send):
     path = scope.get("path")
     if path == "/bench/loop-empty":
         await send({"type": "http.response.start", "status": 200, "headers": EMPTY_HEADERS})
         return await send({"type": "http.response.body", "body": b"{}"})
     if path == "/bench/loop-stand-in":
-        await _redis_busy(orjson.loads(await _body(receive))["stand_in_loops"])
+        body = await body_receive(receive, 1 << 20)
+        if body is None:  # the client went away
+            return None
+        await _redis_busy(orjson.loads(body)["stand_in_loops"])
         await send({"type": "http.response.start", "status": 200, "headers": STAND_IN_HEADERS})
         return await send({"type": "http.response.body", "body": STAND_IN})
     if path == "/bench/loop-no-redis":

@@ -30,7 +30,8 @@ def _headers(scope) -> tuple[str, str]:
     host = authorization = None
     for name, value in scope["headers"]:
         if name == b"host":
-            host = value.decode("latin-1") if host is None else f"{host},{value.decode('latin-1')}"
+            text = value.decode("latin-1")
+            host = text if host is None else f"{host},{text}"
         elif name == b"authorization":
             text = value.decode("latin-1")
             authorization = text if authorization is None else f"{authorization},{text}"

@@ -147,8 +147,12 @@ class _Known:
                 gateway_tokens_used_record(due)
                 self.recorded.update(due)
 
+    def missed(self, digest: str) -> bool:
+        """Looked up and not found a moment ago (MISS_SECONDS): not looked up again yet."""
+        return self.misses.get(digest, float("-inf")) > time.monotonic()
+
     def miss(self, plaintext: str, digest: str) -> GatewayIdentity | None:
-        if self.misses.get(digest, float("-inf")) > time.monotonic():
+        if self.missed(digest):
             return None
         identity = _lookup(plaintext)
         if identity is None:
@@ -226,7 +230,7 @@ def gateway_authenticate_steps(authorization: str) -> Steps:
         identity = known.by_digest.get(presented[1])
         if identity is not None:
             return _used(identity)
-        if known.misses.get(presented[1], float("-inf")) > time.monotonic():
+        if known.missed(presented[1]):
             return None
     return (yield Blocking(gateway_authenticate, {"authorization": authorization}))
 
