@@ -3,6 +3,8 @@ a gateway calls it: the official Python client, hundreds of decisions in flight 
 worker processes, exact limits, and usage reported after them."""
 
 import asyncio
+import json
+import socket
 from datetime import UTC, datetime, timedelta
 
 import httpx
@@ -86,3 +88,48 @@ def test_the_servers_answers_keep_their_http_details(server):
         assert client.get(PATH).status_code == 405
         bad_host = client.post(PATH, json={}, headers={"Host": "evil.example"})
         assert bad_host.status_code == 400 and bad_host.json()["error"]["code"] == "bad_host"
+
+
+def _responses(sock, count: int) -> list[tuple[int, bytes]]:
+    """`count` HTTP/1.1 answers read off `sock`, each by its Content-Length."""
+    data, answers = b"", []
+    while len(answers) < count:
+        head, sep, rest = data.partition(b"\r\n\r\n")
+        if sep:
+            lines = head.split(b"\r\n")
+            length = next(int(line.split(b":", 1)[1]) for line in lines[1:]
+                          if line.lower().startswith(b"content-length:"))
+            if len(rest) >= length:
+                answers.append((int(lines[0].split()[1]), rest[:length]))
+                data = rest[length:]
+                continue
+        chunk = sock.recv(65536)
+        assert chunk, f"the server closed the connection after {len(answers)} answers"
+        data += chunk
+    return answers
+
+
+def test_one_connection_carries_request_after_request_whose_bodies_were_read_by_length(server):
+    # Bodies are read up to their Content-Length, not to the end of the stream the server
+    # reports one receive() later (sluice/asgi_bridge.py): the connection must stay usable.
+    base, _ = server
+    t = tenant_create(guaranteed_tps=10**6, burst_tps=10**6, daily_tokens=10**9,
+                      max_concurrency=10)
+    _, token = gateway_token_create(name="edge-keepalive", actor="test")
+    host, port = base.removeprefix("http://").split(":")
+
+    def post(path: str, body: bytes) -> bytes:
+        return (f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nAuthorization: Bearer {token}"
+                f"\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+                ).encode() + body
+
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        for n in range(3):  # authorize on the loop, then usage through the bridge's threads
+            body = json.dumps({"request_id": f"ka{n}", "api_key": t.plaintext,
+                               "model": t.pool.model, "input_tokens": 1}).encode()
+            sock.sendall(post(PATH, body))
+            (status, answer), = _responses(sock, 1)
+            assert status == 200 and json.loads(answer)["allowed"] is True
+            sock.sendall(post("/api/gateway/v1/usage", b'{"events": "none"}'))
+            (status, answer), = _responses(sock, 1)
+            assert status == 400 and json.loads(answer)["error"]["code"]
