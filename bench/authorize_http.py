@@ -13,7 +13,11 @@ at the bare WSGI layer (where Django's requests are served: issue 12's yardstick
 /healthz through Django's whole stack, each at the same connection counts (the best is kept),
 then authorize at 1, 2, 4, ... connections. Peak is the best of those; "half of peak" is the
 connection count (up to the peak's) whose throughput came closest to half the peak (wrk is
-closed loop, it has no fixed-rate mode), reported with its own rate and p99.
+closed loop, it has no fixed-rate mode), reported with its own rate and p99. Then the ratio
+again from pairs of short rows back to back (`--pairs`, `--pair-seconds`): authorize at the
+peak's connections and the empty endpoint at its best's, the order alternating. A VM whose
+speed drifts within a run (seen here: the same command gave 0.30 and 0.57) skews the first
+ratio, whose two sides are measured a minute apart; the pairs' median does not drift with it.
 
 Then CPU per request (server processes, Redis, wrk), which other load on the machine does not
 distort, of both empty endpoints, of authorize, of /bench/loop-stand-in (authorize with none
@@ -29,6 +33,7 @@ with the server (a floor): saturation, then an open loop at half of that peak.
 import argparse
 import json
 import resource
+import statistics
 import uuid
 
 from common import (
@@ -64,6 +69,9 @@ def main() -> None:
                         help="wrk: authorize connection counts")
     parser.add_argument("--ceiling-connections", default="2,4,8,16,24",
                         help="wrk: connection counts for the empty endpoints (best is kept)")
+    parser.add_argument("--pairs", type=int, default=6,
+                        help="wrk: authorize and empty endpoint rows back to back, this many times")
+    parser.add_argument("--pair-seconds", type=float, default=2, help="wrk: per paired row")
     parser.add_argument("--processes", type=int, default=2, help="python: load processes")
     parser.add_argument("--connections", type=int, default=8, help="python: per process")
     args = parser.parse_args()
@@ -136,6 +144,9 @@ def with_wrk(args, port, pool, headers, head, tail) -> None:
     half = min((r for r in sweep if r.connections <= peak.connections),
                key=lambda r: abs(r.rps - peak.rps / 2))
     best_bare, best_django = max(bare, key=lambda r: r.rps), max(django, key=lambda r: r.rps)
+    pairs = _paired(args, lambda seconds, n: authorize(peak.connections, seconds, f"p{n}"),
+                    lambda seconds: wrk.run(base + "/bench/empty",
+                                            connections=best_bare.connections, seconds=seconds))
     rows = []
     for name, results in (("GET /bench/empty (bare WSGI layer, empty JSON)", bare),
                           ("GET /bench/loop-empty (event loop, empty JSON)", on_loop),
@@ -169,6 +180,13 @@ def with_wrk(args, port, pool, headers, head, tail) -> None:
               "the sweep, its answer's size)")
         print(f"no-redis / bare WSGI empty endpoint = {best_no_redis.rps / best_bare.rps:.2f}: "
               "authorize whole with the script's reply replayed, no Redis call")
+    ratios = sorted(a.rps / e.rps for a, e in pairs)
+    print(f"paired: authorize at {peak.connections} and the bare-WSGI empty endpoint at "
+          f"{best_bare.connections} connections, {len(pairs)} pairs of {args.pair_seconds:g} s "
+          f"rows back to back (the order alternating): ratio median "
+          f"{statistics.median(ratios):.2f}, from {ratios[0]:.2f} to {ratios[-1]:.2f} "
+          "(what a machine whose speed drifts during the run does to the ratio above, whose "
+          "two sides were measured a minute apart)")
     print(f"~half of peak (no fixed-rate mode in wrk: the connection count whose rate was "
           f"closest to {peak.rps / 2:,.0f}/s, at or below the peak's connections): "
           f"{half.connections} connections, "
@@ -189,6 +207,21 @@ def with_wrk(args, port, pool, headers, head, tail) -> None:
     print(f"authorize's Python on the loop, without the Redis call: "
           f"{no_redis_total - loop_empty:,.0f} µs per request above the event-loop empty "
           "endpoint")
+
+
+def _paired(args, authorize, empty) -> list[tuple[wrk.Result, wrk.Result]]:
+    """(authorize, empty endpoint) rows measured back to back, `args.pairs` times, the order
+    alternating: both sides of each ratio under the same conditions."""
+    pairs = []
+    for n in range(args.pairs):
+        if n % 2:
+            e = empty(args.pair_seconds)
+            a = authorize(args.pair_seconds, n)
+        else:
+            a = authorize(args.pair_seconds, n)
+            e = empty(args.pair_seconds)
+        pairs.append((a, e))
+    return pairs
 
 
 def _stand_in_body(head: str, tail: str, loops: int) -> tuple[str, str]:
