@@ -180,13 +180,14 @@ def with_wrk(args, port, pool, headers, head, tail) -> None:
               "the sweep, its answer's size)")
         print(f"no-redis / bare WSGI empty endpoint = {best_no_redis.rps / best_bare.rps:.2f}: "
               "authorize whole with the script's reply replayed, no Redis call")
-    ratios = sorted(a.rps / e.rps for a, e in pairs)
-    print(f"paired: authorize at {peak.connections} and the bare-WSGI empty endpoint at "
-          f"{best_bare.connections} connections, {len(pairs)} pairs of {args.pair_seconds:g} s "
-          f"rows back to back (the order alternating): ratio median "
-          f"{statistics.median(ratios):.2f}, from {ratios[0]:.2f} to {ratios[-1]:.2f} "
-          "(what a machine whose speed drifts during the run does to the ratio above, whose "
-          "two sides were measured a minute apart)")
+    if pairs:
+        ratios = sorted(a.rps / e.rps for a, e in pairs)
+        print(f"paired: authorize at {peak.connections} and the bare-WSGI empty endpoint at "
+              f"{best_bare.connections} connections, {len(pairs)} pairs of {args.pair_seconds:g} s "
+              f"rows back to back (the order alternating): ratio median "
+              f"{statistics.median(ratios):.2f}, from {ratios[0]:.2f} to {ratios[-1]:.2f} "
+              "(what a machine whose speed drifts during the run does to the ratio above, whose "
+              "two sides were measured a minute apart)")
     print(f"~half of peak (no fixed-rate mode in wrk: the connection count whose rate was "
           f"closest to {peak.rps / 2:,.0f}/s, at or below the peak's connections): "
           f"{half.connections} connections, "

@@ -44,10 +44,14 @@ def _call(app, messages, *, path="/x", headers=((b"transfer-encoding", b"chunked
              "headers": list(headers), "server": ("127.0.0.1", 80),
              "client": ("127.0.0.1", 5000), "scheme": "http", "http_version": "1.1"}
     application = wsgi_app_as_asgi(app, executor=wsgi_executor(2), max_body=100)
+    _run(application(scope, receive, send))
+    return sent
+
+
+def _run(coroutine):
     # In a thread of its own: another test may have left an event loop running in this one.
     with ThreadPoolExecutor(1) as thread:
-        thread.submit(asyncio.run, application(scope, receive, send)).result()
-    return sent
+        return thread.submit(asyncio.run, coroutine).result()
 
 
 def test_a_body_sent_in_chunks_reaches_the_application_whole():
@@ -76,9 +80,7 @@ def _received(messages, limit=100, length=None):
         calls.append(1)
         return messages.pop(0)
 
-    with ThreadPoolExecutor(1) as thread:
-        body = thread.submit(asyncio.run, body_receive(receive, limit, length)).result()
-    return body, len(calls)
+    return _run(body_receive(receive, limit, length)), len(calls)
 
 
 def test_a_body_whose_declared_length_is_in_is_not_asked_for_again():
