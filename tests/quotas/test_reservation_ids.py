@@ -1,4 +1,4 @@
-"""Reservation ids, signed for their pool, org, key and request_id (gateway/reservations.py)."""
+"""Reservation ids (quotas/gateway/reservations.py), signed for pool, org, key and request."""
 
 import hashlib
 import hmac
