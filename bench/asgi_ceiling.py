@@ -26,7 +26,7 @@ from config.asgi import asgi_application
 from quotas.gateway.wsgi import AUTHORIZE_PATH
 from quotas.limiter import aio, steps
 from quotas.limiter.connection import connection_pool_for, limiter_client
-from sluice.asgi_bridge import body_receive, content_length
+from sluice.asgi_bridge import body_receive
 
 # An answer of the size of an admission's (~700 bytes), with as many headers.
 STAND_IN = orjson.dumps({"allowed": True, "padding": "x" * 660})
@@ -90,7 +90,7 @@ async def application(scope, receive, send):
         await send({"type": "http.response.start", "status": 200, "headers": EMPTY_HEADERS})
         return await send({"type": "http.response.body", "body": b"{}"})
     if path == "/bench/loop-stand-in":
-        body = await body_receive(receive, 1 << 20, content_length(scope["headers"]))
+        body = await body_receive(scope, receive, 1 << 20)
         if body is None:  # the client went away
             return None
         await _redis_busy(orjson.loads(body)["stand_in_loops"])

@@ -34,13 +34,16 @@ def content_length(headers) -> int | None:
     return None
 
 
-async def body_receive(receive, limit: int, length: int | None = None) -> bytes | None:
+async def body_receive(scope, receive, limit: int) -> bytes | None:
     """The whole body; None if the client went away first. BodyTooLarge past `limit` bytes.
 
-    `length`, the Content-Length the request declared (content_length), ends the reading as
-    soon as that many bytes are in: granian answers each receive() from its own thread, and
-    marks the last chunk of a body only on one more call (that chunk says more_body, the next
-    one an empty end), which would cost a second trip between the threads for every body."""
+    The Content-Length the request declared (content_length) ends the reading as soon as that
+    many bytes are in: granian answers each receive() from its own thread, and marks the last
+    chunk of a body only on one more call (that chunk says more_body, the next one an empty
+    end), which would cost a second trip between the threads for every body. (A request that
+    declares Transfer-Encoding too reaches the application without its Content-Length: hyper
+    drops it.)"""
+    length = content_length(scope["headers"])
     chunks, size = [], 0
     while True:
         message = await receive()
@@ -136,7 +139,7 @@ def wsgi_app_as_asgi(app, *, executor: ThreadPoolExecutor, max_body: int,
         if scope["type"] != "http":
             return None
         try:
-            body = await body_receive(receive, max_body, content_length(scope["headers"]))
+            body = await body_receive(scope, receive, max_body)
         except BodyTooLarge:  # refused before any thread was involved
             return await _send_json(send, 413, _TOO_LARGE)
         if body is None:

@@ -22,7 +22,7 @@ from quotas.gateway.hook import authorize_steps
 from quotas.gateway.inputs import body_too_large
 from quotas.gateway.wsgi import AUTHORIZE_PATH, database_hygiene, hook_reply, host_refusal
 from quotas.limiter.steps import steps_run_async
-from sluice.asgi_bridge import BodyTooLarge, body_receive, content_length
+from sluice.asgi_bridge import BodyTooLarge, body_receive
 
 
 def _headers(scope) -> tuple[str, str]:
@@ -72,7 +72,7 @@ def gateway_on_loop(app, *, executor: Executor):
             return await _send(send, status, {"allowed": False, **error})
         limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
         try:
-            body = await body_receive(receive, limit, content_length(scope["headers"]))
+            body = await body_receive(scope, receive, limit)
         except BodyTooLarge:
             body = None
             too_large = body_too_large(limit)

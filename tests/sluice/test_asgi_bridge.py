@@ -80,7 +80,8 @@ def _received(messages, limit=100, length=None):
         calls.append(1)
         return messages.pop(0)
 
-    return _run(body_receive(receive, limit, length)), len(calls)
+    headers = [] if length is None else [(b"content-length", str(length).encode())]
+    return _run(body_receive({"headers": headers}, receive, limit)), len(calls)
 
 
 def test_a_body_whose_declared_length_is_in_is_not_asked_for_again():
