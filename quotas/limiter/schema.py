@@ -97,7 +97,7 @@ class ReservationFields(NamedTuple):
     api_key: str = "k"
     cost: str = "c"  # tokens reserved, input and output
     input: str = "i"  # of which input
-    from_burst: str = "b"  # also borrowed from the pool's headroom
+    from_burst: str = "b"  # also borrowed from the pool's headroom (absent: 0)
     input_from_burst: str = "bi"  # (absent: 0)
     key_slice: str = "ks"  # 1: the key's own buckets were debited too (absent: no)
     day: str = "d"  # YYYYMMDD the tokens were counted in

@@ -6,24 +6,24 @@
 -- bucket, its burst bucket and the pool's headroom bucket of that dimension. An org without
 -- input rates (its pool declares no prefill capacity) meters input with output, in the output
 -- dimension, as before the two were apart.
+--
+-- Authorize keeps a decision's buckets in locals (a table costs Redis ~3,000 instructions with
+-- its collection, and a decision would build a dozen); settle, which handles many orgs in one
+-- call, keeps them in tables (settle.lua). Both refill them here.
 
--- A token bucket {rate, capacity, level, at, overflow, missing}, refilled to `now` from its
--- stored level and timestamp, numbers (a missing level, nil, is a full bucket, from `now`:
--- write it to start measuring its overflow). `overflow` is the refill the capacity cut off
--- since the last write. Callers pass their own clock, and a caller whose `now` is behind the
--- last write (it computed `now` first but ran second) must neither refill nor move the
--- timestamp back: that would count the same interval twice and admit more than the rate.
-local function bucket(rate, capacity, level, at, now)
-  if level == nil then
-    return {rate = rate, capacity = capacity, level = capacity, at = now, overflow = 0,
-            missing = true}
-  end
-  if now <= at then
-    return {rate = rate, capacity = capacity, level = level, at = at, overflow = 0}
-  end
+-- A token bucket of `rate` and `capacity` refilled to `now` from its stored level and
+-- timestamp, numbers: its level, the time that level is measured at, `overflow` (the refill
+-- the capacity cut off since the last write) and whether it was missing (a missing level, nil,
+-- is a full bucket, from `now`: write it to start measuring its overflow). Callers pass their
+-- own clock, and a caller whose `now` is behind the last write (it computed `now` first but
+-- ran second) must neither refill nor move the timestamp back: that would count the same
+-- interval twice and admit more than the rate.
+local function refill(rate, capacity, level, at, now)
+  if level == nil then return capacity, now, 0, true end
+  if now <= at then return level, at, 0, false end
   local refilled = level + (now - at) * rate / 1000
-  return {rate = rate, capacity = capacity, at = now, level = math.min(capacity, refilled),
-          overflow = math.max(0, refilled - math.max(capacity, level))}
+  return math.min(capacity, refilled), now, math.max(0, refilled - math.max(capacity, level)),
+         false
 end
 
 -- Bucket levels and the time they were measured at, packed (cmsgpack, F.layout.levels) like
@@ -35,51 +35,39 @@ local function levels_unpack(packed, k, ...)
   return fields_read(k, nil, ...)
 end
 
--- The pool's headroom buckets (from its packed limits and levels), refilled to `now`, then
--- the output estimate of orgs without history and its floor (false: never published).
-local function pool_read(now)
+-- The pool's headroom as stored: the output and input rates and capacities (0 when never
+-- published), the output estimate of orgs without history and its floor (false: never
+-- published), then the output and input levels and the time they were measured at.
+local function pool_headroom_read()
   local p = redis.call('HMGET', K.pool, F.layout.limits, F.layout.levels)
   local rate, capacity, input_rate, input_capacity, estimate_default, estimate_floor =
     pool_limits_unpack(p[1], K.pool)
   local level, input_level, at = levels_unpack(p[2], K.pool, F.headroom.level,
                                                F.headroom.input_level, F.headroom.at)
-  return {output = bucket(rate or 0, capacity or 0, level, at, now),
-          input = bucket(input_rate or 0, input_capacity or 0, input_level, at, now)},
-         estimate_default, estimate_floor
+  return rate or 0, capacity or 0, input_rate or 0, input_capacity or 0, estimate_default,
+         estimate_floor, level, input_level, at
 end
 
--- The org's buckets from its rates and capacities (numbers: guaranteed, burst, input
--- guaranteed, input burst) and its packed levels (`levels`, from its hash `org_key`),
--- refilled to `now`, with the pool's headroom (shared: several orgs settled in one call share
--- one headroom). Without input rates (input metered with output) there is no input dimension.
-local function buckets_from(gr, gc, br, bc, igr, igc, ibr, ibc, levels, org_key, headroom, now)
-  local g, b, gi, bi, t = levels_unpack(levels, org_key, F.bucket.guaranteed, F.bucket.burst,
-                                        F.bucket.input_guaranteed, F.bucket.input_burst,
-                                        F.bucket.at)
-  local s = {output = {g = bucket(gr, gc, g, t, now), b = bucket(br, bc, b, t, now),
-                       h = headroom.output},
-             apart = igr > 0}
-  if s.apart then
-    s.input = {g = bucket(igr, igc, gi, t, now), b = bucket(ibr, ibc, bi, t, now),
-               h = headroom.input}
-  end
-  return s
+-- An org's levels (guaranteed, burst, input guaranteed, input burst: nil where it has no
+-- input dimension) and the time they were measured at, into its hash.
+local function org_levels_write(org_key, guaranteed, burst, input_guaranteed, input_burst, at)
+  redis.call('HSET', org_key, F.layout.levels,
+             cmsgpack.pack(guaranteed, burst, input_guaranteed, input_burst, at))
 end
 
-local function buckets_write(org_key, s)
-  local input = s.input or {}
-  redis.call('HSET', org_key, F.layout.levels, cmsgpack.pack(
-    s.output.g.level, s.output.b.level, input.g and input.g.level, input.b and input.b.level,
-    s.output.g.at))
+local function headroom_levels_write(level, input_level, at)
+  redis.call('HSET', K.pool, F.layout.levels, cmsgpack.pack(level, input_level, at))
 end
 
-local function headroom_write(headroom)
-  redis.call('HSET', K.pool, F.layout.levels, cmsgpack.pack(
-    headroom.output.level, headroom.input.level, headroom.output.at))
+-- A bucket as a table {rate, capacity, level, at}, refilled to `now`: settle's, and an API key's.
+local function bucket(rate, capacity, level, at, now)
+  local refilled, refilled_at = refill(rate, capacity, level, at, now)
+  return {rate = rate, capacity = capacity, level = refilled, at = refilled_at}
 end
 
 -- An API key's slice (KeySliceFields) as two buckets (a rate of 0: no limit of its own) and its
 -- day, refilled to `now`.
+
 local function key_slice_read(key_id, now, today)
   local v = redis.call('HMGET', key(KEY.key_slice, key_id), F.key.output_rate,
                        F.key.output_capacity, F.key.input_rate, F.key.input_capacity,

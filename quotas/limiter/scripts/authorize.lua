@@ -65,7 +65,9 @@ local previous_org, previous_cost, previous_input, previous_state = unpack(redis
 if previous_org and previous_org ~= org then return refuse('request_id_conflict') end
 if previous_state == 'spilled' then return refuse('spilled') end
 
-local headroom, estimate_default, estimate_floor = pool_read(now)
+-- The pool's headroom as stored (_buckets.lua): h for output, hi for input.
+local h_rate, h_capacity, hi_rate, hi_capacity, estimate_default, estimate_floor, h_level,
+      hi_level, h_at = pool_headroom_read()
 local output
 if previous_org then
   input = num(previous_input, tonumber(previous_cost))
@@ -82,9 +84,27 @@ else
 end
 local total = input + output
 
-local s = buckets_from(gr, gc, br, bc, igr, igc, ibr, ibc, o[8], org_key, headroom, now)
+-- The buckets, refilled to now (_buckets.lua), in locals, not tables (a dozen tables a call
+-- would cost Redis ~3,000 instructions each): of the output dimension the org's guaranteed (g)
+-- and burst (b) buckets and the pool's headroom (h), of the input dimension gi, bi and hi. Of
+-- each its rate and capacity (the names of the org's limits), level, and the refill its
+-- capacity cut off since the last write (_over), which only the burst and headroom need.
+local g_level, b_level, gi_level, bi_level, stored_at = levels_unpack(
+  o[8], org_key, F.bucket.guaranteed, F.bucket.burst, F.bucket.input_guaranteed,
+  F.bucket.input_burst, F.bucket.at)
+local levels_at, b_over, bi_over, h_over, hi_over, h_missing, hi_missing, _
+g_level, levels_at = refill(gr, gc, g_level, stored_at, now)
+b_level, _, b_over = refill(br, bc, b_level, stored_at, now)
+local apart = igr > 0
+if apart then
+  gi_level = refill(igr, igc, gi_level, stored_at, now)
+  bi_level, _, bi_over = refill(ibr, ibc, bi_level, stored_at, now)
+end
+local stored_h_at = h_at
+h_level, h_at, h_over, h_missing = refill(h_rate, h_capacity, h_level, stored_h_at, now)
+hi_level, _, hi_over, hi_missing = refill(hi_rate, hi_capacity, hi_level, stored_h_at, now)
 local cost_output, cost_input = output, input
-if not s.apart then cost_output, cost_input = total, 0 end
+if not apart then cost_output, cost_input = total, 0 end
 local k = nil
 if sliced == '1' then k = key_slice_read(key_id, now, A.day) end
 
@@ -129,38 +149,36 @@ if active >= conc then conc_reset = oldest_expiry(inflight_key) end
 if k and k.conc > 0 and key_active >= k.conc then key_conc_reset = oldest_expiry(key_inflight) end
 local day_reset = DAY_MS - now % DAY_MS  -- until 00:00 UTC
 
--- How one dimension pays `cost`: while the org's guaranteed bucket drains (it is not full),
--- first the refill the pool's headroom bucket would lose to its capacity since its last write
--- (it sat full, nobody borrowing: taking it deprives no one), within the org's burst; then the
--- guaranteed bucket; then borrowed from the burst and the headroom together.
-local function plan(d, cost)
+-- How one dimension (its guaranteed, burst and headroom buckets) pays `cost`: while the
+-- org's guaranteed bucket drains (it is not full), first the refill the pool's headroom bucket
+-- would lose to its capacity since its last write (it sat full, nobody borrowing: taking it
+-- deprives no one), within the org's burst; then the guaranteed bucket; then borrowed from
+-- the burst and the headroom together. Returns 'allowed', nil and what it takes: free (of
+-- which free_burst from the burst's level), from the guaranteed bucket, borrowed; or the
+-- refusal and its retry (nil: waiting cannot help).
+local function plan(cost, g_rate, g_capacity, g_level, b_rate, b_capacity, b_level, b_over,
+                    h_rate, h_level, h_over)
   local free = 0
-  if d.g.level < d.g.capacity then
-    free = math.min(cost, d.h.overflow, d.b.overflow + math.max(d.b.level, 0))
-  end
-  local free_burst = math.max(0, free - d.b.overflow)  -- what the burst's level pays of it
-  local from_guaranteed = math.min(cost - free, math.max(d.g.level, 0))
+  if g_level < g_capacity then free = math.min(cost, h_over, b_over + math.max(b_level, 0)) end
+  local free_burst = math.max(0, free - b_over)  -- what the burst's level pays of it
+  local from_guaranteed = math.min(cost - free, math.max(g_level, 0))
   local borrow = cost - free - from_guaranteed
-  if borrow > 0 and borrow > math.max(d.b.level - free_burst, 0) then
+  if borrow > 0 and borrow > math.max(b_level - free_burst, 0) then
     local retry = nil  -- a request larger than the buckets never fits
-    if cost <= d.g.capacity + d.b.capacity then  -- a debt (negative level) is repaid first
-      retry = math.ceil((cost - d.g.level - math.max(d.b.level, 0)) * 1000
-                        / math.max(d.g.rate + d.b.rate, 1))
+    if cost <= g_capacity + b_capacity then  -- a debt (negative level) is repaid first
+      retry = math.ceil((cost - g_level - math.max(b_level, 0)) * 1000
+                        / math.max(g_rate + b_rate, 1))
     end
-    return nil, 'tps_exceeded', retry
+    return 'tps_exceeded', retry
   end
-  if borrow > 0 and borrow > math.max(d.h.level, 0) then
-    if d.h.rate > 0 then
-      return nil, 'pool_capacity_exhausted',
-             math.ceil((borrow - math.max(d.h.level, 0)) * 1000 / d.h.rate)
+  if borrow > 0 and borrow > math.max(h_level, 0) then
+    if h_rate > 0 then
+      return 'pool_capacity_exhausted', math.ceil((borrow - math.max(h_level, 0)) * 1000 / h_rate)
     end
-    return nil, 'pool_capacity_exhausted',
-           math.ceil((cost - d.g.level) * 1000 / math.max(d.g.rate, 1))
+    return 'pool_capacity_exhausted', math.ceil((cost - g_level) * 1000 / math.max(g_rate, 1))
   end
-  return {free = free, free_burst = free_burst, guaranteed = from_guaranteed, borrow = borrow}
+  return 'allowed', nil, free, free_burst, from_guaranteed, borrow
 end
-
-local NONE = {free = 0, free_burst = 0, guaranteed = 0, borrow = 0}  -- nothing taken
 
 local function key_fits(b, cost)  -- a key's own bucket of one dimension (rate 0: no limit)
   if b.rate == 0 or cost <= math.max(b.level, 0) then return true, nil end
@@ -169,7 +187,9 @@ local function key_fits(b, cost)  -- a key's own bucket of one dimension (rate 0
 end
 
 local outcome, retry, scope, limit = 'allowed', nil, nil, nil  -- retry nil: waiting cannot help
-local out_plan, in_plan
+-- What each dimension takes (plan), nothing until planned.
+local o_free, o_free_burst, o_guaranteed, o_borrow = 0, 0, 0, 0
+local i_free, i_free_burst, i_guaranteed, i_borrow = 0, 0, 0, 0
 if previous_org then
   outcome = 'duplicate'
 elseif active >= conc then
@@ -183,34 +203,40 @@ elseif k and k.daily > 0 and k.day_used + total > k.daily then
   outcome, retry, scope = 'daily_quota_exhausted', day_reset, 'key'
 else
   local fits
-  out_plan, outcome, retry = plan(s.output, cost_output)
+  outcome, retry, o_free, o_free_burst, o_guaranteed, o_borrow = plan(
+    cost_output, gr, gc, g_level, br, bc, b_level, b_over, h_rate, h_level, h_over)
   scope, limit = 'org', 'output'
-  if out_plan and k then
+  if outcome == 'allowed' and k then
     fits, retry = key_fits(k.output, cost_output)
     if not fits then outcome, scope = 'tps_exceeded', 'key' end
   end
-  if out_plan and (not k or fits) then
-    if s.apart then in_plan, outcome, retry = plan(s.input, cost_input) else in_plan = NONE end
+  if outcome == 'allowed' then
+    if apart then
+      outcome, retry, i_free, i_free_burst, i_guaranteed, i_borrow = plan(
+        cost_input, igr, igc, gi_level, ibr, ibc, bi_level, bi_over, hi_rate, hi_level, hi_over)
+    end
     scope, limit = 'org', 'input'
-    if in_plan and k then
+    if outcome == 'allowed' and k then
       fits, retry = key_fits(k.input, cost_input)
       if not fits then outcome, scope = 'tps_exceeded', 'key' end
     end
-    if in_plan and (not k or fits) then outcome, scope, limit = 'allowed', nil, nil end
+    if outcome == 'allowed' then scope, limit = nil, nil end
   end
 end
 
 if outcome == 'allowed' then
-  local function take(d, taken)
-    d.g.level = d.g.level - taken.guaranteed
-    d.b.level = d.b.level - taken.borrow - taken.free_burst
-    d.h.level = d.h.level - taken.borrow
-    -- The headroom's overflow is measured from its last write: write it when it was taken
-    -- (or the next caller would take it again) and when it was missing (or none would be).
-    return taken.borrow > 0 or taken.free > 0 or d.h.missing
+  g_level = g_level - o_guaranteed
+  b_level = b_level - o_borrow - o_free_burst
+  h_level = h_level - o_borrow
+  -- The headroom's overflow is measured from its last write: write it when it was taken (or
+  -- the next caller would take it again) and when it was missing (or none would be).
+  local headroom_changed = o_borrow > 0 or o_free > 0 or h_missing
+  if apart then
+    gi_level = gi_level - i_guaranteed
+    bi_level = bi_level - i_borrow - i_free_burst
+    hi_level = hi_level - i_borrow
+    headroom_changed = headroom_changed or i_borrow > 0 or i_free > 0 or hi_missing
   end
-  local headroom_changed = take(s.output, out_plan)
-  if s.apart then headroom_changed = take(s.input, in_plan) or headroom_changed end
   used, active = used + total, active + 1
   if k then  -- a bucket without a rate of its own is no limit, and keeps no debt
     if k.output.rate > 0 then k.output.level = k.output.level - cost_output end
@@ -222,30 +248,34 @@ if outcome == 'allowed' then
     -- 4,000 instructions each (callgrind, bench/README.md); string.format('%d') is a fraction.
     -- Only whole numbers: token counts, times and TTLs (bucket levels travel packed, _buckets.lua).
     local expires, slot_ttl = string.format('%d', now + ttl), string.format('%d', ttl + DAY_MS)
-    buckets_write(org_key, s)
-    if headroom_changed then headroom_write(headroom) end
+    local total_text = string.format('%d', total)
+    if apart then
+      org_levels_write(org_key, g_level, b_level, gi_level, bi_level, levels_at)
+    else  -- no input dimension: none kept
+      org_levels_write(org_key, g_level, b_level, nil, nil, levels_at)
+    end
+    if headroom_changed then headroom_levels_write(h_level, hi_level, h_at) end
     -- A new day's counter gets its expiry.
-    if redis.call('INCRBY', day_key, string.format('%d', total)) == total then
+    if redis.call('INCRBY', day_key, total_text) == total then
       redis.call('PEXPIRE', day_key, 2 * DAY_MS)
     end
     redis.call('ZREMRANGEBYSCORE', inflight_key, '-inf', A.now_ms)
     redis.call('ZADD', inflight_key, expires, A.request_id)
     redis.call('PEXPIRE', inflight_key, slot_ttl)
-    -- Fields that are 0 are left out (absent reads as 0): the record is kept for hours.
-    local record = {F.res.org, org, F.res.api_key, key_id, F.res.cost, string.format('%d', total),
-                    F.res.input, string.format('%d', input), F.res.from_burst,
-                    out_plan.borrow + out_plan.free, F.res.day, A.day, F.res.expires, expires}
-    if in_plan.borrow + in_plan.free > 0 then
-      record[#record + 1] = F.res.input_from_burst
-      record[#record + 1] = in_plan.borrow + in_plan.free
+    -- The record, kept for hours: what every reservation has, then only where it has them
+    -- (absent reads as 0) what it borrowed and whether its key has a slice: more calls for the
+    -- few, no table of arguments for the many.
+    redis.call('HSET', K.reservation, F.res.org, org, F.res.api_key, key_id, F.res.cost,
+               total_text, F.res.input, string.format('%d', input), F.res.day, A.day,
+               F.res.expires, expires)
+    local borrowed_out, borrowed_in = o_borrow + o_free, i_borrow + i_free
+    if borrowed_out > 0 or borrowed_in > 0 then
+      redis.call('HSET', K.reservation, F.res.from_burst, borrowed_out,
+                 F.res.input_from_burst, borrowed_in)
     end
-    if k then
-      record[#record + 1] = F.res.key_slice
-      record[#record + 1] = '1'
-    end
-    redis.call('HSET', K.reservation, unpack(record))
     redis.call('PEXPIRE', K.reservation, A.record_ttl_ms)
     if k then
+      redis.call('HSET', K.reservation, F.res.key_slice, '1')
       key_slice_write(key_id, k)
       redis.call('ZREMRANGEBYSCORE', key_inflight, '-inf', A.now_ms)
       redis.call('ZADD', key_inflight, expires, A.request_id)
@@ -261,12 +291,12 @@ end
 
 -- Headers: limit, remaining, reset ms per limit, the tighter of the org's and the key's
 -- (three values, not a table: nothing for the script's garbage collector).
-local function org_view(d)
+local function org_view(g_rate, g_capacity, g_level, b_rate, b_capacity, b_level)
   local reset = 0
-  if d.g.rate > 0 then reset = math.max(reset, (d.g.capacity - d.g.level) * 1000 / d.g.rate) end
-  if d.b.rate > 0 then reset = math.max(reset, (d.b.capacity - d.b.level) * 1000 / d.b.rate) end
-  return d.g.capacity + d.b.capacity,
-         math.floor(math.max(d.g.level, 0) + math.max(d.b.level, 0)), math.ceil(reset)
+  if g_rate > 0 then reset = math.max(reset, (g_capacity - g_level) * 1000 / g_rate) end
+  if b_rate > 0 then reset = math.max(reset, (b_capacity - b_level) * 1000 / b_rate) end
+  return g_capacity + b_capacity, math.floor(math.max(g_level, 0) + math.max(b_level, 0)),
+         math.ceil(reset)
 end
 local function key_view(b)
   return b.capacity, math.floor(math.max(b.level, 0)),
@@ -278,15 +308,15 @@ local function tighter(limit, remaining, reset, key_limit, key_remaining, key_re
 end
 -- Input and output apart only where they are metered apart (else 0, 0, 0: one bucket meters
 -- both, and the combined tokens headers say it all).
-local out_limit, out_remaining, out_reset = org_view(s.output)
+local out_limit, out_remaining, out_reset = org_view(gr, gc, g_level, br, bc, b_level)
 if k and k.output.rate > 0 then
   out_limit, out_remaining, out_reset = tighter(out_limit, out_remaining, out_reset,
                                                 key_view(k.output))
 end
 local in_limit, in_remaining, in_reset = 0, 0, 0
 local tokens_limit, tokens_remaining, tokens_reset = out_limit, out_remaining, out_reset
-if s.apart then
-  in_limit, in_remaining, in_reset = org_view(s.input)
+if apart then
+  in_limit, in_remaining, in_reset = org_view(igr, igc, gi_level, ibr, ibc, bi_level)
   if k and k.input.rate > 0 then
     in_limit, in_remaining, in_reset = tighter(in_limit, in_remaining, in_reset,
                                                key_view(k.input))

@@ -13,12 +13,31 @@ local min_samples, half_life = tonumber(A.estimate_min_samples), tonumber(A.esti
 local estimate_ttl = tonumber(A.estimate_ttl_ms)
 local settled = 0
 
--- An org's buckets (_buckets.lua) from its hash `org_key` (authorize reads more of it at once).
+-- The buckets (_buckets.lua) as tables, refilled to `now`: a batch settles many orgs. The
+-- pool's headroom {output, input}, shared by its orgs' bursts.
+local function headroom_read(now)
+  local rate, capacity, input_rate, input_capacity, _, _, level, input_level, at =
+    pool_headroom_read()
+  return {output = bucket(rate, capacity, level, at, now),
+          input = bucket(input_rate, input_capacity, input_level, at, now)}
+end
+
+-- An org's {output = {g, b, h}, input = {g, b, h} (absent when input is metered with output),
+-- apart} from its hash `org_key` (authorize reads more of it at once), with the headroom.
 local function org_buckets_read(org_key, headroom, now)
   local o = redis.call('HMGET', org_key, F.layout.limits, F.layout.levels)
-  local _, _, gr, gc, br, bc, igr, igc, ibr, ibc =
-    org_limits_unpack(o[1], org_key)
-  return buckets_from(gr, gc, br, bc, igr, igc, ibr, ibc, o[2], org_key, headroom, now)
+  local _, _, gr, gc, br, bc, igr, igc, ibr, ibc = org_limits_unpack(o[1], org_key)
+  local g, b, gi, bi, at = levels_unpack(o[2], org_key, F.bucket.guaranteed, F.bucket.burst,
+                                         F.bucket.input_guaranteed, F.bucket.input_burst,
+                                         F.bucket.at)
+  local s = {output = {g = bucket(gr, gc, g, at, now), b = bucket(br, bc, b, at, now),
+                       h = headroom.output},
+             apart = igr > 0}
+  if s.apart then
+    s.input = {g = bucket(igr, igc, gi, at, now), b = bucket(ibr, ibc, bi, at, now),
+               h = headroom.input}
+  end
+  return s
 end
 
 -- Give back `unused` tokens of one dimension (what the request did not use of its
@@ -44,7 +63,7 @@ local headroom, headroom_changed = nil, false  -- the pool's, shared by its orgs
 
 local function org_buckets(org)
   if not orgs[org] then
-    headroom = headroom or pool_read(now)
+    headroom = headroom or headroom_read(now)
     orgs[org] = org_buckets_read(key(KEY.org, org), headroom, now)
   end
   return orgs[org]
@@ -200,8 +219,14 @@ for day_key, move in pairs(day_moves) do
   redis.call('INCRBY', day_key, move)
   redis.call('PEXPIRE', day_key, 2 * DAY_MS)
 end
-for org, s in pairs(orgs) do buckets_write(key(KEY.org, org), s) end
-if headroom_changed then headroom_write(headroom) end
+for org, s in pairs(orgs) do
+  local input = s.input or {}
+  org_levels_write(key(KEY.org, org), s.output.g.level, s.output.b.level,
+                   input.g and input.g.level, input.b and input.b.level, s.output.g.at)
+end
+if headroom_changed then
+  headroom_levels_write(headroom.output.level, headroom.input.level, headroom.output.at)
+end
 for key_id, k in pairs(keys) do key_slice_write(key_id, k) end
 for hkey, h in pairs(histograms) do
   local fields = {F.hist.count, h.n, F.hist.base, h.z, F.hist.total, h.total}
