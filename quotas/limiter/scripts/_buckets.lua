@@ -67,7 +67,6 @@ end
 
 -- An API key's slice (KeySliceFields) as two buckets (a rate of 0: no limit of its own) and its
 -- day, refilled to `now`.
-
 local function key_slice_read(key_id, now, today)
   local v = redis.call('HMGET', key(KEY.key_slice, key_id), F.key.output_rate,
                        F.key.output_capacity, F.key.input_rate, F.key.input_capacity,
