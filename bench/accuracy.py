@@ -189,8 +189,7 @@ def main() -> None:
            if args.via == "http" else "through the engine in-process")
     table(f"accuracy: {args.processes} processes saturate one org {how}",
           ["window", "ran", "decisions", "timed out", "decided late", "allowed tokens",
-           "admitted tokens",
-           "admitted / allowed", "pool used"], rows)
+           "admitted tokens", "admitted / allowed", "pool used"], rows)
     for seconds, admitted, allowed in verdicts:
         verdict = "OK" if 0.995 * allowed <= admitted <= allowed else "FAIL"
         print(f"{verdict} ({seconds:.0f} s): admitted is "

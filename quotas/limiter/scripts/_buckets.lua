@@ -49,7 +49,13 @@ local function pool_headroom_read()
 end
 
 -- An org's levels (guaranteed, burst, input guaranteed, input burst: nil where it has no
--- input dimension) and the time they were measured at, into its hash.
+-- input dimension) and the time they were measured at: from its hash's packed field `packed`
+-- (org_key's F.layout.levels), and into it.
+local function org_levels_unpack(packed, org_key)
+  return levels_unpack(packed, org_key, F.bucket.guaranteed, F.bucket.burst,
+                       F.bucket.input_guaranteed, F.bucket.input_burst, F.bucket.at)
+end
+
 local function org_levels_write(org_key, guaranteed, burst, input_guaranteed, input_burst, at)
   redis.call('HSET', org_key, F.layout.levels,
              cmsgpack.pack(guaranteed, burst, input_guaranteed, input_burst, at))

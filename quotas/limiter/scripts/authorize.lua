@@ -67,7 +67,7 @@ if previous_state == 'spilled' then return refuse('spilled') end
 
 -- The pool's headroom as stored (_buckets.lua): h for output, hi for input.
 local h_rate, h_capacity, hi_rate, hi_capacity, estimate_default, estimate_floor, h_level,
-      hi_level, h_at = pool_headroom_read()
+      hi_level, stored_h_at = pool_headroom_read()
 local output
 if previous_org then
   input = num(previous_input, tonumber(previous_cost))
@@ -89,18 +89,17 @@ local total = input + output
 -- and burst (b) buckets and the pool's headroom (h), of the input dimension gi, bi and hi. Of
 -- each its rate and capacity (the names of the org's limits), level, and the refill its
 -- capacity cut off since the last write (_over), which only the burst and headroom need.
-local g_level, b_level, gi_level, bi_level, stored_at = levels_unpack(
-  o[8], org_key, F.bucket.guaranteed, F.bucket.burst, F.bucket.input_guaranteed,
-  F.bucket.input_burst, F.bucket.at)
-local levels_at, b_over, bi_over, h_over, hi_over, h_missing, hi_missing, _
+local g_level, b_level, gi_level, bi_level, stored_at = org_levels_unpack(o[8], org_key)
+local levels_at, h_at, b_over, bi_over, h_over, hi_over, h_missing, hi_missing, _
 g_level, levels_at = refill(gr, gc, g_level, stored_at, now)
 b_level, _, b_over = refill(br, bc, b_level, stored_at, now)
 local apart = igr > 0
 if apart then
   gi_level = refill(igr, igc, gi_level, stored_at, now)
   bi_level, _, bi_over = refill(ibr, ibc, bi_level, stored_at, now)
+else  -- no input dimension: none is kept
+  gi_level, bi_level = nil, nil
 end
-local stored_h_at = h_at
 h_level, h_at, h_over, h_missing = refill(h_rate, h_capacity, h_level, stored_h_at, now)
 hi_level, _, hi_over, hi_missing = refill(hi_rate, hi_capacity, hi_level, stored_h_at, now)
 local cost_output, cost_input = output, input
@@ -249,11 +248,7 @@ if outcome == 'allowed' then
     -- Only whole numbers: token counts, times and TTLs (bucket levels travel packed, _buckets.lua).
     local expires, slot_ttl = string.format('%d', now + ttl), string.format('%d', ttl + DAY_MS)
     local total_text = string.format('%d', total)
-    if apart then
-      org_levels_write(org_key, g_level, b_level, gi_level, bi_level, levels_at)
-    else  -- no input dimension: none kept
-      org_levels_write(org_key, g_level, b_level, nil, nil, levels_at)
-    end
+    org_levels_write(org_key, g_level, b_level, gi_level, bi_level, levels_at)
     if headroom_changed then headroom_levels_write(h_level, hi_level, h_at) end
     -- A new day's counter gets its expiry.
     if redis.call('INCRBY', day_key, total_text) == total then

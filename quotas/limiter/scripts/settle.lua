@@ -27,9 +27,7 @@ end
 local function org_buckets_read(org_key, headroom, now)
   local o = redis.call('HMGET', org_key, F.layout.limits, F.layout.levels)
   local _, _, gr, gc, br, bc, igr, igc, ibr, ibc = org_limits_unpack(o[1], org_key)
-  local g, b, gi, bi, at = levels_unpack(o[2], org_key, F.bucket.guaranteed, F.bucket.burst,
-                                         F.bucket.input_guaranteed, F.bucket.input_burst,
-                                         F.bucket.at)
+  local g, b, gi, bi, at = org_levels_unpack(o[2], org_key)
   local s = {output = {g = bucket(gr, gc, g, at, now), b = bucket(br, bc, b, at, now),
                        h = headroom.output},
              apart = igr > 0}
