@@ -200,8 +200,18 @@ class PoolAdmissionForm(forms.Form):
         label="Admit queued organizations automatically when capacity frees up",
         required=False)
     quota_auto_approve_max_tps = forms.IntegerField(
-        label="Auto-approve quota increases up to, tokens/s", min_value=0,
-        help_text="0: every request waits for an operator.")
+        label="Auto-approve guaranteed tokens/s growth up to", min_value=0,
+        help_text="Per org, over the window. 0 on every rule: each request waits for an "
+                  "operator.")
+    quota_auto_approve_max_burst_tps = forms.IntegerField(
+        label="Auto-approve burst tokens/s growth up to", min_value=0)
+    quota_auto_approve_max_daily_tokens = forms.IntegerField(
+        label="Auto-approve daily tokens growth up to", min_value=0)
+    quota_auto_approve_max_concurrency = forms.IntegerField(
+        label="Auto-approve concurrent requests growth up to", min_value=0)
+    quota_auto_approve_window_days = forms.IntegerField(
+        label="Window, days", min_value=1, max_value=366, initial=30,
+        help_text="Requests auto-approved for an org in this many days count together.")
 
 
 class GatewayTokenForm(forms.Form):

@@ -6,7 +6,12 @@ from django_countries import countries
 from orgs.models import Application, Role, ServiceTier
 from orgs.services.applications import APPLICANT_FIELDS
 from portal.services import password_reset_email_queue
-from quotas.models import CapacityPool
+from quotas.models import (
+    QUOTA_REQUEST_CONCURRENCY_MAX,
+    QUOTA_REQUEST_DAILY_TOKENS_MAX,
+    QUOTA_REQUEST_TPS_MAX,
+    CapacityPool,
+)
 from quotas.selectors import pool_regions
 from sluice.auth_forms import ThrottledAuthenticationForm
 from webhooks.models import EventType
@@ -137,11 +142,14 @@ class ApplicationUpdateForm(ApplicationForm):
 
 class QuotaRequestForm(forms.Form):
     pool = forms.ModelChoiceField(label="Pool", queryset=CapacityPool.objects.order_by("model"))
-    guaranteed_tps = forms.IntegerField(label="Guaranteed tokens/s", min_value=1)
-    burst_tps = forms.IntegerField(label="Burst tokens/s", min_value=1)
-    daily_tokens = forms.IntegerField(label="Daily tokens", min_value=1)
+    guaranteed_tps = forms.IntegerField(label="Guaranteed tokens/s", min_value=1,
+                                        max_value=QUOTA_REQUEST_TPS_MAX)
+    burst_tps = forms.IntegerField(label="Burst tokens/s", min_value=1,
+                                   max_value=QUOTA_REQUEST_TPS_MAX)
+    daily_tokens = forms.IntegerField(label="Daily tokens", min_value=1,
+                                      max_value=QUOTA_REQUEST_DAILY_TOKENS_MAX)
     max_concurrency = forms.IntegerField(label="Concurrent requests", min_value=1,
-                                         max_value=100_000)
+                                         max_value=QUOTA_REQUEST_CONCURRENCY_MAX)
     reason = forms.CharField(label="Why you need it", max_length=4000,
                              widget=forms.Textarea(attrs={"rows": 3}))
 

@@ -1,6 +1,7 @@
 from decimal import ROUND_FLOOR, Decimal
 
 from django.contrib.postgres.indexes import BrinIndex
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import F, Q
 from django.utils import timezone
@@ -374,9 +375,16 @@ class PoolAdmission(models.Model):
     pool = models.OneToOneField(CapacityPool, on_delete=models.CASCADE, primary_key=True,
                                 related_name="admission")
     auto_admit = models.BooleanField(default=False)
-    # Quota-increase requests that raise the guarantee by at most this many tokens/s, and fit the
-    # pool's free guaranteeable capacity, are approved without an operator. 0 = always ask.
+    # Auto-approval of quota requests: the most each dimension of an org's allocation in this
+    # pool may grow without an operator, counting every request auto-approved for that org in
+    # the pool within the window. A dimension whose rule is 0 may not grow at all; with every
+    # rule at 0 each request waits for an operator. See quotas/quota_requests.py.
     quota_auto_approve_max_tps = models.PositiveIntegerField(default=0)
+    quota_auto_approve_max_burst_tps = models.PositiveIntegerField(default=0)
+    quota_auto_approve_max_daily_tokens = models.PositiveBigIntegerField(default=0)
+    quota_auto_approve_max_concurrency = models.PositiveIntegerField(default=0)
+    quota_auto_approve_window_days = models.PositiveSmallIntegerField(
+        default=30, validators=[MinValueValidator(1), MaxValueValidator(366)])
     updated_at = models.DateTimeField(auto_now=True)
 
     def __str__(self) -> str:
@@ -403,6 +411,13 @@ class QuotaRequestStatus(models.TextChoices):
     CANCELLED = "cancelled", "Cancelled"
 
 
+# The most one quota request may ask, checked before any rule runs. 10 million tokens/s is
+# beyond any fleet a pool describes; 10^12 tokens a day is more than such a fleet makes in a day.
+QUOTA_REQUEST_TPS_MAX = 10_000_000
+QUOTA_REQUEST_DAILY_TOKENS_MAX = 10**12
+QUOTA_REQUEST_CONCURRENCY_MAX = 100_000
+
+
 class QuotaRequest(models.Model):
     """An org asks for a bigger allocation in a pool: the limits it wants, in full (not deltas),
     so approving is one `allocation_change` (or a first `allocation_grant`) with the capacity
@@ -422,6 +437,9 @@ class QuotaRequest(models.Model):
     decided_by = models.CharField(max_length=150, blank=True, default="")
     decision_reason = models.TextField(blank=True, default="")
     decided_at = models.DateTimeField(null=True, blank=True)
+    # The allocation's limits just before an approval applied this request (null: it granted a
+    # first allocation): what the request raised, which auto-approval's window adds up.
+    previous_limits = models.JSONField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:

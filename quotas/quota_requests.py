@@ -5,6 +5,8 @@ check like every other path that raises a guarantee: two approvals racing for th
 tokens/s cannot both succeed.
 """
 
+from datetime import timedelta
+
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
@@ -26,9 +28,19 @@ from sluice.transactions import nestable
 AUTO_APPROVER = "auto:quota_headroom"
 
 
+# Each dimension a request carries, with the pool rule that bounds its auto-approved growth.
+# Input tokens/s are not asked for: approval keeps the allocation's input limits.
+AUTO_APPROVAL_RULES = (
+    ("guaranteed_tps", "quota_auto_approve_max_tps"),
+    ("burst_tps", "quota_auto_approve_max_burst_tps"),
+    ("daily_tokens", "quota_auto_approve_max_daily_tokens"),
+    ("max_concurrency", "quota_auto_approve_max_concurrency"),
+)
+LIMITS = tuple(dimension for dimension, _ in AUTO_APPROVAL_RULES)
+
+
 def _snapshot(r: QuotaRequest) -> dict:
-    return {"status": r.status, "guaranteed_tps": r.guaranteed_tps, "burst_tps": r.burst_tps,
-            "daily_tokens": r.daily_tokens, "max_concurrency": r.max_concurrency}
+    return {"status": r.status, **{d: getattr(r, d) for d in LIMITS}}
 
 
 def _current(org_id: int, pool_id: int) -> Allocation | None:
@@ -36,15 +48,45 @@ def _current(org_id: int, pool_id: int) -> Allocation | None:
                                      status=AllocationStatus.ACTIVE).first()
 
 
+def _growth(request: QuotaRequest, previous: dict) -> dict[str, int]:
+    return {d: max(getattr(request, d) - previous[d], 0) for d in LIMITS}
+
+
+def _auto_approved_growth(request: QuotaRequest, *, days: int) -> dict[str, int]:
+    """What auto-approval already let this org's allocation in this pool grow by in the window:
+    asking for a little many times adds up to the same as asking for it at once."""
+    since = timezone.now() - timedelta(days=days)
+    earlier = QuotaRequest.objects.filter(
+        org_id=request.org_id, pool_id=request.pool_id, status=QuotaRequestStatus.APPROVED,
+        decided_by=AUTO_APPROVER, decided_at__gte=since, previous_limits__isnull=False)
+    total = dict.fromkeys(LIMITS, 0)
+    for row in earlier:
+        for dimension, grown in _growth(row, row.previous_limits).items():
+            total[dimension] += grown
+    return total
+
+
 def _auto_approvable(request: QuotaRequest) -> bool:
-    limit = (PoolAdmission.objects.filter(pool_id=request.pool_id)
-             .values_list("quota_auto_approve_max_tps", flat=True).first()) or 0
+    """Within every rule the pool sets, for an org that already holds an allocation there (a
+    first allocation in a pool is the waitlist's business), and fitting the pool's free
+    guaranteeable capacity. The caller holds the pool and org locks, so two requests of the
+    org cannot both count the same room."""
+    rules = PoolAdmission.objects.filter(pool_id=request.pool_id).first()
     current = _current(request.org_id, request.pool_id)
-    increase = request.guaranteed_tps - (current.guaranteed_tps if current else 0)
-    if limit == 0 or increase > limit:
+    if rules is None or current is None or not any(getattr(rules, r) for _, r in
+                                                   AUTO_APPROVAL_RULES):
+        return False
+    asked = _growth(request, _allocation_limits(current))
+    grown = _auto_approved_growth(request, days=rules.quota_auto_approve_window_days)
+    if any(grown[d] + asked[d] > getattr(rules, rule) for d, rule in AUTO_APPROVAL_RULES):
         return False
     pool = request.pool
-    return pool_guaranteed_tps(pool=pool) + max(increase, 0) <= pool.guaranteeable_tps
+    return (pool_guaranteed_tps(pool=pool) + asked["guaranteed_tps"] <= pool.guaranteeable_tps
+            and request.burst_tps <= pool.capacity_tps)
+
+
+def _allocation_limits(allocation: Allocation) -> dict[str, int]:
+    return {d: getattr(allocation, d) for d in LIMITS}
 
 
 @transaction.atomic(durable=True)
@@ -57,6 +99,10 @@ def quota_request_create(*, org: Organization, pool: CapacityPool, guaranteed_tp
     if burst_tps < guaranteed_tps:
         raise DomainError("burst_tps must be at least guaranteed_tps.", code="invalid_input",
                           fields={"burst_tps": ["Must be at least guaranteed_tps."]})
+    # The house lock order (quotas/services.py): the pool, then the org. Held from here, so
+    # auto-approval below sees every earlier request of this org in this pool decided.
+    pool_lock(pool_id=pool.pk)
+    Organization.objects.select_for_update().get(pk=org.pk)
     try:
         with transaction.atomic():
             request = QuotaRequest.objects.create(
@@ -70,7 +116,7 @@ def quota_request_create(*, org: Organization, pool: CapacityPool, guaranteed_tp
                  after=_snapshot(request), reason=reason)
     if _auto_approvable(request):
         return quota_request_approve.nested(request=request, actor=AUTO_APPROVER,
-                                            reason="within the pool's auto-approval headroom")
+                                            reason="within the pool's auto-approval rules")
     return request
 
 
@@ -105,14 +151,15 @@ def quota_request_approve(*, request: QuotaRequest, actor: Actor,
     pool_lock(pool_id=request.pool_id)
     Organization.objects.select_for_update().get(pk=request.org_id)
     request = _lock_pending(request)
-    limits = {"guaranteed_tps": request.guaranteed_tps, "burst_tps": request.burst_tps,
-              "daily_tokens": request.daily_tokens, "max_concurrency": request.max_concurrency}
+    limits = {d: getattr(request, d) for d in LIMITS}
     current = _current(request.org_id, request.pool_id)
     why = f"quota request #{request.pk}"
     if current is None:
         allocation_grant.nested(org=request.org, pool=request.pool, actor=actor, reason=why,
                                 **limits)
     else:
+        request.previous_limits = _allocation_limits(current)
+        request.save(update_fields=["previous_limits"])
         allocation_change.nested(allocation=current, actor=actor, reason=why, **limits)
     return _decide(request, status=QuotaRequestStatus.APPROVED, actor=actor, reason=reason)
 
@@ -132,22 +179,41 @@ def quota_request_cancel(*, request: QuotaRequest, actor: Actor) -> QuotaRequest
     return _decide(request, status=QuotaRequestStatus.CANCELLED, actor=actor, reason="")
 
 
+AUTO_APPROVAL_FIELDS = (*(rule for _, rule in AUTO_APPROVAL_RULES),
+                        "quota_auto_approve_window_days")
+
+
+def _check_rules(rules: dict[str, int]) -> None:
+    errors = {}
+    for field in AUTO_APPROVAL_FIELDS:
+        value = rules.get(field)
+        if not isinstance(value, int) or isinstance(value, bool):
+            errors[field] = ["Required, a whole number."]
+        elif value < 0:
+            errors[field] = ["Must be 0 or more."]
+    days = rules.get("quota_auto_approve_window_days")
+    if isinstance(days, int) and not 1 <= days <= 366:
+        errors["quota_auto_approve_window_days"] = ["Must be between 1 and 366 days."]
+    if errors or set(rules) - set(AUTO_APPROVAL_FIELDS):
+        errors |= {f: ["Unknown rule."] for f in set(rules) - set(AUTO_APPROVAL_FIELDS)}
+        raise DomainError("The auto-approval rules are invalid.", code="invalid_input",
+                          fields=errors)
+
+
 @nestable
 @transaction.atomic(durable=True)
-def pool_quota_auto_approve_set(*, pool: CapacityPool, max_tps: int, actor: Actor
-                                ) -> PoolAdmission:
-    """Requests raising a guarantee by at most `max_tps` (and fitting the pool) are approved
-    without an operator; 0 turns auto-approval off."""
-    if max_tps < 0:
-        raise DomainError("The auto-approval headroom cannot be negative.",
-                          code="invalid_input",
-                          fields={"quota_auto_approve_max_tps": ["Must be 0 or more."]})
+def pool_quota_auto_approval_set(*, pool: CapacityPool, rules: dict[str, int], actor: Actor
+                                 ) -> PoolAdmission:
+    """The pool's auto-approval rules, all together (`AUTO_APPROVAL_FIELDS`): how much each
+    dimension of an allocation may grow without an operator within the window. All rules at 0
+    turn auto-approval off."""
+    _check_rules(rules)
     row, _ = PoolAdmission.objects.select_for_update().get_or_create(pool=pool)
-    before = row.quota_auto_approve_max_tps
-    if before != max_tps:
-        row.quota_auto_approve_max_tps = max_tps
-        row.save(update_fields=["quota_auto_approve_max_tps", "updated_at"])
+    before = {f: getattr(row, f) for f in AUTO_APPROVAL_FIELDS}
+    if before != rules:
+        for field, value in rules.items():
+            setattr(row, field, value)
+        row.save(update_fields=[*AUTO_APPROVAL_FIELDS, "updated_at"])
         audit_record(actor=actor, action="pool.quota_auto_approve_set", target=pool,
-                     before={"quota_auto_approve_max_tps": before},
-                     after={"quota_auto_approve_max_tps": max_tps})
+                     before=before, after=dict(rules))
     return row

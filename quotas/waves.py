@@ -241,14 +241,13 @@ def pool_auto_admit_set(*, pool: CapacityPool, enabled: bool, actor: Actor) -> P
 
 
 @transaction.atomic(durable=True)
-def pool_admission_set(*, pool: CapacityPool, auto_admit: bool, quota_auto_approve_max_tps: int,
+def pool_admission_set(*, pool: CapacityPool, auto_admit: bool, auto_approval: dict[str, int],
                        actor: Actor) -> PoolAdmission:
-    """The pool's admission settings together: both are saved or neither."""
-    from quotas.quota_requests import pool_quota_auto_approve_set
+    """The pool's admission settings together: all are saved or none."""
+    from quotas.quota_requests import pool_quota_auto_approval_set
 
     pool_auto_admit_set.nested(pool=pool, enabled=auto_admit, actor=actor)
-    return pool_quota_auto_approve_set.nested(pool=pool, max_tps=quota_auto_approve_max_tps,
-                                              actor=actor)
+    return pool_quota_auto_approval_set.nested(pool=pool, rules=auto_approval, actor=actor)
 
 
 @transaction.atomic(durable=True)

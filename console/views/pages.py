@@ -37,7 +37,8 @@ from console.selectors import (
 from orgs.models import OrgStatus
 from orgs.selectors import org_api_keys, org_members
 from orgs.services.lifecycle import org_allowed_actions, org_transition
-from quotas.models import CapacityPool
+from quotas.models import CapacityPool, PoolAdmission
+from quotas.quota_requests import AUTO_APPROVAL_FIELDS
 from quotas.selectors import (
     SPEED_WINDOW,
     delivered_speed,
@@ -290,8 +291,9 @@ def _pool_forms(pool, summary) -> dict:
                                      auto_id=f"pool{pool.pk}_settings_%s"),
         "admission": PoolAdmissionForm(initial={
             "auto_admit": admission.auto_admit if admission else False,
-            "quota_auto_approve_max_tps":
-                admission.quota_auto_approve_max_tps if admission else 0,
+            **{field: getattr(admission, field) if admission
+               else PoolAdmission._meta.get_field(field).default
+               for field in AUTO_APPROVAL_FIELDS},
         }, auto_id=f"pool{pool.pk}_admission_%s"),
     }
 
@@ -350,7 +352,9 @@ def pool_admission(request, *, site, pool_id: int):
     return _pool_form_post(
         request, site, pool_id=pool_id, form_class=PoolAdmissionForm, kind="admission",
         saved="Admission settings of {pool} saved.",
-        save=lambda pool, data: pool_admission_set(pool=pool, actor=request.user, **data))
+        save=lambda pool, data: pool_admission_set(
+            pool=pool, actor=request.user, auto_admit=data["auto_admit"],
+            auto_approval={field: data[field] for field in AUTO_APPROVAL_FIELDS}))
 
 
 @require_POST

@@ -8,8 +8,16 @@ from rest_framework.views import APIView
 from orgs.models import MEMBER_MANAGERS
 from orgs.selectors import operator_require, org_get_for_user, org_require_role
 from quotas import quota_requests as services
-from quotas.models import CapacityPool, QuotaRequest, QuotaRequestStatus
-from quotas.selectors import org_quota_request_get, org_quota_requests
+from quotas.models import (
+    QUOTA_REQUEST_CONCURRENCY_MAX,
+    QUOTA_REQUEST_DAILY_TOKENS_MAX,
+    QUOTA_REQUEST_TPS_MAX,
+    CapacityPool,
+    PoolAdmission,
+    QuotaRequest,
+    QuotaRequestStatus,
+)
+from quotas.selectors import org_quota_request_get, org_quota_requests, pool_get
 from sluice.api import validated_input
 from sluice.errors import NotFound
 from sluice.openapi import errors
@@ -40,10 +48,12 @@ def _org_request(request, org_id: int, request_id: int):
 class OrgQuotaRequestListApi(PaginatedApi, APIView):
     class InputSerializer(serializers.Serializer):
         pool = serializers.PrimaryKeyRelatedField(queryset=CapacityPool.objects.all())
-        guaranteed_tps = serializers.IntegerField(min_value=1)
-        burst_tps = serializers.IntegerField(min_value=1)
-        daily_tokens = serializers.IntegerField(min_value=1)
-        max_concurrency = serializers.IntegerField(min_value=1, max_value=100_000)
+        guaranteed_tps = serializers.IntegerField(min_value=1, max_value=QUOTA_REQUEST_TPS_MAX)
+        burst_tps = serializers.IntegerField(min_value=1, max_value=QUOTA_REQUEST_TPS_MAX)
+        daily_tokens = serializers.IntegerField(min_value=1,
+                                                max_value=QUOTA_REQUEST_DAILY_TOKENS_MAX)
+        max_concurrency = serializers.IntegerField(min_value=1,
+                                                   max_value=QUOTA_REQUEST_CONCURRENCY_MAX)
         reason = serializers.CharField(max_length=4000)
 
         def validate(self, attrs):
@@ -60,8 +70,10 @@ class OrgQuotaRequestListApi(PaginatedApi, APIView):
     @extend_schema(request=InputSerializer, responses={201: QuotaRequestOutput,
                                                        **errors(409, 422)},
                    description="Ask for new limits in a pool (the full limits wanted, not a "
-                   "delta). One pending request per pool. May be approved at once when the "
-                   "pool auto-approves small increases that fit its free capacity.")
+                   "delta). One pending request per pool. Approved at once only where the org "
+                   "already holds an allocation in the pool, the pool's auto-approval rules "
+                   "bound the growth of every dimension (counting the org's requests "
+                   "auto-approved there within the rules' window) and the pool has the room.")
     def post(self, request, org_id: int):
         org = org_get_for_user(user=request.user, org_id=org_id)
         org_require_role(user=request.user, org=org, roles=MEMBER_MANAGERS,
@@ -131,3 +143,36 @@ class OperatorQuotaRequestDenyApi(APIView):
         denied = services.quota_request_deny(request=quota_request, actor=request.user,
                                              reason=data["reason"])
         return Response(QuotaRequestOutput(denied).data)
+
+
+class PoolQuotaAutoApprovalApi(APIView):
+    """The rules that let a pool approve quota requests without an operator."""
+
+    class Rules(serializers.Serializer):
+        quota_auto_approve_max_tps = serializers.IntegerField(
+            min_value=0, max_value=QUOTA_REQUEST_TPS_MAX,
+            help_text="Most guaranteed tokens/s an org's allocation may grow by in the window.")
+        quota_auto_approve_max_burst_tps = serializers.IntegerField(
+            min_value=0, max_value=QUOTA_REQUEST_TPS_MAX)
+        quota_auto_approve_max_daily_tokens = serializers.IntegerField(
+            min_value=0, max_value=QUOTA_REQUEST_DAILY_TOKENS_MAX)
+        quota_auto_approve_max_concurrency = serializers.IntegerField(
+            min_value=0, max_value=QUOTA_REQUEST_CONCURRENCY_MAX)
+        quota_auto_approve_window_days = serializers.IntegerField(min_value=1, max_value=366)
+
+    @extend_schema(responses=Rules)
+    def get(self, request, pool_id: int):
+        operator_require(user=request.user, perm="quotas.view_capacitypool")
+        pool = pool_get(pool_id=pool_id)
+        row = PoolAdmission.objects.filter(pool=pool).first() or PoolAdmission(pool=pool)
+        return Response(self.Rules(row).data)
+
+    @extend_schema(request=Rules, responses={200: Rules},
+                   description="Set every rule at once. A dimension whose rule is 0 may not "
+                   "grow without an operator; all at 0 turns auto-approval off.")
+    def put(self, request, pool_id: int):
+        operator_require(user=request.user, perm="quotas.change_pooladmission")
+        data = validated_input(self.Rules, request.data)
+        row = services.pool_quota_auto_approval_set(pool=pool_get(pool_id=pool_id), rules=data,
+                                                    actor=request.user)
+        return Response(self.Rules(row).data)

@@ -227,10 +227,16 @@ def test_operator_sets_pool_limiter_speed_and_admission(operator_console):
     assert (pool.guaranteeable_ratio, pool.limiter_failure_policy, pool.speed_floor_output_tps,
             pool.ttft_ceiling_ms) == (Decimal("0.800"), "fail_open", 400, 1500)
     response = operator_console.post(f"/admin/console/pools/{pool.pk}/admission/", {
-        "auto_admit": "on", "quota_auto_approve_max_tps": 250})
+        "auto_admit": "on", "quota_auto_approve_max_tps": 250,
+        "quota_auto_approve_max_burst_tps": 500, "quota_auto_approve_max_daily_tokens": 10**6,
+        "quota_auto_approve_max_concurrency": 4, "quota_auto_approve_window_days": 7})
     assert response.status_code == 302
     admission = PoolAdmission.objects.get(pool=pool)
-    assert (admission.auto_admit, admission.quota_auto_approve_max_tps) == (True, 250)
+    assert (admission.auto_admit, admission.quota_auto_approve_max_tps,
+            admission.quota_auto_approve_max_burst_tps,
+            admission.quota_auto_approve_max_daily_tokens,
+            admission.quota_auto_approve_max_concurrency,
+            admission.quota_auto_approve_window_days) == (True, 250, 500, 10**6, 4, 7)
     assert {"pool.settings_set", "pool.auto_admit_set", "pool.quota_auto_approve_set"} <= set(
         AuditEvent.objects.values_list("action", flat=True))
 

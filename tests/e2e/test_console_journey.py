@@ -166,7 +166,8 @@ def test_operator_sees_live_use_sets_prices_and_pool_settings(new_page):
     page.get_by_label("When Redis is unreachable").select_option("fail_open")
     page.get_by_role("button", name="Save settings").click()
     expect(page.locator(".alert-success")).to_contain_text("Settings of")
-    page.get_by_label("Auto-approve quota increases up to, tokens/s").fill("200")
+    page.get_by_label("Auto-approve guaranteed tokens/s growth up to").fill("200")
+    page.get_by_label("Auto-approve burst tokens/s growth up to").fill("400")
     page.get_by_role("button", name="Save admission").click()
     expect(page.locator(".alert-success")).to_contain_text("Admission settings")
     screenshot(page, "console-pools-settings")
@@ -188,7 +189,8 @@ def test_operator_sees_live_use_sets_prices_and_pool_settings(new_page):
     screenshot(page, "console-billing-problems")
     pool.refresh_from_db()
     assert pool.limiter_failure_policy == "fail_open"
-    assert PoolAdmission.objects.get(pool=pool).quota_auto_approve_max_tps == 200
+    rules = PoolAdmission.objects.get(pool=pool)
+    assert (rules.quota_auto_approve_max_tps, rules.quota_auto_approve_max_burst_tps) == (200, 400)
     assert PriceVersion.objects.filter(pool=pool, output_micros_per_mtok=30_000_000).exists()
 
 

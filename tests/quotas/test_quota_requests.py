@@ -1,8 +1,10 @@
 import threading
+from datetime import timedelta
 from decimal import Decimal
 
 import pytest
 from django.db import connection
+from django.utils import timezone
 from rest_framework.test import APIClient
 
 from orgs.models import AuditEvent, Role
@@ -109,14 +111,169 @@ def test_malformed_request_is_400_and_writes_nothing(two_orgs, overrides, field)
     assert not QuotaRequest.objects.exists()
 
 
-def test_small_increase_within_headroom_is_auto_approved(two_orgs):
+def rules(pool, **overrides) -> PoolAdmission:
+    """Auto-approval rules generous on every dimension unless overridden."""
+    values = {"quota_auto_approve_max_tps": 1_000, "quota_auto_approve_max_burst_tps": 1_000,
+              "quota_auto_approve_max_daily_tokens": 10**8,
+              "quota_auto_approve_max_concurrency": 10, "quota_auto_approve_window_days": 30}
+    return PoolAdmission.objects.create(pool=pool, **(values | overrides))
+
+
+def test_small_increase_within_every_rule_is_auto_approved(two_orgs):
     a, _ = two_orgs
     allocation = AllocationFactory(org=a.org, guaranteed_tps=1_000, burst_tps=2_000)
-    PoolAdmission.objects.create(pool=allocation.pool, quota_auto_approve_max_tps=1_000)
+    rules(allocation.pool)
     small = ask(a.client, a.org, allocation.pool).json()
     assert (small["status"], small["decided_by"]) == ("approved", "auto:quota_headroom")
     big = ask(a.client, a.org, allocation.pool, guaranteed_tps=5_000, burst_tps=5_000).json()
     assert big["status"] == "pending"
+
+
+def test_growth_in_dimensions_the_rules_do_not_allow_waits_for_an_operator(two_orgs):
+    """The reported hole: a rule on the guarantee only, and a request that keeps the guarantee
+    but asks the whole pool as burst, a huge daily quota and a huge concurrency."""
+    a, _ = two_orgs
+    pool = PoolFactory(capacity_tps=121_000)
+    AllocationFactory(org=a.org, pool=pool, guaranteed_tps=1_000, burst_tps=2_000)
+    PoolAdmission.objects.create(pool=pool, quota_auto_approve_max_tps=500)
+    response = ask(a.client, a.org, pool, guaranteed_tps=1_000, burst_tps=121_000,
+                   daily_tokens=10**12, max_concurrency=100_000)
+    assert response.status_code == 201
+    assert (response.json()["status"], response.json()["decided_by"]) == ("pending", "")
+    allocation = Allocation.objects.get(org=a.org, pool=pool)
+    assert (allocation.burst_tps, allocation.daily_tokens, allocation.max_concurrency) == (
+        2_000, 50_000_000, 20)
+
+
+# The allocation grows from (1,000 / 2,000 TPS, 50M tokens, 20 concurrent); each rule allows
+# exactly `allowed` more of its dimension.
+EDGES = [("guaranteed_tps", "quota_auto_approve_max_tps", 1_000, 300),
+         ("burst_tps", "quota_auto_approve_max_burst_tps", 2_000, 700),
+         ("daily_tokens", "quota_auto_approve_max_daily_tokens", 50_000_000, 10**6),
+         ("max_concurrency", "quota_auto_approve_max_concurrency", 20, 5)]
+
+
+@pytest.mark.parametrize("dimension, rule, current, allowed", EDGES)
+@pytest.mark.parametrize("over, status", [(0, "approved"), (1, "pending")])
+def test_each_dimension_is_bounded_by_its_rule_at_both_edges(two_orgs, dimension, rule,
+                                                             current, allowed, over, status):
+    a, _ = two_orgs
+    allocation = AllocationFactory(org=a.org, guaranteed_tps=1_000, burst_tps=2_000,
+                                   daily_tokens=50_000_000, max_concurrency=20)
+    rules(allocation.pool, **({r: 0 for _, r, _, _ in EDGES} | {rule: allowed}))
+    unchanged = {"guaranteed_tps": 1_000, "burst_tps": 2_000, "daily_tokens": 50_000_000,
+                 "max_concurrency": 20}
+    body = unchanged | {dimension: current + allowed + over}
+    assert ask(a.client, a.org, allocation.pool, **body).json()["status"] == status
+
+
+def test_requests_within_the_window_count_together(two_orgs):
+    a, _ = two_orgs
+    allocation = AllocationFactory(org=a.org, guaranteed_tps=1_000, burst_tps=2_000)
+    rules(allocation.pool, quota_auto_approve_max_tps=500, quota_auto_approve_window_days=7)
+    limits = {"burst_tps": 2_000, "daily_tokens": 50_000_000, "max_concurrency": 20}
+    first = ask(a.client, a.org, allocation.pool, guaranteed_tps=1_300, **limits).json()
+    assert first["status"] == "approved"
+    second = ask(a.client, a.org, allocation.pool, guaranteed_tps=1_600, **limits).json()
+    assert second["status"] == "pending"  # 300 + 300 > 500
+    a.client.post(f"/api/v1/orgs/{a.org.pk}/quota-requests/{second['id']}/cancel/")
+    assert ask(a.client, a.org, allocation.pool, guaranteed_tps=1_500, **limits
+               ).json()["status"] == "approved"  # 300 + 200 = 500: exactly at the rule
+    # Once the earlier approvals leave the window, the org may grow again.
+    QuotaRequest.objects.filter(status="approved").update(
+        decided_at=timezone.now() - timedelta(days=7, seconds=1))
+    assert ask(a.client, a.org, allocation.pool, guaranteed_tps=2_000, **limits
+               ).json()["status"] == "approved"
+
+
+def test_auto_approval_never_grants_a_first_allocation_in_a_pool(two_orgs):
+    """A pool where the org holds nothing is reached through its waitlist, not a request."""
+    a, _ = two_orgs
+    pool = PoolFactory()
+    rules(pool, quota_auto_approve_max_tps=5_000, quota_auto_approve_max_burst_tps=5_000)
+    response = ask(a.client, a.org, pool, guaranteed_tps=100, burst_tps=100,
+                   daily_tokens=1_000, max_concurrency=1)
+    assert response.json()["status"] == "pending"
+    assert not Allocation.objects.filter(org=a.org, pool=pool).exists()
+
+
+@pytest.mark.parametrize("field, value", [
+    ("guaranteed_tps", 10_000_001), ("burst_tps", 10_000_001), ("daily_tokens", 10**12 + 1),
+    ("daily_tokens", 10**15), ("max_concurrency", 100_001)])
+def test_absurd_values_are_refused_before_any_rule(two_orgs, field, value):
+    a, _ = two_orgs
+    allocation = AllocationFactory(org=a.org)
+    rules(allocation.pool)
+    response = ask(a.client, a.org, allocation.pool, **{field: value})
+    assert response.status_code == 400
+    assert field in response.json()["error"]["fields"]
+    assert not QuotaRequest.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_requests_of_one_org_never_grow_past_the_rule():
+    """Ten requests of one org in one pool at once, each within the rule on its own: whatever
+    order they are decided in, auto-approval lets the guarantee grow by at most the rule,
+    summed over the window (the rest wait for an operator, or find one already waiting)."""
+    allocation = AllocationFactory(guaranteed_tps=1_000, burst_tps=5_000)
+    rules(allocation.pool, quota_auto_approve_max_tps=500)
+    barrier = threading.Barrier(10)
+    outcomes = []
+
+    def request(step: int):
+        barrier.wait()
+        try:
+            created = quota_request_create(
+                org=allocation.org, pool=allocation.pool, guaranteed_tps=1_000 + 100 * step,
+                burst_tps=5_000, daily_tokens=50_000_000, max_concurrency=20, reason="more",
+                actor="test")
+            outcomes.append(created.status)
+        except Conflict as error:
+            outcomes.append(error.code)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=request, args=(step,)) for step in [*range(1, 6)] * 2]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(outcomes) == 10
+    grown = sum(max(r.guaranteed_tps - r.previous_limits["guaranteed_tps"], 0)
+                for r in QuotaRequest.objects.filter(status="approved"))
+    allocation.refresh_from_db()
+    assert grown <= 500
+    assert allocation.guaranteed_tps <= 1_500
+    assert "approved" in outcomes  # the first decided always fits
+    assert set(outcomes) <= {"approved", "pending", "quota_request_pending"}
+    assert QuotaRequest.objects.filter(status="pending").count() <= 1
+
+
+def test_operators_set_the_rules_over_the_api(operator_client, operator):
+    pool = PoolFactory()
+    url = f"/api/v1/operator/pools/{pool.pk}/quota-auto-approval/"
+    assert operator_client.get(url).json() == {
+        "quota_auto_approve_max_tps": 0, "quota_auto_approve_max_burst_tps": 0,
+        "quota_auto_approve_max_daily_tokens": 0, "quota_auto_approve_max_concurrency": 0,
+        "quota_auto_approve_window_days": 30}
+    body = {"quota_auto_approve_max_tps": 100, "quota_auto_approve_max_burst_tps": 200,
+            "quota_auto_approve_max_daily_tokens": 10**6,
+            "quota_auto_approve_max_concurrency": 2, "quota_auto_approve_window_days": 14}
+    assert operator_client.put(url, body, format="json").json() == body
+    assert AuditEvent.objects.filter(action="pool.quota_auto_approve_set").count() == 1
+    bad = operator_client.put(url, body | {"quota_auto_approve_window_days": 0}, format="json")
+    assert bad.status_code == 400
+    assert "quota_auto_approve_window_days" in bad.json()["error"]["fields"]
+    assert PoolAdmission.objects.get(pool=pool).quota_auto_approve_window_days == 14
+
+
+def test_an_org_owner_cannot_set_the_rules(two_orgs):
+    a, _ = two_orgs
+    pool = PoolFactory()
+    response = a.client.put(f"/api/v1/operator/pools/{pool.pk}/quota-auto-approval/",
+                            {"quota_auto_approve_max_tps": 10**6}, format="json")
+    assert response.status_code == 403
+    assert not PoolAdmission.objects.exists()
 
 
 def test_viewers_cannot_ask_and_other_orgs_get_404(two_orgs):
