@@ -127,7 +127,7 @@ def _admitted(pool, org, until_ms: int) -> tuple[int, float, int]:
 
 
 def _window(seconds: float, processes: int, via: str, port: int | None) -> list:
-    from quotas.gateway.routing import pool_routes_reload
+    from quotas.hook.routing import pool_routes_reload
     from quotas.limiter.state import BUCKET_SECONDS
 
     pool, org, api_key, gateway = _tenant()

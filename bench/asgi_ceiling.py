@@ -5,7 +5,7 @@ served at. Benchmarks only.
 At the bare WSGI layer (bench/wsgi_ceiling.py, behind the bridge's threads, where every Django
 request is served): /bench/empty, issue 12's yardstick.
 
-At the event loop, where authorize is decided (quotas/gateway/asgi.py):
+At the event loop, where authorize is decided (quotas/hook/asgi.py):
 - /bench/loop-empty: an empty JSON answer at once: the ceiling of this server and load
   generator for a request served on the loop (the stricter yardstick).
 - /bench/loop-stand-in: authorize with none of its Python: a body of its size read and parsed,
@@ -23,7 +23,7 @@ import orjson
 
 from bench.wsgi_ceiling import application as wsgi_application
 from config.asgi import asgi_application
-from quotas.gateway.wsgi import AUTHORIZE_PATH
+from quotas.hook.wsgi import AUTHORIZE_PATH
 from quotas.limiter import aio, steps
 from quotas.limiter.connection import connection_pool_for, limiter_client
 from sluice.asgi_bridge import body_receive

@@ -43,7 +43,7 @@ def tenant_seed(*, capacity_tps=2_000_000_000, guaranteed_tps=1_000_000_000,
                 daily_tokens=10**13, max_concurrency=10**6, pool_policy="fail_closed"):
     """A fresh pool, active org, allocation, API key and gateway token; Redis synced."""
     from orgs.services.api_keys import api_key_create
-    from quotas.gateway.tokens import gateway_token_create
+    from quotas.hook.gateway_tokens import gateway_token_create
     from quotas.models import Allocation, CapacityPool
     from quotas.publish import limiter_sync_pool
 

@@ -26,8 +26,8 @@ COST = 100
 
 
 def _process(index, pool, api_key, rounds, up_done, redis_stopped, seconds, out):
-    from quotas.gateway.hook import authorize_handle
-    from quotas.gateway.tokens import GatewayIdentity
+    from quotas.hook.gateway_tokens import GatewayIdentity
+    from quotas.hook.hook import authorize_handle
 
     gateway = GatewayIdentity(token_id=0, name="bench")
 
@@ -52,8 +52,8 @@ def _process(index, pool, api_key, rounds, up_done, redis_stopped, seconds, out)
 
 
 def _run(processes: int, seconds: float) -> tuple[int, int, float]:
-    from quotas.gateway import fail_open
-    from quotas.gateway.routing import pool_routes_reload
+    from quotas.hook import fail_open
+    from quotas.hook.routing import pool_routes_reload
     from quotas.limiter.connection import limiter_reset
     from quotas.publish import engine_configure_from_settings
 

@@ -1,7 +1,7 @@
 """The production application, served by granian (config/serve.py): Django's WSGI application
 (with the hook's WSGI fast path, config/wsgi.py) behind an ASGI bridge that reads each
 request's whole body on the event loop before a thread runs it (sluice/asgi_bridge.py), and in
-front of it authorize, decided on the event loop itself (quotas/gateway/asgi.py)."""
+front of it authorize, decided on the event loop itself (quotas/hook/asgi.py)."""
 
 import gc
 from concurrent.futures import Executor
@@ -9,7 +9,7 @@ from concurrent.futures import Executor
 from django.conf import settings
 
 from config.wsgi import application as wsgi_application
-from quotas.gateway.asgi import gateway_on_loop
+from quotas.hook.asgi import hook_on_loop
 from sluice.asgi_bridge import wsgi_app_as_asgi, wsgi_executor
 
 
@@ -24,7 +24,7 @@ def asgi_application(wsgi_app, *, executor: Executor | None = None):
     bridge = wsgi_app_as_asgi(wsgi_app, executor=executor,
                               max_body=4 * settings.DATA_UPLOAD_MAX_MEMORY_SIZE,
                               on_startup=worker_ready)
-    return gateway_on_loop(bridge, executor=executor)
+    return hook_on_loop(bridge, executor=executor)
 
 
 def worker_ready() -> None:

@@ -17,7 +17,7 @@ Set in the environment it starts with:
   SLUICE_WEB_THREADS: threads per worker that run requests once their bodies are in
   (default 8): enough to overlap Redis and PostgreSQL waits.
 - PROMETHEUS_MULTIPROC_DIR (optional): where the workers write their metric samples, which
-  /metrics sums (quotas/gateway/metrics.py). Unset, the server makes a fresh private directory
+  /metrics sums (quotas/hook/metrics.py). Unset, the server makes a fresh private directory
   for this start and removes it when it stops, which is what a deployment wants. Set, it must
   exist and be EMPTY when the server starts (one per server, never shared): files left over
   from an earlier start are added to the new counts; a missing directory fails the start.

@@ -7,7 +7,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from billing.api.views_costs import OrganizationCostsApi
 from billing.api.webhook import stripe_webhook
 from quotas.api.usage_completions import OrganizationUsageCompletionsApi
-from quotas.gateway.metrics import metrics_view
+from quotas.hook.metrics import metrics_view
 from sluice.health import healthz, readyz
 
 urlpatterns = [
@@ -21,7 +21,7 @@ urlpatterns = [
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("api/v1/", include("orgs.api.urls")),
     path("api/v1/", include("quotas.api.urls")),
-    path("api/gateway/v1/", include("quotas.gateway.urls")),
+    path("api/gateway/v1/", include("quotas.hook.urls")),
     path("metrics", metrics_view, name="metrics"),
     path("api/v1/", include("quotas.api.applications")),
     path("api/v1/", include("quotas.api.waves")),

@@ -11,6 +11,6 @@ application = get_wsgi_application()
 get_resolver().url_patterns  # noqa: B018 - the property imports them
 
 # Authorize (the per-inference-request hook) is served before Django's middleware stack.
-from quotas.gateway.wsgi import gateway_fast_path  # noqa: E402
+from quotas.hook.wsgi import hook_fast_path  # noqa: E402
 
-application = gateway_fast_path(application)
+application = hook_fast_path(application)

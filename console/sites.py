@@ -36,7 +36,7 @@ class ConsoleSite(OTPAdminSite):
         return dashboard(request, site=self)
 
     def get_urls(self):
-        from console.views import auth, gateway, money, pages, rollout
+        from console.views import auth, gateway_tokens, money, pages, rollout
 
         def page(view):
             return self.admin_view(lambda request, **kw: view(request, site=self, **kw))
@@ -85,12 +85,13 @@ class ConsoleSite(OTPAdminSite):
                  name="console_price_add"),
             path("console/invoices/<int:invoice_id>/", page(money.invoice_page),
                  name="console_invoice"),
-            path("console/gateway-tokens/", page(gateway.gateway_tokens),
+            path("console/gateway-tokens/", page(gateway_tokens.gateway_tokens),
                  name="console_gateway_tokens"),
-            path("console/gateway-tokens/new/", page(gateway.gateway_token_add),
+            path("console/gateway-tokens/new/", page(gateway_tokens.gateway_token_add),
                  name="console_gateway_token_add"),
             path("console/gateway-tokens/<int:token_id>/revoke/",
-                 page(gateway.gateway_token_revoke_view), name="console_gateway_token_revoke"),
+                 page(gateway_tokens.gateway_token_revoke_view),
+                 name="console_gateway_token_revoke"),
             path("console/billing/", page(money.billing_problems),
                  name="console_billing_problems"),
             path("console/billing/outbox/<int:message_id>/retry/",

@@ -2,7 +2,7 @@ from django.contrib import admin
 
 from quotas import (  # noqa: F401 - register their ModelAdmins
     admin_applications,
-    admin_gateway,
+    admin_gateway_tokens,
     admin_waves,
     services,
 )

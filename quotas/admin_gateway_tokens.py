@@ -3,7 +3,7 @@ run once, at import). Creating a token shows the secret once, in a message."""
 
 from django.contrib import admin, messages
 
-from quotas.gateway.tokens import gateway_token_create, gateway_token_revoke
+from quotas.hook.gateway_tokens import gateway_token_create, gateway_token_revoke
 from quotas.models import GatewayToken
 from sluice.admin import AddOnlyAdminMixin, run_service_on_each
 

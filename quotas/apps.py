@@ -7,7 +7,7 @@ def hosts_setting_changed(*, setting: str, **kwargs) -> None:
     """The hook's fast paths remember their Host checks: forget them when ALLOWED_HOSTS
     changes (override_settings in tests)."""
     if setting == "ALLOWED_HOSTS":
-        from quotas.gateway.wsgi import host_refusals_forget
+        from quotas.hook.wsgi import host_refusals_forget
 
         host_refusals_forget()
 
@@ -30,7 +30,7 @@ class QuotasConfig(AppConfig):
     def ready(self) -> None:
         from orgs import events as orgs_events
         from quotas import (
-            admin_gateway,  # noqa: F401 - registers the gateway-token admin
+            admin_gateway_tokens,  # noqa: F401 - registers the gateway-token admin
             receivers,
         )
         from quotas.publish import engine_configure_from_settings, engine_settings_changed

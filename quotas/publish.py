@@ -6,7 +6,7 @@ caps and month-to-date spend come from billing through the `limits_publishing` e
 that to the engine's writes (quotas/limiter/state.py). It is also the engine's `pool_rebuild`:
 authorize calls it when it finds a pool unsynced (Redis flushed or restarted), and one rebuild
 per pool runs at a time (quotas/limiter/rebuild.py). And it publishes the usable gateway
-tokens, which the hook reads from Redis rather than PostgreSQL (quotas/gateway/tokens.py).
+tokens, which the hook reads from Redis rather than PostgreSQL (quotas/hook/gateway_tokens.py).
 
 When: services call `limits_publish_org_later` and
 `limits_publish_pool_later` inside their transaction. Each collects into one set per
@@ -34,7 +34,7 @@ from orgs.models import ApiKey, Organization, OrgStatus
 from quotas.events import limits_publishing
 from quotas.limiter.clock import clock, epoch_ms
 from quotas.limiter.connection import EngineConfig, LimiterUnavailable, engine_configure
-from quotas.limiter.gateways import gateway_tokens_used_read, gateway_tokens_write
+from quotas.limiter.gateway_tokens import gateway_tokens_used_read, gateway_tokens_write
 from quotas.limiter.rebuild import limiter_pool_rebuild_once
 from quotas.limiter.state import (
     ApiKeyState,
@@ -339,7 +339,7 @@ def _gateway_tokens_publish_now_or_queue() -> None:
 
 def gateway_tokens_publish_later() -> None:
     """After the commit, publish the tokens: a revocation reaches every web process within
-    its refresh (quotas/gateway/tokens.py)."""
+    its refresh (quotas/hook/gateway_tokens.py)."""
     transaction.on_commit(_gateway_tokens_publish_now_or_queue)
 
 

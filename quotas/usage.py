@@ -23,13 +23,13 @@ from django.db import connection, transaction
 
 from orgs.services.api_keys import LAST_USED_RESOLUTION, api_key_touch
 from quotas.events import UsageCell, usage_recorded
-from quotas.gateway.inputs import UsageInput
-from quotas.gateway.reservations import (
+from quotas.hook.inputs import UsageInput
+from quotas.hook.reservations import (
     ReservationRef,
     reservation_id_parse,
     reservation_id_pool,
 )
-from quotas.gateway.routing import PoolRoute, pool_route_by_id, pool_routes_all
+from quotas.hook.routing import PoolRoute, pool_route_by_id, pool_routes_all
 from quotas.limiter.clock import clock, day_stamp_of_ms, epoch_ms
 from quotas.limiter.connection import LimiterUnavailable
 from quotas.limiter.engine import limiter_reservations_lookup, limiter_settle

@@ -11,8 +11,8 @@ from django.utils import timezone
 from orgs.models import OrgStatus
 from orgs.services import api_key_create
 from orgs.services.applications import application_decide, application_reviewer_assign
-from quotas.gateway.routing import pool_routes_reload
-from quotas.gateway.tokens import gateway_token_cache_clear, gateway_token_create
+from quotas.hook.gateway_tokens import gateway_token_cache_clear, gateway_token_create
+from quotas.hook.routing import pool_routes_reload
 from quotas.limiter.connection import limiter_reset
 from quotas.models import UsageHourly
 from quotas.waves import waves_open_due

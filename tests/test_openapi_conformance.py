@@ -36,8 +36,8 @@ from schemathesis.checks import (
 from orgs.models import Role
 from orgs.services import admin_key_create, api_key_create
 from orgs.services.operator_tokens import operator_token_create
-from quotas.gateway.routing import pool_routes_reload
-from quotas.gateway.tokens import gateway_token_cache_clear, gateway_token_create
+from quotas.hook.gateway_tokens import gateway_token_cache_clear, gateway_token_create
+from quotas.hook.routing import pool_routes_reload
 from quotas.limiter.connection import limiter_reset
 from quotas.models import QuotaRequest
 from quotas.publish import limiter_sync_pool

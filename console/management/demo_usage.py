@@ -22,8 +22,8 @@ from billing.periods import month_before, month_of
 from billing.services import invoice_close_month, price_version_create
 from orgs.models import ApiKey, Organization
 from orgs.services import api_key_create
-from quotas.gateway.inputs import UsageInput
-from quotas.gateway.reservations import reservation_id_issue
+from quotas.hook.inputs import UsageInput
+from quotas.hook.reservations import reservation_id_issue
 from quotas.models import Allocation, AllocationStatus, CapacityPool, UsageHourly
 from quotas.usage import usage_record
 

@@ -10,7 +10,7 @@ from console import permissions as perm
 from console.forms import GatewayTokenForm, ReasonForm
 from console.selectors import gateway_token_get, gateway_tokens_all
 from console.views.pages import _render
-from quotas.gateway.tokens import gateway_token_create, gateway_token_revoke
+from quotas.hook.gateway_tokens import gateway_token_create, gateway_token_revoke
 from sluice.errors import DomainError
 from sluice.messages import flash, redirect_at
 

@@ -3,7 +3,7 @@
 The ASGI bridge (sluice/asgi_bridge.py) hands each request to a thread that runs Django's WSGI
 application, and a decision there waits for Redis in that thread: the thread hop costs about
 what a whole empty request costs. Here POST /api/gateway/v1/authorize is decided on the loop
-itself: the same steps as the WSGI fast path and the Django view (quotas/gateway/hook.py), the
+itself: the same steps as the WSGI fast path and the Django view (quotas/hook/hook.py), the
 script awaited on the loop's pipelined Redis connection (quotas/limiter/aio.py), and only what
 may block (a pool rebuilt from PostgreSQL, a fail-open decision, the gateway tokens read for
 the first time, an unknown model or token) done in one of the bridge's threads. Everything
@@ -18,9 +18,9 @@ from concurrent.futures import Executor
 
 from django.conf import settings
 
-from quotas.gateway.hook import authorize_steps
-from quotas.gateway.inputs import body_too_large
-from quotas.gateway.wsgi import AUTHORIZE_PATH, database_hygiene, hook_reply, host_refusal
+from quotas.hook.hook import authorize_steps
+from quotas.hook.inputs import body_too_large
+from quotas.hook.wsgi import AUTHORIZE_PATH, database_hygiene, hook_reply, host_refusal
 from quotas.limiter.steps import steps_run_async
 from sluice.asgi_bridge import BodyTooLarge, body_receive
 
@@ -55,7 +55,7 @@ async def _send(send, status: int, body: dict) -> None:
     await send({"type": "http.response.body", "body": data})
 
 
-def gateway_on_loop(app, *, executor: Executor):
+def hook_on_loop(app, *, executor: Executor):
     """`app` (the bridge), with POST authorize answered on the event loop; `executor` runs the
     steps that may block (the bridge's own threads)."""
     def in_thread(fn, kwargs: dict):

@@ -23,7 +23,7 @@ from django.utils import timezone
 
 from orgs.services.audit import Actor, audit_record
 from quotas.limiter.connection import LimiterUnavailable
-from quotas.limiter.gateways import (
+from quotas.limiter.gateway_tokens import (
     gateway_tokens_read,
     gateway_tokens_used_record,
     gateway_tokens_write,

@@ -13,32 +13,32 @@ from collections.abc import Callable
 
 from django.db import InterfaceError, OperationalError
 
-from quotas.gateway import messages
-from quotas.gateway.fail_open import fail_open_authorize, fail_open_heartbeat_steps
-from quotas.gateway.headers import ratelimit_headers
-from quotas.gateway.inputs import (
+from quotas.hook import messages
+from quotas.hook.fail_open import fail_open_authorize, fail_open_heartbeat_steps
+from quotas.hook.gateway_tokens import GatewayIdentity, gateway_authenticate_steps
+from quotas.hook.headers import ratelimit_headers
+from quotas.hook.inputs import (
     AuthorizeInput,
     BadInput,
     authorize_input,
     json_body,
     usage_input,
 )
-from quotas.gateway.metrics import (
+from quotas.hook.metrics import (
     AUTHORIZE_SECONDS,
     DECISIONS,
     LIMITER_ERRORS,
     USAGE_EVENTS,
     USAGE_SECONDS,
 )
-from quotas.gateway.reservations import reservation_id_issue
-from quotas.gateway.routing import (
+from quotas.hook.reservations import reservation_id_issue
+from quotas.hook.routing import (
     SERVICE_TIER_OF,
     TIERS_SERVING,
     PoolRoute,
     RouteError,
     pool_routes_steps,
 )
-from quotas.gateway.tokens import GatewayIdentity, gateway_authenticate_steps
 from quotas.limiter.connection import LimiterUnavailable
 from quotas.limiter.engine import limiter_authorize_steps, limiter_spill_mark_steps
 from quotas.limiter.schema import SPILLED, TIER_MISMATCH, Decision

@@ -11,14 +11,14 @@ from rest_framework import authentication, exceptions, serializers
 from rest_framework.parsers import JSONParser
 from rest_framework.views import APIView
 
-from quotas.gateway.inputs import (
+from quotas.hook.gateway_tokens import gateway_authenticate
+from quotas.hook.inputs import (
     MAX_EVENTS,
     MAX_TOKENS,
     REQUEST_ID,
     SERVICE_TIERS,
     USAGE_STATUSES,
 )
-from quotas.gateway.tokens import gateway_authenticate
 from sluice.openapi import Error, ErrorDetail
 
 
@@ -201,7 +201,7 @@ class AuthorizeSchema(APIView):
             "service_tier": "auto"})],
     )
     def post(self, request):
-        raise NotImplementedError("served by quotas.gateway.views.authorize")
+        raise NotImplementedError("served by quotas.hook.views.authorize")
 
 
 class UsageEvent(serializers.Serializer):
@@ -262,4 +262,4 @@ class UsageSchema(APIView):
         responses={200: UsageResponse, 400: Error, 401: Error},
     )
     def post(self, request):
-        raise NotImplementedError("served by quotas.gateway.views.usage")
+        raise NotImplementedError("served by quotas.hook.views.usage")

@@ -1,8 +1,8 @@
 from django.urls import path
 
-from quotas.gateway import schema, views
+from quotas.hook import schema, views
 
-app_name = "gateway"
+app_name = "hook"
 
 urlpatterns = [
     path("authorize", schema.documented_by(schema.AuthorizeSchema)(views.authorize),

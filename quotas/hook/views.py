@@ -10,8 +10,8 @@ from django.conf import settings
 from django.http import HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from quotas.gateway.hook import authorize_call, usage_call
-from quotas.gateway.inputs import body_read
+from quotas.hook.hook import authorize_call, usage_call
+from quotas.hook.inputs import body_read
 
 
 def _respond(request, call) -> HttpResponse:

@@ -7,10 +7,10 @@ its middleware (sessions, auth, CSRF, messages: none of which the hook uses), ab
 a decision's CPU and a fifth of a one-event usage call's. What the hook needs from the
 middleware is kept: the Host check against ALLOWED_HOSTS, the body size limit, `nosniff`, and
 database connection hygiene (`database_hygiene`). Every other request goes to Django, and the
-same logic is reachable through the Django views (quotas.gateway.views).
+same logic is reachable through the Django views (quotas.hook.views).
 
 The production server decides authorize on its event loop before a request reaches this
-application (quotas/gateway/asgi.py, with the same steps and the same checks, which it takes
+application (quotas/hook/asgi.py, with the same steps and the same checks, which it takes
 from here); here it is served for the usage hook, and for authorize under a WSGI server
 (`bench/authorize_http.py --server gunicorn`).
 """
@@ -22,8 +22,8 @@ from django.conf import settings
 from django.db import connections
 from django.http.request import split_domain_port, validate_host
 
-from quotas.gateway.hook import authorize_call, usage_call
-from quotas.gateway.inputs import body_read
+from quotas.hook.hook import authorize_call, usage_call
+from quotas.hook.inputs import body_read
 from sluice.error_format import error_body
 
 AUTHORIZE_PATH = "/api/gateway/v1/authorize"
@@ -71,7 +71,7 @@ def host_refusals_forget() -> None:
     _host_refusals.clear()
 
 
-def gateway_fast_path(django_app):
+def hook_fast_path(django_app):
     def application(environ, start_response):
         hook = _HOOKS.get(environ.get("PATH_INFO"))
         if hook is None or environ.get("REQUEST_METHOD") != "POST":

@@ -2,7 +2,7 @@
 
 Each process records a heartbeat (a sorted set: process id by time); the count of those seen
 within `live_ms` is what a process divides an org's guaranteed rate by when it must admit
-without Redis (quotas/gateway/fail_open.py).
+without Redis (quotas/hook/fail_open.py).
 """
 
 import redis

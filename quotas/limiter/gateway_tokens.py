@@ -2,7 +2,7 @@
 
 quotas/publish.py writes the whole set from PostgreSQL (after a token is created or revoked,
 and in every limiter_sync); each web process reads it again every fraction of a second
-(quotas/gateway/tokens.py). The hash always holds SYNCED_FIELD, so a flushed Redis (no hash)
+(quotas/hook/gateway_tokens.py). The hash always holds SYNCED_FIELD, so a flushed Redis (no hash)
 is told apart from a set with no tokens. When the tokens were last used is kept beside it, for
 limiter_sync to copy into PostgreSQL: the hot path writes nothing there.
 """

@@ -10,8 +10,8 @@ import httpx
 import pytest
 from sluice_client import SluiceClient, SluiceUnavailable, UsageEvent
 
-from quotas.gateway.routing import pool_routes_reload
-from quotas.gateway.tokens import gateway_token_cache_clear, gateway_token_create
+from quotas.hook.gateway_tokens import gateway_token_cache_clear, gateway_token_create
+from quotas.hook.routing import pool_routes_reload
 from quotas.limiter.connection import limiter_reset
 from quotas.models import Allocation, UsageHourly
 from quotas.models import UsageEvent as StoredEvent

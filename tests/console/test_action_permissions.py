@@ -16,7 +16,7 @@ from billing.services import invoice_close_month
 from orgs.models import AuditEvent, OrgStatus, Role
 from orgs.services import api_key_create, invitation_create
 from orgs.services.operator_tokens import operator_token_create
-from quotas.gateway.tokens import gateway_token_create
+from quotas.hook.gateway_tokens import gateway_token_create
 from quotas.quota_requests import quota_request_create
 from quotas.services import allocation_grant
 from tests.billing.conftest import usage_add

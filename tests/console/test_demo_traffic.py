@@ -7,8 +7,8 @@ import pytest
 from console.management.commands import demo_traffic
 from console.management.demo_usage import demo_request
 from orgs.models import OrgStatus
-from quotas.gateway.routing import pool_routes_reload
-from quotas.gateway.tokens import gateway_token_cache_clear
+from quotas.hook.gateway_tokens import gateway_token_cache_clear
+from quotas.hook.routing import pool_routes_reload
 from quotas.limiter.connection import limiter_reset
 from quotas.models import UsageEvent
 from tests.factories import AllocationFactory, OrganizationFactory

@@ -17,8 +17,8 @@ from billing.periods import month_after, month_of
 from billing.services import invoice_close_month
 from orgs.models import Application, Organization, OrgStatus, Role
 from orgs.services.applications import application_decide
-from quotas.gateway.routing import pool_routes_reload
-from quotas.gateway.tokens import gateway_token_cache_clear, gateway_token_create
+from quotas.hook.gateway_tokens import gateway_token_cache_clear, gateway_token_create
+from quotas.hook.routing import pool_routes_reload
 from quotas.limiter.connection import limiter_reset
 from quotas.models import RolloutWave
 from quotas.waves import waves_open_due

@@ -14,8 +14,8 @@ from gateway.config import GatewayConfig, Upstream
 from gateway.serving import ServerThread
 from gateway.sim import SimConfig
 from gateway.sim import create_app as sim_app
-from quotas.gateway.routing import pool_routes_reload
-from quotas.gateway.tokens import gateway_token_cache_clear, gateway_token_create
+from quotas.hook.gateway_tokens import gateway_token_cache_clear, gateway_token_create
+from quotas.hook.routing import pool_routes_reload
 from quotas.limiter.connection import limiter_reset
 from quotas.models import UsageEvent
 from tests.quotas.conftest import Tenant, tenant_create

@@ -4,7 +4,7 @@ Sluice records is the upstream's, headers reach the SDK."""
 import pytest
 
 from gateway.sim.app import prompt_tokens_count
-from quotas.gateway.routing import pool_routes_reload
+from quotas.hook.routing import pool_routes_reload
 from quotas.publish import limiter_sync_pool
 from tests.aio import run_async
 from tests.factories import AllocationFactory, PoolFactory

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from quotas.gateway.inputs import (
+from quotas.hook.inputs import (
     BadInput,
     _authorize_input_checked,
     _authorize_input_fast,

@@ -10,10 +10,10 @@ import multiprocessing as mp
 
 import pytest
 
-from quotas.gateway import fail_open
-from quotas.gateway.hook import authorize_handle
-from quotas.gateway.routing import pool_routes_reload
-from quotas.gateway.tokens import GatewayIdentity
+from quotas.hook import fail_open
+from quotas.hook.gateway_tokens import GatewayIdentity
+from quotas.hook.hook import authorize_handle
+from quotas.hook.routing import pool_routes_reload
 from quotas.limiter.connection import limiter_reset
 from quotas.limiter.state import BUCKET_SECONDS
 from quotas.models import LimiterFailurePolicy

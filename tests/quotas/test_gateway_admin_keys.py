@@ -4,8 +4,8 @@ import pytest
 from django.test import Client
 
 from orgs.services import admin_key_create
-from quotas.gateway.routing import pool_routes_reload
-from quotas.gateway.tokens import gateway_token_cache_clear, gateway_token_create
+from quotas.hook.gateway_tokens import gateway_token_cache_clear, gateway_token_create
+from quotas.hook.routing import pool_routes_reload
 from tests.quotas.conftest import tenant_create
 
 pytestmark = pytest.mark.django_db

@@ -5,13 +5,13 @@ from django.core.management import call_command
 from django.test import Client
 
 from orgs.models import AuditEvent
-from quotas.gateway.reservations import reservation_id_parse
-from quotas.gateway.routing import pool_routes_reload
-from quotas.gateway.tokens import (
+from quotas.hook.gateway_tokens import (
     gateway_token_cache_clear,
     gateway_token_create,
     gateway_token_revoke,
 )
+from quotas.hook.reservations import reservation_id_parse
+from quotas.hook.routing import pool_routes_reload
 from quotas.models import UsageEvent
 from tests.quotas.conftest import tenant_create
 

@@ -6,9 +6,9 @@ from datetime import timedelta
 import pytest
 from django.test import Client
 
-from quotas.gateway.fail_open import fail_open_reset
-from quotas.gateway.routing import pool_routes_reload
-from quotas.gateway.tokens import gateway_token_cache_clear, gateway_token_create
+from quotas.hook.fail_open import fail_open_reset
+from quotas.hook.gateway_tokens import gateway_token_cache_clear, gateway_token_create
+from quotas.hook.routing import pool_routes_reload
 from quotas.limiter.connection import limiter_reset
 from quotas.models import LimiterFailurePolicy, UsageEvent
 from tests.factories import PoolFactory

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from django.test import Client
 
-from quotas.gateway.routing import pool_routes_reload
-from quotas.gateway.tokens import gateway_token_cache_clear, gateway_token_create
+from quotas.hook.gateway_tokens import gateway_token_cache_clear, gateway_token_create
+from quotas.hook.routing import pool_routes_reload
 from quotas.limiter.state import BUCKET_SECONDS
 from tests.quotas.conftest import tenant_create
 

@@ -27,7 +27,7 @@ def test_admin_creates_a_token_and_shows_the_secret_once(admin_client):
 
 
 def test_admin_revoke_action(admin_client):
-    from quotas.gateway.tokens import gateway_token_create
+    from quotas.hook.gateway_tokens import gateway_token_create
 
     token, _ = gateway_token_create(name="edge", actor="test")
     admin_client.post("/admin/quotas/gatewaytoken/", {"action": "revoke",

@@ -8,8 +8,8 @@ from django.core.management import call_command
 from django.db import connection
 from django.test import Client
 
-from quotas.gateway import routing, tokens
-from quotas.gateway.tokens import (
+from quotas.hook import gateway_tokens, routing
+from quotas.hook.gateway_tokens import (
     REFRESH_SECONDS,
     gateway_token_cache_clear,
     gateway_token_create,
@@ -95,7 +95,7 @@ def test_unknown_tokens_are_refused_and_remembered(tenant, limiter, django_asser
 
 def test_last_use_reaches_postgresql_through_limiter_sync(gateway, tenant):
     assert ask(gateway, tenant, "r1").status_code == 200
-    tokens._known.fresh_until = float("-inf")  # due: the next refresh records the use
+    gateway_tokens._known.fresh_until = float("-inf")  # due: the next refresh records the use
     assert ask(gateway, tenant, "r2").status_code == 200
     assert GatewayToken.objects.get(pk=gateway.token.pk).last_used_at is None
     call_command("limiter_sync")

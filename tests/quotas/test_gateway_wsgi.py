@@ -7,8 +7,8 @@ import pytest
 from django.core import signals
 from django.db import close_old_connections
 
-from quotas.gateway.routing import pool_routes_reload
-from quotas.gateway.tokens import gateway_token_cache_clear, gateway_token_create
+from quotas.hook.gateway_tokens import gateway_token_cache_clear, gateway_token_create
+from quotas.hook.routing import pool_routes_reload
 from quotas.limiter.clock import clock
 from quotas.models import UsageEvent
 

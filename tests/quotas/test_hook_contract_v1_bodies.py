@@ -5,8 +5,8 @@ output gets the answers it got before, field for field; the new fields come besi
 import pytest
 from django.test import Client
 
-from quotas.gateway.routing import pool_routes_reload
-from quotas.gateway.tokens import gateway_token_cache_clear, gateway_token_create
+from quotas.hook.gateway_tokens import gateway_token_cache_clear, gateway_token_create
+from quotas.hook.routing import pool_routes_reload
 from tests.quotas.conftest import tenant_create
 from tests.quotas.test_usage_ingest import event
 

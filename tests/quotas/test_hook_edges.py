@@ -13,9 +13,9 @@ from django.test import Client
 
 from orgs.models import OrgStatus
 from orgs.services.api_keys import api_key_create
-from quotas.gateway.inputs import MAX_EVENTS, MAX_TOKENS
-from quotas.gateway.routing import pool_routes_reload
-from quotas.gateway.tokens import gateway_token_cache_clear, gateway_token_create
+from quotas.hook.gateway_tokens import gateway_token_cache_clear, gateway_token_create
+from quotas.hook.inputs import MAX_EVENTS, MAX_TOKENS
+from quotas.hook.routing import pool_routes_reload
 from quotas.limiter.clock import clock
 from quotas.publish import limiter_sync_pool
 from tests.factories import OrganizationFactory
@@ -194,7 +194,7 @@ def test_a_key_created_for_an_org_without_any_allocation_is_known_at_once(
 def test_postgresql_unreachable_is_a_503_not_a_500(view, tenant, limiter_clock, monkeypatch):
     from django.db import OperationalError
 
-    from quotas.gateway import hook
+    from quotas.hook import hook
 
     def unreachable(*, events):
         raise OperationalError("connection refused")

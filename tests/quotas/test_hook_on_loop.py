@@ -1,4 +1,4 @@
-"""Authorize on the production server's event loop (quotas/gateway/asgi.py): the same answers
+"""Authorize on the production server's event loop (quotas/hook/asgi.py): the same answers
 as the Django view for every kind of request, limits exact under a race of hundreds of
 decisions in flight on one loop and on several, and Redis's faults answered by the pool's
 policy without ever blocking the loop.
@@ -21,9 +21,9 @@ from django.test import Client
 from config.asgi import asgi_application
 from config.wsgi import application as wsgi_application
 from orgs.services.lifecycle import org_suspend
-from quotas.gateway.fail_open import fail_open_reset
-from quotas.gateway.routing import pool_routes_reload
-from quotas.gateway.tokens import gateway_token_cache_clear, gateway_token_create
+from quotas.hook.fail_open import fail_open_reset
+from quotas.hook.gateway_tokens import gateway_token_cache_clear, gateway_token_create
+from quotas.hook.routing import pool_routes_reload
 from quotas.limiter.connection import limiter_client, limiter_reset
 from quotas.limiter.schema import KEY, pool_key
 from sluice.asgi_bridge import wsgi_executor

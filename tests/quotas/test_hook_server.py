@@ -12,7 +12,7 @@ import pytest
 from sluice_client import UsageEvent
 from sluice_client.aio import AsyncSluiceClient
 
-from quotas.gateway.tokens import gateway_token_create
+from quotas.hook.gateway_tokens import gateway_token_create
 from quotas.limiter.connection import limiter_client
 from quotas.limiter.schema import KEY, pool_key
 from quotas.models import UsageEvent as StoredEvent

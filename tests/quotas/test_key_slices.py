@@ -8,8 +8,8 @@ from django.test import Client
 
 from orgs.models import ApiKey, AuditEvent, Role
 from orgs.services.api_keys import KeySlice, api_key_create, api_key_limits_set
-from quotas.gateway.routing import pool_routes_reload
-from quotas.gateway.tokens import gateway_token_cache_clear, gateway_token_create
+from quotas.hook.gateway_tokens import gateway_token_cache_clear, gateway_token_create
+from quotas.hook.routing import pool_routes_reload
 from quotas.limiter.engine import limiter_authorize, limiter_settle
 from quotas.limiter.schema import Settlement
 from quotas.publish import limiter_sync_pool

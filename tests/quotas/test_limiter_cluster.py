@@ -10,9 +10,9 @@ import pytest
 from django.test import Client
 from redis.cluster import RedisCluster
 
-from quotas.gateway.fail_open import fail_open_reset
-from quotas.gateway.routing import pool_routes_reload
-from quotas.gateway.tokens import gateway_token_cache_clear, gateway_token_create
+from quotas.hook.fail_open import fail_open_reset
+from quotas.hook.gateway_tokens import gateway_token_cache_clear, gateway_token_create
+from quotas.hook.routing import pool_routes_reload
 from quotas.limiter.connection import limiter_client, limiter_reset
 from quotas.limiter.engine import limiter_authorize
 from quotas.limiter.schema import KEY, pool_key
@@ -117,7 +117,7 @@ def test_the_hook_serves_authorize_from_a_cluster(limiter, settings):
 
 @pytest.mark.django_db(transaction=True)  # the loop's threads read the rows it commits
 def test_the_event_loop_asks_each_pools_node_over_its_own_connection(limiter, cluster):
-    """Authorize decided on the server's event loop (quotas/gateway/asgi.py): each pool's
+    """Authorize decided on the server's event loop (quotas/hook/asgi.py): each pool's
     script runs on the node serving its slot, over the loop's connection to that node."""
     from tests.quotas.test_hook_on_loop import OnLoop
 

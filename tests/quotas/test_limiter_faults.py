@@ -11,9 +11,9 @@ from django.db import connection
 from django.test import Client
 
 from quotas import publish
-from quotas.gateway.fail_open import fail_open_reset
-from quotas.gateway.routing import pool_routes_reload
-from quotas.gateway.tokens import gateway_token_cache_clear, gateway_token_create
+from quotas.hook.fail_open import fail_open_reset
+from quotas.hook.gateway_tokens import gateway_token_cache_clear, gateway_token_create
+from quotas.hook.routing import pool_routes_reload
 from quotas.limiter.connection import limiter_reset
 from quotas.limiter.engine import limiter_authorize
 from quotas.limiter.schema import KEY, pool_key

@@ -1,4 +1,4 @@
-"""Reservation ids (quotas/gateway/reservations.py), signed for pool, org, key and request."""
+"""Reservation ids (quotas/hook/reservations.py), signed for pool, org, key and request."""
 
 import hashlib
 import hmac
@@ -6,7 +6,7 @@ import threading
 
 from django.conf import settings
 
-from quotas.gateway.reservations import ReservationRef, reservation_id_issue, reservation_id_parse
+from quotas.hook.reservations import ReservationRef, reservation_id_issue, reservation_id_parse
 
 
 def _expected(pool_id: int, org_id: int, api_key_id: int | None, request_id: str) -> str:

@@ -7,9 +7,9 @@ from django.db import connection
 from django.test import Client
 
 from orgs.services.api_keys import KeySlice, api_key_create, api_key_limits_set
-from quotas.gateway.reservations import reservation_id_parse
-from quotas.gateway.routing import pool_routes_reload
-from quotas.gateway.tokens import gateway_token_cache_clear, gateway_token_create
+from quotas.hook.gateway_tokens import gateway_token_cache_clear, gateway_token_create
+from quotas.hook.reservations import reservation_id_parse
+from quotas.hook.routing import pool_routes_reload
 from quotas.limiter.clock import clock
 from quotas.models import Allocation, UsageEvent
 from quotas.publish import limiter_sync_pool

@@ -10,7 +10,7 @@ import time
 import httpx
 import pytest
 
-from quotas.gateway.tokens import gateway_token_create
+from quotas.hook.gateway_tokens import gateway_token_create
 from tests.quotas.conftest import tenant_create
 from tests.server import sluice_server
 

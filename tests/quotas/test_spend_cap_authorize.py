@@ -11,8 +11,8 @@ from django.test import Client
 
 from billing.services.accounts import spend_cap_set
 from billing.services.caps import month_to_date_micros
-from quotas.gateway.routing import pool_routes_reload
-from quotas.gateway.tokens import gateway_token_cache_clear, gateway_token_create
+from quotas.hook.gateway_tokens import gateway_token_cache_clear, gateway_token_create
+from quotas.hook.routing import pool_routes_reload
 from quotas.limiter.clock import clock, month_stamp
 from quotas.limiter.connection import limiter_client
 from quotas.limiter.schema import pool_tag

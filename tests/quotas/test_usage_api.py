@@ -7,8 +7,8 @@ from django.test import Client
 from rest_framework.test import APIClient
 
 from orgs.services import admin_key_create, api_key_create
-from quotas.gateway.routing import pool_routes_reload
-from quotas.gateway.tokens import gateway_token_cache_clear, gateway_token_create
+from quotas.hook.gateway_tokens import gateway_token_cache_clear, gateway_token_create
+from quotas.hook.routing import pool_routes_reload
 from quotas.models import RefusalMinute, Tier
 from quotas.publish import limiter_sync_pool
 from quotas.refusals import refusals_drain

@@ -8,8 +8,8 @@ from django.db import connection
 from django.test import Client
 
 from orgs.models import ApiKey
-from quotas.gateway.routing import pool_routes_reload
-from quotas.gateway.tokens import gateway_token_cache_clear, gateway_token_create
+from quotas.hook.gateway_tokens import gateway_token_cache_clear, gateway_token_create
+from quotas.hook.routing import pool_routes_reload
 from quotas.models import UsageEvent, UsageHourly
 from tests.quotas.conftest import tenant_create
 
@@ -124,7 +124,7 @@ def test_usage_after_the_reservation_expired_is_still_recorded_and_counted(
 
 def test_usage_for_a_request_admitted_while_failing_open_is_counted(gateway, t,
                                                                     limiter_clock, report):
-    from quotas.gateway.reservations import reservation_id_issue
+    from quotas.hook.reservations import reservation_id_issue
 
     reservation = reservation_id_issue(pool_id=t.pool.pk, org_id=t.org.pk,
                                        api_key_id=t.key.pk, request_id="open-1")
@@ -141,7 +141,7 @@ def test_a_late_report_of_yesterdays_unreserved_usage_is_not_todays(gateway, t, 
     """Usage without a reservation counts on the UTC day it started, as a rebuild of the day's
     counter from PostgreSQL counts it: yesterday's, reported after midnight, leaves today's
     quota whole; and the TPS buckets, refilled since it finished, owe nothing for it."""
-    from quotas.gateway.reservations import reservation_id_issue
+    from quotas.hook.reservations import reservation_id_issue
 
     reservation = reservation_id_issue(pool_id=t.pool.pk, org_id=t.org.pk,
                                        api_key_id=t.key.pk, request_id="late-1")
@@ -221,7 +221,7 @@ def test_more_than_1000_events_is_400(gateway, t, limiter_clock, report):
 
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_retries_of_the_same_batch_count_each_event_once(limiter, limiter_clock):
-    from quotas.gateway.reservations import reservation_id_issue
+    from quotas.hook.reservations import reservation_id_issue
 
     t = tenant_create()
     pool_routes_reload()

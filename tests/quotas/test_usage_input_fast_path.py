@@ -5,7 +5,7 @@ import itertools
 
 import pytest
 
-from quotas.gateway.inputs import BadInput, _usage_event, _usage_event_fast
+from quotas.hook.inputs import BadInput, _usage_event, _usage_event_fast
 
 VALID = {"request_id": "req-1", "reservation_id": "rsv_1_2_3_abcdefabcdefabcdefab",
          "input_tokens": 10, "output_tokens": 20, "status": "completed",

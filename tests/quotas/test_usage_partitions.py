@@ -11,7 +11,7 @@ from django.db.migrations.executor import MigrationExecutor
 from django.test import Client
 from django.utils import timezone
 
-from quotas.gateway.tokens import gateway_token_cache_clear, gateway_token_create
+from quotas.hook.gateway_tokens import gateway_token_cache_clear, gateway_token_create
 from quotas.models import UsageEvent, UsageEventKey, UsageHourly
 from quotas.partitions import (
     PARTITIONS_AHEAD,

@@ -3,9 +3,9 @@ ingestion path (quotas.usage.usage_record) with signed reservation ids."""
 
 from datetime import UTC, datetime, timedelta
 
-from quotas.gateway.inputs import UsageInput
-from quotas.gateway.reservations import reservation_id_issue
-from quotas.gateway.routing import pool_routes_reload
+from quotas.hook.inputs import UsageInput
+from quotas.hook.reservations import reservation_id_issue
+from quotas.hook.routing import pool_routes_reload
 from tests.quotas.conftest import Tenant, tenant_create
 
 

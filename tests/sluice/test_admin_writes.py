@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from billing.models import PriceVersion
 from orgs.models import ApiKey, AuditEvent, Membership
-from quotas.gateway.tokens import gateway_token_create
+from quotas.hook.gateway_tokens import gateway_token_create
 from quotas.models import Allocation, CapacityPool, GatewayToken, PoolAdmission, RolloutWave
 from tests.factories import (
     AllocationFactory,

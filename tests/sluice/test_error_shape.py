@@ -11,7 +11,7 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from orgs.models import OrgStatus
-from quotas.gateway.tokens import gateway_token_cache_clear, gateway_token_create
+from quotas.hook.gateway_tokens import gateway_token_cache_clear, gateway_token_create
 from tests.factories import AllocationFactory, OrganizationFactory, PoolFactory
 
 pytestmark = pytest.mark.django_db

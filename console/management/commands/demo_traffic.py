@@ -29,7 +29,7 @@ from django.core.management.base import BaseCommand
 from console.management.demo_usage import DemoRequest, demo_orgs, demo_request, diurnal
 from orgs.models import ApiKey
 from orgs.services import api_key_create
-from quotas.gateway.tokens import gateway_token_create
+from quotas.hook.gateway_tokens import gateway_token_create
 from quotas.models import GatewayToken
 
 # The gateway client is its own package (clients/python, httpx only); the demo runs it from

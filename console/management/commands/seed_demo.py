@@ -26,7 +26,7 @@ from orgs import services
 from orgs.models import ApiKey, Membership, Organization, OrgStatus, Role
 from orgs.services.api_keys import api_key_create
 from orgs.services.applications import application_submit
-from quotas.gateway.tokens import gateway_token_create
+from quotas.hook.gateway_tokens import gateway_token_create
 from quotas.models import Allocation, AllocationStatus, CapacityPool, GatewayToken
 from quotas.services import allocation_grant, pool_create
 

@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand
 
-from quotas.gateway.tokens import gateway_token_create
+from quotas.hook.gateway_tokens import gateway_token_create
 
 
 class Command(BaseCommand):

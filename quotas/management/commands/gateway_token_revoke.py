@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from quotas.gateway.tokens import gateway_token_revoke
+from quotas.hook.gateway_tokens import gateway_token_revoke
 from quotas.models import GatewayToken
 from sluice.errors import DomainError
 
