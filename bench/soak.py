@@ -112,7 +112,7 @@ def soak_tenant_seed() -> dict:
     start of last month, and last month's usage as hourly rollups: what the close rates."""
     from billing.models import PriceVersion
     from billing.periods import month_before, month_bounds, month_of
-    from quotas.models import UsageHourly
+    from metering.models import UsageHourly
 
     pool, org, _, api_key, gateway = tenant_seed()
     key_id = org.api_keys.get().pk
@@ -520,7 +520,7 @@ TASK_DONE = re.compile(r"Task ([\w.]+)\[[\w-]+\] succeeded in ([\d.]+)s: (.*)$",
 
 
 def report(args, summary, snapshots, close, logs, tenant, started) -> None:
-    from quotas.models import UsageEvent
+    from metering.models import UsageEvent
 
     close_minute = int(args.minutes * 60 / 2 // 60)
     rows = []

@@ -55,8 +55,8 @@ def main() -> None:
                         help="wrk: batch bodies built for this rate (single: a tenth)")
     args = parser.parse_args()
     django_setup()
+    from metering.models import UsageEvent
     from quotas.hook.reservations import reservation_id_issue
-    from quotas.models import UsageEvent
 
     pool, org, _, api_key, gateway = tenant_seed()
     key_id = org.api_keys.get().pk

@@ -2,7 +2,7 @@
 
     DATABASE_URL=... REDIS_URL=redis://127.0.0.1:6379/4 python bench/usage_store.py
 
-Runs ingestion's statement (quotas/usage.py `_INSERT_SQL`, exactly as a usage call does, with
+Runs ingestion's statement (metering/usage.py `_INSERT_SQL`, exactly as a usage call does, with
 new events each time) under EXPLAIN (ANALYZE, FORMAT JSON), `--batches` times with `--batch`
 events, one committed transaction each, and prints the median time spent writing each table:
 the time of each INSERT node less the time of the plans under it (the request ids it claims,
@@ -40,7 +40,7 @@ def main() -> None:
     import psycopg
     from django.db import connection, transaction
 
-    from quotas import usage
+    from metering import usage
 
     pool, org, _, _, _ = tenant_seed()
     key_id = org.api_keys.get().pk

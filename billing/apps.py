@@ -10,13 +10,9 @@ class BillingConfig(AppConfig):
             notify,  # noqa: F401  (registers the billing emails' builders)
             receivers,
         )
+        from metering.events import usage_days_compacting, usage_month_retiring, usage_recorded
         from orgs.events import org_transitioned
-        from quotas.events import (
-            limits_publishing,
-            usage_days_compacting,
-            usage_month_retiring,
-            usage_recorded,
-        )
+        from quotas.events import limits_publishing
 
         org_transitioned.subscribe(receivers.org_transitioned_received)
         limits_publishing.subscribe(receivers.limits_publishing_received)

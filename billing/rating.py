@@ -13,7 +13,7 @@ Units and the rounding rule
 
 Speed-aware premium: the premium is shown on every token, and a "speed credit" line gives it
 back on the tokens that were not delivered fast (total - premium_eligible), with those tokens
-as its quantity. Standard-tier pools' tokens are never premium-eligible (quotas.usage), so a
+as its quantity. Standard-tier pools' tokens are never premium-eligible (metering.usage), so a
 premium set on a standard pool is credited back in full.
 
 Cached input tokens (served from the upstream's prompt cache) are rated on their own line at

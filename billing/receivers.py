@@ -13,7 +13,7 @@ from billing.selectors import (
     usage_batch_cost_micros,
 )
 from billing.services import stripe_customer_enqueue
-from quotas.events import UsageCell
+from metering.events import UsageCell
 from quotas.limiter.clock import month_stamp
 from quotas.limiter.connection import LimiterUnavailable
 from quotas.publish import spend_add

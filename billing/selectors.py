@@ -27,8 +27,8 @@ from billing.rating import (
     rate_usage,
     usage_cost_micros,
 )
+from metering.models import UsageHourly
 from orgs.models import BILLING_READERS, Membership, Organization
-from quotas.models import UsageHourly
 from sluice.sql import bigint_array
 
 

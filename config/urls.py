@@ -6,7 +6,9 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from billing.api.views_costs import OrganizationCostsApi
 from billing.api.webhook import stripe_webhook
-from quotas.api.usage_completions import OrganizationUsageCompletionsApi
+from metering.api import hook as usage_hook
+from metering.api.usage_completions import OrganizationUsageCompletionsApi
+from quotas.hook import urls as authorize_hook
 from quotas.hook.metrics import metrics_view
 from sluice.health import healthz, readyz
 
@@ -21,7 +23,10 @@ urlpatterns = [
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("api/v1/", include("orgs.api.urls")),
     path("api/v1/", include("quotas.api.urls")),
-    path("api/gateway/v1/", include("quotas.hook.urls")),
+    path("api/v1/", include("metering.api.urls")),
+    # The hook gateways call: authorize (quotas) and usage (metering), one URL namespace.
+    path("api/gateway/v1/", include(([*authorize_hook.urlpatterns, *usage_hook.urlpatterns],
+                                     "hook"))),
     path("metrics", metrics_view, name="metrics"),
     path("api/v1/", include("quotas.api.applications")),
     path("api/v1/", include("quotas.api.waves")),

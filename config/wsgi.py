@@ -10,7 +10,9 @@ application = get_wsgi_application()
 # first request (~250 ms: the admin, DRF, the schema, every app's views).
 get_resolver().url_patterns  # noqa: B018 - the property imports them
 
-# Authorize (the per-inference-request hook) is served before Django's middleware stack.
+# The hook (authorize before every inference request, usage after it) is served before Django's
+# middleware stack.
+from metering.api.hook import usage_call  # noqa: E402
 from quotas.hook.wsgi import hook_fast_path  # noqa: E402
 
-application = hook_fast_path(application)
+application = hook_fast_path(application, usage_call=usage_call)

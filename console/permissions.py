@@ -37,8 +37,8 @@ REVOKE_GATEWAY_TOKEN = "quotas.change_gatewaytoken"  # noqa: S105 - a permission
 SUPPORT_PERMISSIONS = [
     "orgs.view_organization", "orgs.view_membership", "orgs.view_invitation",
     "orgs.view_apikey", "orgs.view_auditevent",
-    "quotas.view_capacitypool", "quotas.view_allocation", "quotas.view_usageevent",
-    "quotas.view_usagehourly",
+    "quotas.view_capacitypool", "quotas.view_allocation", "metering.view_usageevent",
+    "metering.view_usagehourly",
     # Waitlist, waves, quota requests, gateway tokens, billing.
     "orgs.view_application", "orgs.view_applicationcheck", "orgs.view_applicationnote",
     "quotas.view_rolloutwave", "quotas.view_pooladmission", "quotas.view_orgpoolpreference",
@@ -60,10 +60,14 @@ OPERATOR_PERMISSIONS = SUPPORT_PERMISSIONS + [
 GROUP_PERMISSIONS = {"support": SUPPORT_PERMISSIONS, "operator": OPERATOR_PERMISSIONS}
 
 
-def groups_sync(*, group_model, permission_model) -> None:
+def groups_sync(*, group_model, permission_model, models_present=None) -> None:
     """Makes each group hold exactly its permissions. Takes the models as arguments so the
-    migration can pass its historical ones."""
+    migration can pass its historical ones. `models_present` ((app label, model name) pairs):
+    the permissions of other models are left out, for a migration that runs before every model
+    the lists name exists (on an empty database, the latest console migration adds them)."""
     for name, perms in GROUP_PERMISSIONS.items():
+        if models_present is not None:
+            perms = [p for p in perms if _model_of(p) in models_present]
         query = Q()
         for perm in perms:
             app_label, codename = perm.split(".")
@@ -73,3 +77,9 @@ def groups_sync(*, group_model, permission_model) -> None:
             raise RuntimeError(f"Group {name}: {len(perms) - len(found)} permissions missing.")
         group, _ = group_model.objects.get_or_create(name=name)
         group.permissions.set(found)
+
+
+def _model_of(permission: str) -> tuple[str, str]:
+    """("orgs", "organization") of "orgs.view_organization"."""
+    app_label, codename = permission.split(".")
+    return app_label, codename.split("_", 1)[1]

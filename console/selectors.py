@@ -7,15 +7,10 @@ from django.db.models import Count, F, Q, QuerySet
 from django.http import Http404
 from django.utils import timezone
 
+from metering.selectors import SPEED_WINDOW, DeliveredSpeed, delivered_speed, pools_tps_series
 from orgs.models import AuditEvent, Organization, OrgStatus
 from quotas.models import Allocation, GatewayToken
-from quotas.selectors import (
-    SPEED_WINDOW,
-    DeliveredSpeed,
-    allocations_in_force,
-    delivered_speed,
-    pools_tps_series,
-)
+from quotas.selectors import allocations_in_force
 
 
 def orgs_by_status() -> list[dict]:

@@ -1,4 +1,5 @@
-"""The monthly partitions of `quotas_usageevent` (created by migration 0006).
+"""The monthly partitions of `quotas_usageevent` (created by quotas migration 0006; the table keeps
+the name it had there).
 
 A partition holds the events that started in one UTC month and is named after it:
 quotas_usageevent_y2026m11 holds [2026-11-01, 2026-12-01). Every `migrate` (post_migrate) and
@@ -8,7 +9,7 @@ that the raw retention still covers (all of them at the default 90 days), and
 month (at 00:05 on the 1st, or replaying a spool) to an installation made today; no further,
 so that a retention of years does not make an empty partition for each of its months at the
 first migrate (every query that cannot prune would lock them all). Retention drops only months
-that ended before its horizon (quotas/retention.py), so the two never undo each other.
+that ended before its horizon (metering/retention.py), so the two never undo each other.
 
 An event whose month has no partition would fail its whole batch, so ingestion only accepts
 start times inside `usage_started_at_window`: from the later of the retention horizon and the
@@ -82,7 +83,7 @@ def usage_partitions() -> list[Partition]:
 
 def usage_partitions_detached() -> list[Partition]:
     """Monthly tables of usage events no longer attached to the parent: retention detached
-    them, to be compared with the rollups and dropped (quotas/retention.py)."""
+    them, to be compared with the rollups and dropped (metering/retention.py)."""
     with connection.cursor() as cursor:
         cursor.execute("""
             SELECT c.relname FROM pg_class c

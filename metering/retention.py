@@ -7,14 +7,14 @@ invoiced for every org with usage in it (billing says, through `usage_month_reti
 rollups hold exactly what its events add up to. Whole partitions are detached - CONCURRENTLY, so
 ingestion into other months never waits - then compared with the rollups, which nothing can
 change for that month any more (ingestion refuses start times past the retention,
-quotas/partitions.py), and dropped only if every figure of every org, pool, key and UTC day
-agrees; its events' request ids leave the key table just before (quotas/models.py,
+metering/partitions.py), and dropped only if every figure of every org, pool, key and UTC day
+agrees; its events' request ids leave the key table just before (metering/models.py,
 `UsageEventKey`). A partition that differs stays detached, out of every reader's way, for an
 operator (logged as an error; each run compares it again). Never a DELETE of events: that would
 leave the table as large as before and vacuum the difference.
 
 Rollups. Each UTC day older than the hourly retention becomes one row per org, pool and key
-(`hours` = 24, in the same table: quotas/models.py), in one statement, so a reader sees the
+(`hours` = 24, in the same table: metering/models.py), in one statement, so a reader sees the
 day's hours or its sum, never both or neither. A pool whose prices change during the day (billing
 says, through `usage_days_compacting`) keeps that day's hours, so rating - the version in force
 at each row's hour - gives the same cents before and after.
@@ -27,9 +27,9 @@ from datetime import UTC, date, datetime, timedelta
 from django.conf import settings
 from django.db import connection
 
-from quotas.events import usage_days_compacting, usage_month_retiring
-from quotas.models import UsageHourly
-from quotas.partitions import (
+from metering.events import usage_days_compacting, usage_month_retiring
+from metering.models import UsageHourly
+from metering.partitions import (
     Partition,
     usage_partition_detach,
     usage_partition_detach_finish,
@@ -54,7 +54,7 @@ class RawRetirement:
 
 
 # The figures of each org, pool, key and UTC day, summed from the events exactly as ingestion
-# sums them into the rollups (quotas/usage.py), beside the same figures summed from the rollups
+# sums them into the rollups (metering/usage.py), beside the same figures summed from the rollups
 # (hourly and daily rows alike); a cell that differs, or exists on one side only, is counted.
 _DIFFERENCES_SQL = """
 WITH events AS (

@@ -21,8 +21,9 @@ import psycopg
 from django.conf import settings
 from django.db import connection, transaction
 
+from metering.events import UsageCell, usage_recorded
+from metering.partitions import usage_started_at_window
 from orgs.services.api_keys import LAST_USED_RESOLUTION, api_key_touch
-from quotas.events import UsageCell, usage_recorded
 from quotas.hook.inputs import UsageInput
 from quotas.hook.reservations import (
     ReservationRef,
@@ -35,7 +36,6 @@ from quotas.limiter.connection import LimiterUnavailable
 from quotas.limiter.engine import limiter_reservations_lookup, limiter_settle
 from quotas.limiter.schema import Settlement
 from quotas.models import Tier
-from quotas.partitions import usage_started_at_window
 
 logger = logging.getLogger(__name__)
 
@@ -153,7 +153,7 @@ def _attribute(events: list[UsageInput]) -> tuple[list[_Row], list[UsageResult]]
 
 # Rollups are upserted in key order so concurrent batches lock hourly rows in the same order
 # (no deadlocks); counting only `inserted` rows makes a retried batch count nothing twice.
-# The events table is partitioned by month (quotas/models.py), so it cannot hold a unique index
+# The events table is partitioned by month (metering/models.py), so it cannot hold a unique index
 # on request_id alone: `claimed` takes each request_id in quotas_usageeventkey first and only
 # the events it claimed are inserted. A concurrent batch claiming the same id waits for this
 # one's commit, then finds the id taken; ids are claimed in sorted order, so two batches sharing

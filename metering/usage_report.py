@@ -6,14 +6,14 @@ Where each number comes from, and why:
   org + started_at); there is no finer rollup than the hour.
 - `1h` and `1d` buckets: tokens and requests from the hourly rollups, the rows invoices rate,
   so the Usage and Costs APIs and the invoice count the same tokens. Days older than the
-  hourly retention are one row each (quotas/retention.py): a `1d` bucket is as exact as ever,
+  hourly retention are one row each (metering/retention.py): a `1d` bucket is as exact as ever,
   a `1h` bucket over such a day holds the whole day in its first hour.
 - Time to first token and output tokens/s p50/p95 from the raw events at every width: a
   percentile cannot be added up from rollups. Exact (percentile_cont), at the cost of reading
   the page's events of the org; a page is at most a day of minutes, a week of hours or 31 days.
   Raw events are kept for the raw retention (90 days by default): older buckets have tokens
   and requests from the rollups, and no percentiles (null), nor `1m` figures.
-- Refusals by code from `RefusalMinute` (quotas/refusals.py), drained from Redis every minute:
+- Refusals by code from `RefusalMinute` (metering/refusals.py), drained from Redis every minute:
   the last two minutes are not there yet.
 A request belongs to the bucket of its `started_at`, like the rollups.
 """
@@ -24,9 +24,10 @@ from datetime import UTC
 from django.db.models import Count, Q, Sum
 from django.db.models.functions import Trunc
 
+from metering.models import RefusalMinute, UsageEvent, UsageHourly
+from metering.selectors import Percentile
 from orgs.models import Organization
-from quotas.models import RefusalMinute, Tier, UsageEvent, UsageHourly
-from quotas.selectors import Percentile
+from quotas.models import Tier
 from sluice.time_buckets import BucketPage
 
 # OpenAI's service_tier names for the tiers of our pools.

@@ -1,6 +1,5 @@
 from django.apps import AppConfig
 from django.core.signals import setting_changed
-from django.db.models.signals import post_migrate
 
 
 def hosts_setting_changed(*, setting: str, **kwargs) -> None:
@@ -10,17 +9,6 @@ def hosts_setting_changed(*, setting: str, **kwargs) -> None:
         from quotas.hook.wsgi import host_refusals_forget
 
         host_refusals_forget()
-
-
-def usage_partitions_after_migrate(**kwargs) -> None:
-    """Every migrate makes this month's partition and the next ones (beat does it daily too),
-    so a deployment whose beat was down still has somewhere to put this month's usage."""
-    from django.utils import timezone
-
-    from quotas.partitions import usage_events_partitioned, usage_partitions_ensure
-
-    if usage_events_partitioned():  # not when migrated back before partitioning
-        usage_partitions_ensure(now=timezone.now())
 
 
 class QuotasConfig(AppConfig):
@@ -35,7 +23,6 @@ class QuotasConfig(AppConfig):
         )
         from quotas.publish import engine_configure_from_settings, engine_settings_changed
 
-        post_migrate.connect(usage_partitions_after_migrate, sender=self)
         engine_configure_from_settings()
         # Tests override REDIS_URL or the reservation TTL: the engine follows.
         setting_changed.connect(engine_settings_changed)

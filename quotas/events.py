@@ -1,30 +1,6 @@
 """What the quotas app announces (sluice/events.py says why events and how to subscribe)."""
 
-from dataclasses import dataclass
-from datetime import datetime
-
 from sluice.events import Event
-
-
-@dataclass(frozen=True, slots=True)
-class UsageCell:
-    """Newly recorded usage of one org in one pool and UTC hour: the cells of the hourly
-    rollups, so whoever prices them prices what the invoice will."""
-    org_id: int
-    pool_id: int
-    hour: datetime
-    input_tokens: int
-    output_tokens: int
-    premium_input_tokens: int
-    premium_output_tokens: int
-    cached_input_tokens: int = 0  # of input_tokens
-
-
-usage_recorded = Event(
-    "quotas.usage_recorded", payload=("cells",),
-    doc="Usage events were recorded: emitted after their transaction committed, with the new "
-        "usage only (a retried report adds nothing). Billing prices it into the orgs' month "
-        "spend counters, so authorize refuses once a spend cap is reached.")
 
 limits_publishing = Event(
     "quotas.limits_publishing", payload=("org_ids", "pool_ids", "now", "spend", "prices"),
@@ -37,20 +13,13 @@ limits_publishing = Event(
         "per org and pool, so the cap never reaches Redis apart from the rest of the org's "
         "state.")
 
+day_usage_reading = Event(
+    "quotas.day_usage_reading", payload=("org_ids", "pool_ids", "day_start", "used"),
+    doc="The bridge (quotas/publish.py) is about to publish these orgs' state in these pools and "
+        "asks what they used this UTC day (from `day_start`). Receivers add to the dict `used` "
+        "the tokens recorded per (org id, pool id) and per (org id, pool id, API key id), so a "
+        "pool rebuilt after Redis lost its counters starts the day from what was recorded.")
+
 wave_opened = Event(
     "quotas.wave_opened", payload=("wave", "org_ids"),
     doc="A rollout wave opened and admitted these orgs (emitted in the opening transaction).")
-
-usage_month_retiring = Event(
-    "quotas.usage_month_retiring", payload=("month", "org_ids", "unbilled"),
-    doc="The raw usage events of `month` (its first day) are past the retention and about to be "
-        "dropped; `org_ids` are the orgs with usage in it. Receivers add to the set `unbilled` "
-        "every org whose usage of that month is not invoiced yet: the month is kept while any "
-        "is (quotas/retention.py).")
-
-usage_days_compacting = Event(
-    "quotas.usage_days_compacting", payload=("start", "end", "split_hours"),
-    doc="Hourly rollups of the UTC days in [start, end) are about to be summed per day. "
-        "Receivers add to the set `split_hours` every (pool id, hour) from which the pool's "
-        "hours are read differently (billing: a price version starts); a day with one after "
-        "its midnight stays hourly for that pool, so reading it per hour stays exact.")

@@ -1,11 +1,12 @@
 """PostgreSQL -> Redis: the only bridge between the ORM and the admission engine.
 
 The engine (quotas/limiter) knows nothing of Django. This module configures it from settings,
-reads what it must know from PostgreSQL (orgs, allocations, API keys, the day's usage; spend
-caps and month-to-date spend come from billing through the `limits_publishing` event) and hands
-that to the engine's writes (quotas/limiter/state.py). It is also the engine's `pool_rebuild`:
-authorize calls it when it finds a pool unsynced (Redis flushed or restarted), and one rebuild
-per pool runs at a time (quotas/limiter/rebuild.py). And it publishes the usable gateway
+reads what it must know from PostgreSQL (orgs, allocations, API keys; the day's usage comes
+from metering through the `day_usage_reading` event, spend caps and month-to-date spend from
+billing through `limits_publishing`) and hands that to the engine's writes
+(quotas/limiter/state.py). It is also the engine's `pool_rebuild`: authorize calls it when it
+finds a pool unsynced (Redis flushed or restarted), and one rebuild per pool runs at a time
+(quotas/limiter/rebuild.py). And it publishes the usable gateway
 tokens, which the hook reads from Redis rather than PostgreSQL (quotas/hook/gateway_tokens.py).
 
 When: services call `limits_publish_org_later` and
@@ -24,14 +25,14 @@ estimate default, and a `synced` marker set once the pool has been rebuilt in fu
 import logging
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 from django.conf import settings
 from django.db import DatabaseError, transaction
-from django.db.models import F, Q, Sum
+from django.db.models import Q, Sum
 
 from orgs.models import ApiKey, Organization, OrgStatus
-from quotas.events import limits_publishing
+from quotas.events import day_usage_reading, limits_publishing
 from quotas.limiter.clock import clock, epoch_ms
 from quotas.limiter.connection import EngineConfig, LimiterUnavailable, engine_configure
 from quotas.limiter.gateway_tokens import gateway_tokens_used_read, gateway_tokens_write
@@ -47,7 +48,7 @@ from quotas.limiter.state import (
     limiter_spend_add,
     limiter_spend_cap_set,
 )
-from quotas.models import Allocation, CapacityPool, GatewayToken, UsageHourly
+from quotas.models import Allocation, CapacityPool, GatewayToken
 from quotas.selectors import allocations_in_force
 from sluice.oncommit import on_commit_collect
 
@@ -143,18 +144,11 @@ def _key_state(key: ApiKey, day_used: int) -> ApiKeyState:
 
 
 def _day_used(org_ids: set[int], pool_ids: set[int], now: datetime) -> dict:
-    """(org, pool) and (org, pool, key) -> tokens recorded this UTC day."""
+    """(org, pool) and (org, pool, key) -> tokens recorded this UTC day (metering answers)."""
     start = now.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
-    # Bounded above too: usage of a later day (a start a little ahead of our clock) is not
-    # today's, whatever arrived.
-    rows = (UsageHourly.objects.filter(org_id__in=org_ids, pool_id__in=pool_ids, hour__gte=start,
-                                       hour__lt=start + timedelta(days=1))
-            .values_list("org_id", "pool_id", "api_key_id")
-            .annotate(total=Sum(F("input_tokens") + F("output_tokens"))))
     used: dict = defaultdict(int)
-    for org_id, pool_id, key_id, total in rows:
-        used[(org_id, pool_id)] += total
-        used[(org_id, pool_id, key_id)] += total
+    day_usage_reading.emit(org_ids=frozenset(org_ids), pool_ids=frozenset(pool_ids),
+                           day_start=start, used=used)
     return used
 
 

@@ -40,11 +40,7 @@ from orgs.services.audit import Actor, audit_record
 from quotas.errors import CapacityBelowGuarantees, CapacityExhausted
 from quotas.models import Allocation, AllocationStatus, CapacityPool, OrgPoolPreference
 from quotas.publish import limits_publish_org_later, limits_publish_pool_later
-from quotas.selectors import (
-    allocations_in_force,
-    pool_guaranteed_input_tps,
-    pool_guaranteed_tps,
-)
+from quotas.selectors import allocations_in_force, pool_guaranteed_input_tps, pool_guaranteed_tps
 from sluice.errors import Conflict, DomainError
 from sluice.transactions import nestable, nested_atomic
 

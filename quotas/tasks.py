@@ -1,21 +1,14 @@
 """Celery tasks: thin wrappers that take ids, call one service, and are safe to run twice."""
 
-from dataclasses import asdict
-
 from celery import shared_task
-from django.utils import timezone
 
 from quotas.limiter.connection import LimiterUnavailable
-from quotas.partitions import usage_partitions_ensure
 from quotas.publish import (
     gateway_tokens_publish,
     limiter_sync_all,
     limits_publish_orgs,
     limits_publish_pools,
 )
-from quotas.refusals import refusals_drain as refusals_drain_service
-from quotas.retention import usage_raw_retire
-from quotas.retention import usage_rollups_compact as usage_rollups_compact_service
 from quotas.services import allocations_expire as allocations_expire_service
 from quotas.waves import pool_auto_admit as pool_auto_admit_service
 from quotas.waves import waves_close_due, waves_open_due
@@ -63,23 +56,3 @@ def waves_advance() -> dict:
 @shared_task
 def pool_auto_admit(*, pool_id: int) -> int:
     return len(pool_auto_admit_service(pool_id=pool_id))
-
-
-@shared_task
-def refusals_drain() -> int:
-    """Beat, every minute: the hook's refusal counters into PostgreSQL (idempotent)."""
-    return refusals_drain_service()
-
-
-@shared_task
-def usage_partitions_maintain() -> dict:
-    """Beat, daily: the coming months' partitions of usage events, and the months past the
-    raw retention dropped (quotas/retention.py says when)."""
-    now = timezone.now()
-    return {"created": usage_partitions_ensure(now=now), **asdict(usage_raw_retire(now=now))}
-
-
-@shared_task
-def usage_rollups_compact() -> dict:
-    """Beat, daily: hourly rollups past the hourly retention summed per day."""
-    return asdict(usage_rollups_compact_service(now=timezone.now()))

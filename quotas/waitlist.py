@@ -13,9 +13,10 @@ from datetime import timedelta
 from django.db.models import Count, Sum
 from django.utils import timezone
 
+from metering.models import UsageHourly
 from orgs.models import Application, ApplicationState, Organization, OrgStatus
 from orgs.scoring import ScoreBreakdown, rank_key, score_application
-from quotas.models import CapacityPool, RolloutWave, UsageHourly, WaveState
+from quotas.models import CapacityPool, RolloutWave, WaveState
 from quotas.selectors import allocations_in_force, pool_guaranteed_tps
 
 

@@ -8,8 +8,8 @@ import redis as redis_lib
 from django.conf import settings
 from rest_framework.test import APIClient
 
+from metering.partitions import usage_partitions_ensure
 from orgs.models import Organization, Role
-from quotas.partitions import usage_partitions_ensure
 from tests.factories import MembershipFactory, OperatorFactory, OrganizationFactory, UserFactory
 
 # The Python client is its own package (clients/python): the tests of the client, of the

@@ -7,12 +7,13 @@ class WebhooksConfig(AppConfig):
 
     def ready(self) -> None:
         from billing import events as billing_events
+        from metering import events as metering_events
         from orgs import events as orgs_events
         from quotas import events as quotas_events
         from webhooks import receivers
 
         orgs_events.org_transitioned.subscribe(receivers.org_transitioned_received)
-        quotas_events.usage_recorded.subscribe(receivers.usage_recorded_received)
+        metering_events.usage_recorded.subscribe(receivers.usage_recorded_received)
         quotas_events.wave_opened.subscribe(receivers.wave_opened_received)
         billing_events.invoice_issued.subscribe(receivers.invoice_issued_received)
         billing_events.invoice_paid.subscribe(receivers.invoice_paid_received)

@@ -9,11 +9,12 @@ from django.db import connection, transaction
 from django.db.models import F, Sum
 from django.utils import timezone
 
+from metering.events import UsageCell
+from metering.models import UsageHourly
+from metering.usage_report import SERVICE_TIERS
 from orgs.models import Organization, OrgStatus
-from quotas.events import UsageCell
-from quotas.models import CapacityPool, OrgPoolPreference, UsageHourly
+from quotas.models import CapacityPool, OrgPoolPreference
 from quotas.selectors import allocations_in_force
-from quotas.usage_report import SERVICE_TIERS
 from quotas.waitlist import waitlist_estimates
 from sluice.sql import bigint_array
 from webhooks.models import EventType, WaitlistPositionNotice, WebhookEndpoint, WebhookEvent

@@ -4,8 +4,8 @@ WebhooksConfig.ready()). Each receiver records its event in the announcing trans
 from datetime import date
 
 from billing.models import Invoice
+from metering.events import UsageCell
 from orgs.models import Organization
-from quotas.events import UsageCell
 from quotas.models import RolloutWave
 from webhooks.models import EventType
 from webhooks.producers import daily_quota_thresholds_announce

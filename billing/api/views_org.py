@@ -108,7 +108,7 @@ class _Echo:
         return value
 
 
-# `hours`: 1, or 24 for a day whose hours were compacted into one row (quotas/retention.py).
+# `hours`: 1, or 24 for a day whose hours were compacted into one row (metering/retention.py).
 CSV_HEADER = ["hour_utc", "pool", "api_key", "requests", "errors", "input_tokens",
               "output_tokens", "premium_input_tokens", "premium_output_tokens", "hours"]
 

@@ -15,10 +15,11 @@ from billing.periods import month_after, month_before, month_bounds, month_of
 from billing.rating import RatedLine, lines_not_yet_billed, total_cents
 from billing.selectors import billing_discount_bps, month_invoiced_lines, month_rated_lines
 from billing.services.outbox import outbox_enqueue
+from metering.models import UsageHourly
+from metering.partitions import usage_started_at_window
 from orgs.models import Organization, OrgStatus
 from orgs.services.audit import Actor, audit_record
-from quotas.models import CapacityPool, UsageHourly
-from quotas.partitions import usage_started_at_window
+from quotas.models import CapacityPool
 from sluice.errors import IllegalTransition, Unprocessable
 from sluice.transactions import nested_atomic
 

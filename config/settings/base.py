@@ -94,6 +94,7 @@ INSTALLED_APPS = [
     "sluice",
     "orgs",
     "quotas",
+    "metering",
     "billing",
     "webhooks",
     "django_otp",
@@ -301,6 +302,7 @@ CELERY_TASK_ROUTES = {
     "billing.tasks.*": {"queue": "billing"},
     "webhooks.tasks.*": {"queue": "webhooks"},
     "quotas.tasks.*": {"queue": "maintenance"},
+    "metering.tasks.*": {"queue": "maintenance"},
 }
 CELERY_BEAT_SCHEDULE: dict = {}
 # Repairs limiter state whose publish was lost while Redis (and so the broker) was down.
@@ -311,7 +313,7 @@ CELERY_BEAT_SCHEDULE["allocations-expire"] = {
 # Emails whose delivery task was lost (broker down at commit) or that wait for a retry.
 CELERY_BEAT_SCHEDULE["emails-drain"] = {"task": "sluice.tasks.emails_drain", "schedule": 60.0}
 # The gateway hook's refusal counters (Redis) into PostgreSQL, for the Usage API.
-CELERY_BEAT_SCHEDULE["refusals-drain"] = {"task": "quotas.tasks.refusals_drain",
+CELERY_BEAT_SCHEDULE["refusals-drain"] = {"task": "metering.tasks.refusals_drain",
                                           "schedule": 60.0}
 CELERY_BEAT_SCHEDULE["waves-advance"] = {
     "task": "quotas.tasks.waves_advance", "schedule": 60.0,
@@ -334,11 +336,11 @@ CELERY_BEAT_SCHEDULE |= {
 }
 
 CELERY_BEAT_SCHEDULE |= {
-    # Usage storage (quotas/retention.py): partitions made ahead, old months dropped once
+    # Usage storage (metering/retention.py): partitions made ahead, old months dropped once
     # invoiced, old hours summed into days. Quiet hours, after the monthly close.
-    "usage-partitions": {"task": "quotas.tasks.usage_partitions_maintain",
+    "usage-partitions": {"task": "metering.tasks.usage_partitions_maintain",
                          "schedule": crontab(minute=40, hour=1)},
-    "usage-rollups-compact": {"task": "quotas.tasks.usage_rollups_compact",
+    "usage-rollups-compact": {"task": "metering.tasks.usage_rollups_compact",
                               "schedule": crontab(minute=10, hour=2)},
 }
 # Raw usage events are kept this long (whole months: a month goes once all of it is older),

@@ -20,12 +20,13 @@ from django.utils import timezone
 from billing.models import PriceVersion
 from billing.periods import month_before, month_of
 from billing.services import invoice_close_month, price_version_create
+from metering.models import UsageHourly
+from metering.usage import usage_record
 from orgs.models import ApiKey, Organization
 from orgs.services import api_key_create
 from quotas.hook.inputs import UsageInput
 from quotas.hook.reservations import reservation_id_issue
-from quotas.models import Allocation, AllocationStatus, CapacityPool, UsageHourly
-from quotas.usage import usage_record
+from quotas.models import Allocation, AllocationStatus, CapacityPool
 
 # slug -> requests per second on average (a light load: about 1.3 requests/s in all), and
 # how often a request is delivered slower than the fast tier's promise. Harbor Health is the

@@ -11,8 +11,9 @@ def groups_create(apps, schema_editor):
         app_config.models_module = True
         create_permissions(app_config, verbosity=0)
         app_config.models_module = None
+    present = {(m._meta.app_label, m._meta.model_name) for m in apps.get_models()}
     groups_sync(group_model=apps.get_model("auth", "Group"),
-                permission_model=apps.get_model("auth", "Permission"))
+                permission_model=apps.get_model("auth", "Permission"), models_present=present)
 
 
 class Migration(migrations.Migration):

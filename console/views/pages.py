@@ -34,18 +34,16 @@ from console.selectors import (
 from console.selectors import (
     audit_search as audit_events,
 )
+from metering.selectors import SPEED_WINDOW, delivered_speed, org_usage_buckets
 from orgs.models import OrgStatus
 from orgs.selectors import org_api_keys, org_members
 from orgs.services.lifecycle import org_allowed_actions, org_transition
 from quotas.models import CapacityPool, PoolAdmission
 from quotas.quota_requests import AUTO_APPROVAL_FIELDS
 from quotas.selectors import (
-    SPEED_WINDOW,
-    delivered_speed,
     next_scheduled_wave,
     org_allocations,
     org_quota_requests,
-    org_usage_buckets,
     pool_capacity_summaries,
     pool_get,
 )

@@ -6,9 +6,9 @@ from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from metering.usage_report import GROUP_FIELDS, UsageQuery, usage_completions
 from orgs.auth import ADMIN_KEY_AUTHENTICATION, ADMIN_KEY_THROTTLES, AdminKeyOrgRoute
 from orgs.selectors import org_get_for_principal
-from quotas.usage_report import GROUP_FIELDS, UsageQuery, usage_completions
 from sluice.api import BucketQueryInput, bucket_page_output, validated_input
 from sluice.time_buckets import WIDTH_SECONDS, bucket_envelope
 
@@ -18,7 +18,7 @@ _PERCENTILES = inline_serializer("UsagePercentiles", {
 
 
 class UsageCompletionsResultOutput(serializers.Serializer):
-    """Documentation only: the view builds plain dicts (quotas/usage_report.py)."""
+    """Documentation only: the view builds plain dicts (metering/usage_report.py)."""
 
     object = serializers.ChoiceField(choices=["organization.usage.completions.result"])
     input_tokens = serializers.IntegerField()

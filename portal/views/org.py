@@ -8,6 +8,7 @@ from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
+from metering.selectors import usage_tokens_by_pool
 from orgs.models import (
     KEY_LIMIT_MANAGERS,
     KEY_MANAGERS,
@@ -37,7 +38,7 @@ from portal.forms import ApiKeyCreateForm, ApiKeyLimitsForm, InviteForm, RoleFor
 from portal.progress import org_admitted, org_progress
 from portal.selectors import org_invitations_pending, user_email_verified
 from portal.views.application import EDITABLE_STATES
-from quotas.selectors import org_allocations, usage_tokens_by_pool
+from quotas.selectors import org_allocations
 from sluice.errors import DomainError
 from sluice.forms import form_add_domain_error
 from sluice.messages import flash, redirect_at

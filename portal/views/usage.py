@@ -7,18 +7,18 @@ from django.shortcuts import render
 from django.utils import timezone
 
 from billing.api.views_org import usage_csv_stream
-from portal.access import org_page
-from portal.forms import UsageExportForm
-from portal.progress import org_admitted, org_progress
-from quotas.selectors import (
+from metering.selectors import (
     SPEED_WINDOW,
     delivered_speed,
-    org_allocations,
     usage_by_key,
     usage_hourly_series,
     usage_tokens_by_pool,
     usage_tps_series,
 )
+from portal.access import org_page
+from portal.forms import UsageExportForm
+from portal.progress import org_admitted, org_progress
+from quotas.selectors import org_allocations
 from sluice.charts import Limit, Series, TimeChart
 
 MINUTE = 60

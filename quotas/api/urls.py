@@ -1,6 +1,6 @@
 from django.urls import path
 
-from quotas.api import quota_requests, usage_completions, views
+from quotas.api import quota_requests, views
 
 urlpatterns = [
     path("pools/", views.PoolListApi.as_view(), name="api-pools"),
@@ -16,8 +16,6 @@ urlpatterns = [
          name="api-org-quota-requests"),
     path("orgs/<int:org_id>/quota-requests/<int:request_id>/cancel/",
          quota_requests.OrgQuotaRequestCancelApi.as_view(), name="api-org-quota-request-cancel"),
-    path("orgs/<int:org_id>/usage/completions", usage_completions.UsageCompletionsApi.as_view(),
-         name="api-org-usage-completions"),
     path("operator/pools/<int:pool_id>/quota-auto-approval/",
          quota_requests.PoolQuotaAutoApprovalApi.as_view(),
          name="api-operator-pool-quota-auto-approval"),

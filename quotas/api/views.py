@@ -12,11 +12,7 @@ from orgs.models import Organization
 from orgs.selectors import operator_require, user_is_operator
 from quotas import services
 from quotas.models import Allocation, AllocationStatus, CapacityPool, LimiterFailurePolicy, Tier
-from quotas.selectors import (
-    allocation_get_for_user,
-    pool_capacity_summaries,
-    pool_capacity_summary,
-)
+from quotas.selectors import allocation_get_for_user, pool_capacity_summaries, pool_capacity_summary
 from sluice.api import validated_input
 from sluice.errors import NotFound
 from sluice.openapi import errors

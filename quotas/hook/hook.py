@@ -1,10 +1,11 @@
 """The gateway hook's logic, independent of how the HTTP request arrived.
 
-`authorize_steps` and `usage_call` take the method, the Authorization header and a reader of
-the body, and give (status, JSON-ready body). Authorize is written as steps
-(quotas/limiter/steps.py): `authorize_call` runs them in the calling thread, for the Django
-views (views.py, every hook URL) and the WSGI fast path in front of Django (wsgi.py); the
-production server runs them on its event loop (asgi.py), where a decision needs no thread.
+`authorize_steps` and `hook_call` (the other endpoints': usage, metering/api/hook.py) take the
+method, the Authorization header and a reader of the body, and give (status, JSON-ready body).
+Authorize is written as steps (quotas/limiter/steps.py): `authorize_call` runs them in the
+calling thread, for the Django views (views.py, every hook URL) and the WSGI fast path in front
+of Django (wsgi.py); the production server runs them on its event loop (asgi.py), where a
+decision needs no thread.
 """
 
 import logging
@@ -17,20 +18,9 @@ from quotas.hook import messages
 from quotas.hook.fail_open import fail_open_authorize, fail_open_heartbeat_steps
 from quotas.hook.gateway_tokens import GatewayIdentity, gateway_authenticate_steps
 from quotas.hook.headers import ratelimit_headers
-from quotas.hook.inputs import (
-    AuthorizeInput,
-    BadInput,
-    authorize_input,
-    json_body,
-    usage_input,
-)
-from quotas.hook.metrics import (
-    AUTHORIZE_SECONDS,
-    DECISIONS,
-    LIMITER_ERRORS,
-    USAGE_EVENTS,
-    USAGE_SECONDS,
-)
+from quotas.hook.inputs import AuthorizeInput, BadInput, authorize_input, json_body
+from quotas.hook.metrics import AUTHORIZE_SECONDS, DECISIONS, LIMITER_ERRORS
+from quotas.hook.refusals import refusal_count, refusal_counted
 from quotas.hook.reservations import reservation_id_issue
 from quotas.hook.routing import (
     SERVICE_TIER_OF,
@@ -43,8 +33,6 @@ from quotas.limiter.connection import LimiterUnavailable
 from quotas.limiter.engine import limiter_authorize_steps, limiter_spill_mark_steps
 from quotas.limiter.schema import SPILLED, TIER_MISMATCH, Decision
 from quotas.limiter.steps import Background, Blocking, Steps, steps_run
-from quotas.refusals import refusal_count, refusal_counted
-from quotas.usage import usage_record
 from sluice.error_format import error_body
 from sluice.secrets import secret_digest
 
@@ -119,12 +107,15 @@ def authorize_call(*, method: str, authorization: str, read_body: Callable[[], b
                                      read_body=read_body))
 
 
-def _usage_handle_steps(body: object, gateway: GatewayIdentity) -> Steps:
-    return (yield Blocking(usage_handle, {"body": body, "gateway": gateway}))
+def hook_call(handler: Callable[[object, GatewayIdentity], Answer], histogram, *, method: str,
+              authorization: str, read_body: Callable[[], bytes]) -> Answer:
+    """Another hook endpoint (usage: metering/api/hook.py) with authorize's checks and error
+    answers around it: `handler(body, gateway)` runs in the calling thread."""
+    def handler_steps(body: object, gateway: GatewayIdentity) -> Steps:
+        return (yield Blocking(handler, {"body": body, "gateway": gateway}))
 
-
-def usage_call(*, method: str, authorization: str, read_body: Callable[[], bytes]) -> Answer:
-    return steps_run(_hook_steps(_usage_handle_steps, USAGE_SECONDS, method=method,
+    handler_steps.__name__ = handler.__name__
+    return steps_run(_hook_steps(handler_steps, histogram, method=method,
                                  authorization=authorization, read_body=read_body))
 
 
@@ -307,20 +298,3 @@ def _fail_open_decide(ask: AuthorizeInput, route: PoolRoute) -> Decision | None:
         decision = decision._replace(reserved_input_tokens=ask.input_tokens,
                                      reserved_output_tokens=output)
     return decision
-
-
-def usage_handle(body: object, gateway: GatewayIdentity) -> Answer:
-    results = usage_record(events=usage_input(body))
-    counts = {"recorded": 0, "duplicate": 0, "rejected": 0}
-    out = []
-    for r in results:
-        counts[r.result] += 1
-        item = {"request_id": r.request_id, "result": r.result}
-        if r.error_code:
-            item.update(error_body(code=r.error_code, message=r.error_message))
-        out.append(item)
-    for result, n in counts.items():
-        if n:
-            USAGE_EVENTS.labels(result).inc(n)
-    return 200, {"results": out, "recorded": counts["recorded"],
-                 "duplicates": counts["duplicate"], "rejected": counts["rejected"]}

@@ -250,7 +250,7 @@ def _usage_event(body: object) -> tuple[UsageInput | None, dict]:
                                       required=False),
     )
     # The order and window of the timestamps are checked per event at ingestion
-    # (quotas/usage.py `_timely`): a bad one is rejected alone, not its whole batch.
+    # (metering/usage.py `_timely`): a bad one is rejected alone, not its whole batch.
     if not f.errors and event.cached_input_tokens > event.input_tokens:
         f.errors["cached_input_tokens"] = ["Must not exceed input_tokens."]
     return (None if f.errors else event), f.errors

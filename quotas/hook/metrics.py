@@ -1,4 +1,4 @@
-"""Prometheus metrics of the hook API, served at /metrics.
+"""Prometheus metrics of the hook API, served at /metrics (usage's are metering/api/hook.py's).
 
 Each web worker (config/serve.py) is a process: set PROMETHEUS_MULTIPROC_DIR (an empty
 directory) and the page aggregates every worker's samples.
@@ -24,9 +24,6 @@ DECISIONS = Counter("sluice_authorize_decisions_total",
                     ["outcome", "limiter"])
 AUTHORIZE_SECONDS = Histogram("sluice_authorize_seconds", "Authorize handling time in the view.",
                               buckets=LATENCY_BUCKETS)
-USAGE_EVENTS = Counter("sluice_usage_events_total", "Usage events by result.", ["result"])
-USAGE_SECONDS = Histogram("sluice_usage_seconds", "Usage call handling time in the view.",
-                          buckets=LATENCY_BUCKETS)
 LIMITER_ERRORS = Counter("sluice_limiter_unavailable_total",
                          "Calls that found Redis unreachable, by the pool's policy.", ["policy"])
 

@@ -262,4 +262,4 @@ class UsageSchema(APIView):
         responses={200: UsageResponse, 400: Error, 401: Error},
     )
     def post(self, request):
-        raise NotImplementedError("served by quotas.hook.views.usage")
+        raise NotImplementedError("served by metering.api.hook.usage")

@@ -1,4 +1,5 @@
-"""The gateway hook as Django views: POST /api/gateway/v1/authorize and /usage.
+"""The gateway hook as Django views: POST /api/gateway/v1/authorize here, and /usage served by
+metering (metering/api/hook.py) through `hook_view`.
 
 Lean views, not DRF: authorize runs before every inference request, and DRF's negotiation,
 parsers and serializers would cost more than the Redis round trip itself. The logic lives in
@@ -10,7 +11,7 @@ from django.conf import settings
 from django.http import HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from quotas.hook.hook import authorize_call, usage_call
+from quotas.hook.hook import authorize_call
 from quotas.hook.inputs import body_read
 
 
@@ -27,11 +28,14 @@ def _respond(request, call) -> HttpResponse:
     return response
 
 
-@csrf_exempt
-def authorize(request):
-    return _respond(request, authorize_call)
+def hook_view(call):
+    """The Django view of a hook call (`authorize_call`, metering's `usage_call`)."""
+    @csrf_exempt
+    def view(request):
+        return _respond(request, call)
+
+    view.__name__ = call.__name__.removesuffix("_call")
+    return view
 
 
-@csrf_exempt
-def usage(request):
-    return _respond(request, usage_call)
+authorize = hook_view(authorize_call)

@@ -7,7 +7,7 @@ its middleware (sessions, auth, CSRF, messages: none of which the hook uses), ab
 a decision's CPU and a fifth of a one-event usage call's. What the hook needs from the
 middleware is kept: the Host check against ALLOWED_HOSTS, the body size limit, `nosniff`, and
 database connection hygiene (`database_hygiene`). Every other request goes to Django, and the
-same logic is reachable through the Django views (quotas.hook.views).
+same logic is reachable through the Django views (quotas.hook.views, metering.api.hook).
 
 The production server decides authorize on its event loop before a request reaches this
 application (quotas/hook/asgi.py, with the same steps and the same checks, which it takes
@@ -22,15 +22,12 @@ from django.conf import settings
 from django.db import connections
 from django.http.request import split_domain_port, validate_host
 
-from quotas.hook.hook import authorize_call, usage_call
+from quotas.hook.hook import authorize_call
 from quotas.hook.inputs import body_read
 from sluice.error_format import error_body
 
 AUTHORIZE_PATH = "/api/gateway/v1/authorize"
 USAGE_PATH = "/api/gateway/v1/usage"
-# Path -> the hook's call, and what its refusals carry besides the error (authorize's every
-# answer that admits nothing says `allowed: false`).
-_HOOKS = {AUTHORIZE_PATH: (authorize_call, {"allowed": False}), USAGE_PATH: (usage_call, {})}
 
 
 def hook_reply(body: dict) -> tuple[bytes, list[tuple[str, str]]]:
@@ -71,9 +68,15 @@ def host_refusals_forget() -> None:
     _host_refusals.clear()
 
 
-def hook_fast_path(django_app):
+def hook_fast_path(django_app, *, usage_call):
+    """`django_app` with authorize and usage (`usage_call`: metering's) answered in front of it.
+    """
+    # Path -> the hook's call, and what its refusals carry besides the error (authorize's every
+    # answer that admits nothing says `allowed: false`).
+    hooks = {AUTHORIZE_PATH: (authorize_call, {"allowed": False}), USAGE_PATH: (usage_call, {})}
+
     def application(environ, start_response):
-        hook = _HOOKS.get(environ.get("PATH_INFO"))
+        hook = hooks.get(environ.get("PATH_INFO"))
         if hook is None or environ.get("REQUEST_METHOD") != "POST":
             return django_app(environ, start_response)
         call, refused = hook

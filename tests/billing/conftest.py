@@ -81,7 +81,7 @@ def premium_price(pool):
 
 def usage_add(*, org, pool, hour, i=0, o=0, pi=None, po=None, api_key=None, requests=1):
     """One hourly rollup row, as ingestion would leave it."""
-    from quotas.models import UsageHourly
+    from metering.models import UsageHourly
 
     return UsageHourly.objects.create(
         org=org, pool=pool, api_key=api_key, hour=hour, requests=requests, input_tokens=i,

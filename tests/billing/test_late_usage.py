@@ -136,7 +136,7 @@ def test_only_a_paid_months_late_usage_is_billed_and_a_supplement_is_not_reissue
 def test_usage_that_shrank_since_the_invoice_is_not_billed_as_late_usage(pool):
     """Rollups only grow by ingestion; should one shrink (a manual correction), the difference
     is not late usage: refused, nothing written."""
-    from quotas.models import UsageHourly
+    from metering.models import UsageHourly
 
     org = OrganizationFactory()
     main = _paid_october(org, pool)
@@ -271,7 +271,7 @@ def test_the_monthly_run_bills_each_paid_months_late_usage_once(pool):
     """Beat, on the 1st after the close: every paid month within the raw retention that
     received usage since its invoice gets one supplement; nothing else does."""
     from billing.services import invoices_bill_late_usage
-    from quotas.partitions import usage_started_at_window
+    from metering.partitions import usage_started_at_window
 
     dec_1 = datetime(2026, 12, 1, 0, 45, tzinfo=UTC)
     assert usage_started_at_window(now=dec_1)[0] <= datetime(2026, 10, 1, tzinfo=UTC)

@@ -9,7 +9,7 @@ import pytest
 from billing.models import BillingAccount, PriceVersion
 from billing.rating import Price, UsageRow, rate_usage
 from billing.services import invoice_close_month, price_version_create
-from quotas.models import UsageHourly
+from metering.models import UsageHourly
 from tests.factories import AllocationFactory, OrganizationFactory, PoolFactory
 
 OCT = date(2026, 10, 1)

@@ -10,11 +10,12 @@ import httpx
 import pytest
 from sluice_client import SluiceClient, SluiceUnavailable, UsageEvent
 
+from metering.models import UsageEvent as StoredEvent
+from metering.models import UsageHourly
 from quotas.hook.gateway_tokens import gateway_token_cache_clear, gateway_token_create
 from quotas.hook.routing import pool_routes_reload
 from quotas.limiter.connection import limiter_reset
-from quotas.models import Allocation, UsageHourly
-from quotas.models import UsageEvent as StoredEvent
+from quotas.models import Allocation
 from quotas.publish import limiter_sync_pool
 from tests.quotas.conftest import tenant_create
 

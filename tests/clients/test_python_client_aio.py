@@ -6,7 +6,7 @@ import httpx
 import pytest
 from sluice_client.aio import AsyncSluiceClient
 
-from quotas.models import UsageEvent as StoredEvent
+from metering.models import UsageEvent as StoredEvent
 from tests.aio import run_async
 
 # The sync client's live-service fixture, used by name (hence F401/F811 below).

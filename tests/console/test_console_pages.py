@@ -8,8 +8,9 @@ import pytest
 from django.utils import timezone
 
 from billing.models import PriceVersion
+from metering.models import UsageEvent
 from orgs.models import OrgStatus
-from quotas.models import GatewayToken, UsageEvent
+from quotas.models import GatewayToken
 from tests.factories import AllocationFactory, OrganizationFactory, PoolFactory
 from tests.waitlist import approved_application
 

@@ -16,9 +16,10 @@ from billing.models import (
     StripeEvent,
 )
 from console.selectors import pools_live_use
+from metering.models import UsageEvent, UsageHourly
+from metering.selectors import org_usage_buckets, pools_tps_series
 from orgs.models import AuditEvent, OrgStatus
-from quotas.models import PoolAdmission, UsageEvent, UsageHourly
-from quotas.selectors import org_usage_buckets, pools_tps_series
+from quotas.models import PoolAdmission
 from tests.factories import (
     AllocationFactory,
     OrganizationFactory,

@@ -6,11 +6,11 @@ import pytest
 
 from console.management.commands import demo_traffic
 from console.management.demo_usage import demo_request
+from metering.models import UsageEvent
 from orgs.models import OrgStatus
 from quotas.hook.gateway_tokens import gateway_token_cache_clear
 from quotas.hook.routing import pool_routes_reload
 from quotas.limiter.connection import limiter_reset
-from quotas.models import UsageEvent
 from tests.factories import AllocationFactory, OrganizationFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)

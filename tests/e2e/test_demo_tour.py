@@ -283,7 +283,7 @@ def test_demo_is_alive_after_seeding(demo):
     invoices, usage in the last hour, and a confirmed owner."""
     acme = Organization.objects.get(slug="acme-voice")
     assert Invoice.objects.filter(org=acme).count() == 1
-    from quotas.models import UsageEvent, UsageHourly
+    from metering.models import UsageEvent, UsageHourly
 
     now = timezone.now()
     assert UsageEvent.objects.filter(org=acme, started_at__gte=now - timedelta(hours=1)).exists()

@@ -14,10 +14,10 @@ from gateway.config import GatewayConfig, Upstream
 from gateway.serving import ServerThread
 from gateway.sim import SimConfig
 from gateway.sim import create_app as sim_app
+from metering.models import UsageEvent
 from quotas.hook.gateway_tokens import gateway_token_cache_clear, gateway_token_create
 from quotas.hook.routing import pool_routes_reload
 from quotas.limiter.connection import limiter_reset
-from quotas.models import UsageEvent
 from tests.quotas.conftest import Tenant, tenant_create
 
 UPSTREAM_SECRET = "sim-upstream-secret"  # noqa: S105 - the simulated upstream's

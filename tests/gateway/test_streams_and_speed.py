@@ -15,7 +15,7 @@ import pytest
 
 from billing.models import PriceVersion
 from billing.selectors import month_rated_lines
-from quotas.models import UsageEvent
+from metering.models import UsageEvent
 from tests.gateway.conftest import stored_event, wait_for
 from tests.quotas.conftest import threads_race
 

@@ -5,8 +5,8 @@ from django.utils import timezone
 
 from billing.models import BillingAccount, PriceVersion
 from billing.services import invoice_close_month
+from metering.models import UsageHourly
 from orgs.models import Role
-from quotas.models import UsageHourly
 from tests.factories import MembershipFactory, PoolFactory, UserFactory
 from tests.portal.conftest import portal_client
 

@@ -6,10 +6,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.utils import timezone
 
+from metering.models import UsageEvent, UsageHourly, UsageStatus
+from metering.selectors import usage_tps_series
 from orgs.models import ApiKey
 from orgs.services import api_key_create
-from quotas.models import UsageEvent, UsageHourly, UsageStatus
-from quotas.selectors import usage_tps_series
 from tests.factories import AllocationFactory
 
 pytestmark = pytest.mark.django_db

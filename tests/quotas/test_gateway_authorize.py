@@ -4,6 +4,7 @@ import pytest
 from django.core.management import call_command
 from django.test import Client
 
+from metering.models import UsageEvent
 from orgs.models import AuditEvent
 from quotas.hook.gateway_tokens import (
     gateway_token_cache_clear,
@@ -12,7 +13,6 @@ from quotas.hook.gateway_tokens import (
 )
 from quotas.hook.reservations import reservation_id_parse
 from quotas.hook.routing import pool_routes_reload
-from quotas.models import UsageEvent
 from tests.quotas.conftest import tenant_create
 
 pytestmark = pytest.mark.django_db

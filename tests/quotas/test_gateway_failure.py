@@ -6,11 +6,12 @@ from datetime import timedelta
 import pytest
 from django.test import Client
 
+from metering.models import UsageEvent
 from quotas.hook.fail_open import fail_open_reset
 from quotas.hook.gateway_tokens import gateway_token_cache_clear, gateway_token_create
 from quotas.hook.routing import pool_routes_reload
 from quotas.limiter.connection import limiter_reset
-from quotas.models import LimiterFailurePolicy, UsageEvent
+from quotas.models import LimiterFailurePolicy
 from tests.factories import PoolFactory
 from tests.private_redis import PrivateRedis
 from tests.quotas.conftest import tenant_create

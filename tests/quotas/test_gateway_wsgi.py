@@ -7,10 +7,10 @@ import pytest
 from django.core import signals
 from django.db import close_old_connections
 
+from metering.models import UsageEvent
 from quotas.hook.gateway_tokens import gateway_token_cache_clear, gateway_token_create
 from quotas.hook.routing import pool_routes_reload
 from quotas.limiter.clock import clock
-from quotas.models import UsageEvent
 
 pytestmark = pytest.mark.django_db
 

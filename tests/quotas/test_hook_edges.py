@@ -194,7 +194,7 @@ def test_a_key_created_for_an_org_without_any_allocation_is_known_at_once(
 def test_postgresql_unreachable_is_a_503_not_a_500(view, tenant, limiter_clock, monkeypatch):
     from django.db import OperationalError
 
-    from quotas.hook import hook
+    from metering.api import hook
 
     def unreachable(*, events):
         raise OperationalError("connection refused")

@@ -12,10 +12,10 @@ import pytest
 from sluice_client import UsageEvent
 from sluice_client.aio import AsyncSluiceClient
 
+from metering.models import UsageEvent as StoredEvent
 from quotas.hook.gateway_tokens import gateway_token_create
 from quotas.limiter.connection import limiter_client
 from quotas.limiter.schema import KEY, pool_key
-from quotas.models import UsageEvent as StoredEvent
 from tests.aio import run_async
 from tests.quotas.conftest import tenant_create
 from tests.server import sluice_server

@@ -86,7 +86,7 @@ def test_a_keys_daily_and_concurrency_slices(t, django_capture_on_commit_callbac
 
 def test_a_keys_day_after_a_flush_is_rebuilt_from_recorded_usage(
         t, limiter, django_capture_on_commit_callbacks):
-    from quotas.models import UsageHourly
+    from metering.models import UsageHourly
 
     key, secret = sliced(t, commit=django_capture_on_commit_callbacks, daily_tokens=1_000)
     from quotas.limiter.clock import clock

@@ -10,6 +10,7 @@ import pytest
 from django.db import connection
 from django.test import Client
 
+from metering.models import UsageEvent
 from quotas import publish
 from quotas.hook.fail_open import fail_open_reset
 from quotas.hook.gateway_tokens import gateway_token_cache_clear, gateway_token_create
@@ -17,7 +18,7 @@ from quotas.hook.routing import pool_routes_reload
 from quotas.limiter.connection import limiter_reset
 from quotas.limiter.engine import limiter_authorize
 from quotas.limiter.schema import KEY, pool_key
-from quotas.models import LimiterFailurePolicy, UsageEvent
+from quotas.models import LimiterFailurePolicy
 from tests.factories import PoolFactory
 from tests.private_redis import PrivateRedis
 from tests.quotas.conftest import tenant_create

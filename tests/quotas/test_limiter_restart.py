@@ -11,6 +11,7 @@ from django.test import Client
 
 from billing.services.accounts import spend_cap_set
 from billing.services.caps import month_to_date_micros
+from metering.models import UsageHourly
 from orgs.services.api_keys import KeySlice, api_key_limits_set
 from quotas.hook.gateway_tokens import gateway_token_cache_clear, gateway_token_create
 from quotas.hook.reservations import reservation_id_issue
@@ -18,7 +19,6 @@ from quotas.hook.routing import pool_routes_reload
 from quotas.limiter.clock import day_stamp, month_stamp
 from quotas.limiter.engine import limiter_authorize
 from quotas.limiter.schema import KEY, KEY_SLICE, pool_key
-from quotas.models import UsageHourly
 from quotas.publish import limiter_sync_pool
 from tests.quotas.conftest import tenant_create
 from tests.quotas.test_usage_ingest import USAGE, event

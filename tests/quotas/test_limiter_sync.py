@@ -5,11 +5,11 @@ from datetime import timedelta
 
 import pytest
 
+from metering.models import UsageHourly
 from orgs.models import SuspensionReason
 from orgs.services.api_keys import api_key_revoke
 from orgs.services.lifecycle import org_offboard, org_restore, org_suspend
 from quotas.limiter.engine import limiter_authorize
-from quotas.models import UsageHourly
 from quotas.publish import (
     limiter_sync_pool,
     limits_publish_orgs_now_or_queue,

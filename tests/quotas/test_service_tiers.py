@@ -6,12 +6,13 @@ import pytest
 from django.db import connection
 from django.test import Client
 
+from metering.models import UsageEvent
 from orgs.services.api_keys import KeySlice, api_key_create, api_key_limits_set
 from quotas.hook.gateway_tokens import gateway_token_cache_clear, gateway_token_create
 from quotas.hook.reservations import reservation_id_parse
 from quotas.hook.routing import pool_routes_reload
 from quotas.limiter.clock import clock
-from quotas.models import Allocation, UsageEvent
+from quotas.models import Allocation
 from quotas.publish import limiter_sync_pool
 from tests.factories import AllocationFactory, OrganizationFactory, PoolFactory
 from tests.quotas.conftest import threads_race

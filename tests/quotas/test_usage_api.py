@@ -6,12 +6,13 @@ import pytest
 from django.test import Client
 from rest_framework.test import APIClient
 
+from metering.models import RefusalMinute
+from metering.refusals import refusals_drain
 from orgs.services import admin_key_create, api_key_create
 from quotas.hook.gateway_tokens import gateway_token_cache_clear, gateway_token_create
 from quotas.hook.routing import pool_routes_reload
-from quotas.models import RefusalMinute, Tier
+from quotas.models import Tier
 from quotas.publish import limiter_sync_pool
-from quotas.refusals import refusals_drain
 from tests.billing.conftest import usage_add
 from tests.factories import PoolFactory
 from tests.openai_schemas import openai_validate
@@ -182,8 +183,8 @@ def test_members_read_usage_too(t, limiter_clock):
 
 
 def test_refusals_without_redis_or_org_are_not_counted(limiter, limiter_clock):
+    from quotas.hook.refusals import refusal_count
     from quotas.limiter.schema import Decision
-    from quotas.refusals import refusal_count
 
     refusal_count(decision=Decision(outcome="invalid_api_key"), pool_id=1, limiter="redis")
     refusal_count(decision=Decision(outcome="tps_exceeded", org_id=5), pool_id=1,

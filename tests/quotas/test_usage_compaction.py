@@ -14,11 +14,11 @@ from billing.costs import org_daily_costs
 from billing.models import BillingAccount, PriceVersion
 from billing.rating import total_cents
 from billing.selectors import month_rated_lines, usage_rows_for_export
+from metering.models import UsageHourly
+from metering.retention import usage_rollups_compact
+from metering.selectors import org_usage_buckets
+from metering.usage_report import UsageQuery, usage_completions
 from orgs.services.api_keys import api_key_create
-from quotas.models import UsageHourly
-from quotas.retention import usage_rollups_compact
-from quotas.selectors import org_usage_buckets
-from quotas.usage_report import UsageQuery, usage_completions
 from sluice.time_buckets import bucket_page
 from tests.factories import OrganizationFactory, PoolFactory
 

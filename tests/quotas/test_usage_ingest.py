@@ -7,10 +7,10 @@ import pytest
 from django.db import connection
 from django.test import Client
 
+from metering.models import UsageEvent, UsageHourly
 from orgs.models import ApiKey
 from quotas.hook.gateway_tokens import gateway_token_cache_clear, gateway_token_create
 from quotas.hook.routing import pool_routes_reload
-from quotas.models import UsageEvent, UsageHourly
 from tests.quotas.conftest import tenant_create
 
 pytestmark = pytest.mark.django_db

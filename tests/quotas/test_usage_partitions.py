@@ -11,9 +11,8 @@ from django.db.migrations.executor import MigrationExecutor
 from django.test import Client
 from django.utils import timezone
 
-from quotas.hook.gateway_tokens import gateway_token_cache_clear, gateway_token_create
-from quotas.models import UsageEvent, UsageEventKey, UsageHourly
-from quotas.partitions import (
+from metering.models import UsageEvent, UsageEventKey, UsageHourly
+from metering.partitions import (
     PARTITIONS_AHEAD,
     partition_for,
     usage_events_partitioned,
@@ -21,7 +20,8 @@ from quotas.partitions import (
     usage_partitions_ensure,
     usage_started_at_window_forget,
 )
-from quotas.usage import usage_record
+from metering.usage import usage_record
+from quotas.hook.gateway_tokens import gateway_token_cache_clear, gateway_token_create
 from sluice.months import month_after
 from tests.conftest import usage_partitions_for_tests
 from tests.quotas.usage_events import month_start, routed_tenant, usage_event

@@ -17,15 +17,15 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from billing.models import Invoice, InvoiceStatus
-from quotas.models import UsageEvent, UsageEventKey, UsageHourly
-from quotas.partitions import (
+from metering.models import UsageEvent, UsageEventKey, UsageHourly
+from metering.partitions import (
     partition_for,
     usage_partitions,
     usage_partitions_detached,
     usage_started_at_window_forget,
 )
-from quotas.retention import usage_partition_differences, usage_raw_retire
-from quotas.usage import usage_record
+from metering.retention import usage_partition_differences, usage_raw_retire
+from metering.usage import usage_record
 from sluice.months import month_after
 from tests.conftest import usage_partitions_for_tests
 from tests.quotas.usage_events import month_start, routed_tenant, usage_event

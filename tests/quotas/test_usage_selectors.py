@@ -5,15 +5,15 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from orgs.services import api_key_create
-from quotas.models import UsageEvent, UsageHourly, UsageStatus
-from quotas.selectors import (
+from metering.models import UsageEvent, UsageHourly, UsageStatus
+from metering.selectors import (
     delivered_speed,
     usage_by_key,
     usage_hourly_series,
     usage_tokens_by_pool,
     usage_tps_series,
 )
+from orgs.services import api_key_create
 from tests.factories import OrganizationFactory, PoolFactory, UserFactory
 
 pytestmark = pytest.mark.django_db

@@ -7,12 +7,12 @@ from datetime import timedelta
 import pytest
 from django.test import Client
 
+from metering.models import UsageEvent, UsageHourly
+from metering.usage import FUTURE_SKEW, LONGEST_REQUEST
 from quotas.hook.gateway_tokens import gateway_token_cache_clear, gateway_token_create
 from quotas.hook.reservations import reservation_id_issue
 from quotas.hook.routing import pool_routes_reload
-from quotas.models import UsageEvent, UsageHourly
 from quotas.publish import limiter_sync_pool
-from quotas.usage import FUTURE_SKEW, LONGEST_REQUEST
 
 pytestmark = pytest.mark.django_db
 USAGE, AUTHORIZE = "/api/gateway/v1/usage", "/api/gateway/v1/authorize"

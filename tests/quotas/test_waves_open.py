@@ -7,9 +7,10 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
+from metering.models import UsageHourly
 from orgs.models import Organization, OrgStatus
 from orgs.services import org_offboard
-from quotas.models import Allocation, AllocationStatus, RolloutWave, UsageHourly, WaveState
+from quotas.models import Allocation, AllocationStatus, RolloutWave, WaveState
 from quotas.waves import (
     pool_auto_admit_set,
     wave_close,

@@ -1,5 +1,5 @@
 """Usage events for the partition, retention and compaction tests, recorded through the real
-ingestion path (quotas.usage.usage_record) with signed reservation ids."""
+ingestion path (metering.usage.usage_record) with signed reservation ids."""
 
 from datetime import UTC, datetime, timedelta
 

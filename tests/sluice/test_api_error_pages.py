@@ -44,7 +44,7 @@ def test_an_exception_under_api_is_the_json_500(operator_client, monkeypatch):
 
 
 def test_an_exception_in_the_hook_is_the_json_500(monkeypatch, redis_client):
-    from quotas.hook import hook
+    from metering.api import hook
     from quotas.hook.gateway_tokens import gateway_token_cache_clear, gateway_token_create
 
     def boom(*, events):

@@ -42,17 +42,25 @@ def test_higher_apps_subscribe_to_what_orgs_announces():
         quotas_receivers.application_approving_received]
 
 
-def test_billing_subscribes_to_what_quotas_announces():
+def test_higher_apps_subscribe_to_what_quotas_announces():
+    from metering import receivers as metering_receivers
     from quotas import events as quotas_events
 
-    assert quotas_events.usage_recorded.receivers == [
-        billing_receivers.usage_recorded_received, webhooks_receivers.usage_recorded_received]
     assert quotas_events.limits_publishing.receivers == [
         billing_receivers.limits_publishing_received]
+    assert quotas_events.day_usage_reading.receivers == [
+        metering_receivers.day_usage_reading_received]
     assert quotas_events.wave_opened.receivers == [webhooks_receivers.wave_opened_received]
-    assert quotas_events.usage_month_retiring.receivers == [
+
+
+def test_higher_apps_subscribe_to_what_metering_announces():
+    from metering import events as metering_events
+
+    assert metering_events.usage_recorded.receivers == [
+        billing_receivers.usage_recorded_received, webhooks_receivers.usage_recorded_received]
+    assert metering_events.usage_month_retiring.receivers == [
         billing_receivers.usage_month_retiring_received]
-    assert quotas_events.usage_days_compacting.receivers == [
+    assert metering_events.usage_days_compacting.receivers == [
         billing_receivers.usage_days_compacting_received]
 
 

@@ -13,10 +13,11 @@ from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 from billing.models import BillingAccount
 from billing.services import invoice_close_month, spend_alerts_evaluate
 from billing.services.dunning import invoice_paid, invoice_payment_failed
+from metering.events import UsageCell
+from metering.models import UsageHourly
 from orgs.models import AuditEvent, OrgStatus, Role
 from orgs.services import org_restore, org_suspend
-from quotas.events import UsageCell
-from quotas.models import CapacityPool, UsageHourly
+from quotas.models import CapacityPool
 from quotas.waves import wave_open
 from tests.billing.conftest import usage_add
 from tests.factories import (

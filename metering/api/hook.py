@@ -1,0 +1,48 @@
+"""POST /api/gateway/v1/usage: what a gateway reports after each request, recorded by
+metering/usage.py. Served with the hook's checks and error answers (the gateway token, POST,
+the body limit, the one error shape: quotas/hook/), which this app sits above."""
+
+from django.urls import path
+from prometheus_client import Counter, Histogram
+
+from metering.usage import usage_record
+from quotas.hook import schema
+from quotas.hook.gateway_tokens import GatewayIdentity
+from quotas.hook.hook import Answer, hook_call
+from quotas.hook.inputs import usage_input
+from quotas.hook.metrics import LATENCY_BUCKETS
+from quotas.hook.views import hook_view
+from sluice.error_format import error_body
+
+USAGE_EVENTS = Counter("sluice_usage_events_total", "Usage events by result.", ["result"])
+USAGE_SECONDS = Histogram("sluice_usage_seconds", "Usage call handling time in the view.",
+                          buckets=LATENCY_BUCKETS)
+
+
+def usage_handle(body: object, gateway: GatewayIdentity) -> Answer:
+    results = usage_record(events=usage_input(body))
+    counts = {"recorded": 0, "duplicate": 0, "rejected": 0}
+    out = []
+    for r in results:
+        counts[r.result] += 1
+        item = {"request_id": r.request_id, "result": r.result}
+        if r.error_code:
+            item.update(error_body(code=r.error_code, message=r.error_message))
+        out.append(item)
+    for result, n in counts.items():
+        if n:
+            USAGE_EVENTS.labels(result).inc(n)
+    return 200, {"results": out, "recorded": counts["recorded"],
+                 "duplicates": counts["duplicate"], "rejected": counts["rejected"]}
+
+
+def usage_call(*, method: str, authorization: str, read_body) -> Answer:
+    return hook_call(usage_handle, USAGE_SECONDS, method=method, authorization=authorization,
+                     read_body=read_body)
+
+
+usage = hook_view(usage_call)
+
+urlpatterns = [
+    path("usage", schema.documented_by(schema.UsageSchema)(usage), name="usage"),
+]
