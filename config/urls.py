@@ -28,8 +28,7 @@ urlpatterns = [
     path("api/gateway/v1/", include(([*authorize_hook.urlpatterns, *usage_hook.urlpatterns],
                                      "hook"))),
     path("metrics", metrics_view, name="metrics"),
-    path("api/v1/", include("quotas.api.applications")),
-    path("api/v1/", include("quotas.api.waves")),
+    path("api/v1/", include("rollout.api.urls")),
     path("api/v1/", include("billing.api.urls")),
     # OpenAI's organization paths, for tools that take a base URL and an admin key.
     path("v1/organization/usage/completions",

@@ -5,9 +5,9 @@ from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django_otp import match_token, user_has_device
 
-from orgs.models import ApplicationState, CheckItem, Decision, UseCase
 from orgs.services.lifecycle import TRANSITIONS
 from quotas.models import CapacityPool, LimiterFailurePolicy
+from rollout.models import ApplicationState, CheckItem, Decision, UseCase
 from sluice.auth_forms import ThrottledAuthenticationForm
 
 

@@ -16,13 +16,13 @@ CHANGE_LIFECYCLE = "orgs.change_organization"
 GRANT_ALLOCATION = "quotas.add_allocation"
 CHANGE_ALLOCATION = "quotas.change_allocation"
 CHANGE_CAPACITY = "quotas.change_capacitypool"
-VIEW_APPLICATIONS = "orgs.view_application"
-DECIDE_APPLICATIONS = "orgs.change_application"
-VIEW_WAVES = "quotas.view_rolloutwave"
-CHANGE_WAVES = "quotas.change_rolloutwave"
-VIEW_QUOTA_REQUESTS = "quotas.view_quotarequest"
-DECIDE_QUOTA_REQUESTS = "quotas.change_quotarequest"
-CHANGE_POOL_ADMISSION = "quotas.change_pooladmission"
+VIEW_APPLICATIONS = "rollout.view_application"
+DECIDE_APPLICATIONS = "rollout.change_application"
+VIEW_WAVES = "rollout.view_rolloutwave"
+CHANGE_WAVES = "rollout.change_rolloutwave"
+VIEW_QUOTA_REQUESTS = "rollout.view_quotarequest"
+DECIDE_QUOTA_REQUESTS = "rollout.change_quotarequest"
+CHANGE_POOL_ADMISSION = "rollout.change_pooladmission"
 VIEW_PRICES = "billing.view_priceversion"
 ADD_PRICE = "billing.add_priceversion"
 VIEW_BILLING_PROBLEMS = "billing.view_outboxmessage"
@@ -40,9 +40,9 @@ SUPPORT_PERMISSIONS = [
     "quotas.view_capacitypool", "quotas.view_allocation", "metering.view_usageevent",
     "metering.view_usagehourly",
     # Waitlist, waves, quota requests, gateway tokens, billing.
-    "orgs.view_application", "orgs.view_applicationcheck", "orgs.view_applicationnote",
-    "quotas.view_rolloutwave", "quotas.view_pooladmission", "quotas.view_orgpoolpreference",
-    "quotas.view_quotarequest", "quotas.view_gatewaytoken",
+    "rollout.view_application", "rollout.view_applicationcheck", "rollout.view_applicationnote",
+    "rollout.view_rolloutwave", "rollout.view_pooladmission", "rollout.view_orgpoolpreference",
+    "rollout.view_quotarequest", "quotas.view_gatewaytoken",
     "billing.view_priceversion", "billing.view_billingaccount", "billing.view_spendalert",
     "billing.view_invoice", "billing.view_invoiceline", "billing.view_outboxmessage",
     "billing.view_stripeevent",
@@ -50,9 +50,9 @@ SUPPORT_PERMISSIONS = [
 OPERATOR_PERMISSIONS = SUPPORT_PERMISSIONS + [
     CHANGE_LIFECYCLE, "orgs.change_membership", "orgs.change_apikey",
     GRANT_ALLOCATION, CHANGE_ALLOCATION, "quotas.add_capacitypool", CHANGE_CAPACITY,
-    DECIDE_APPLICATIONS, "orgs.change_applicationcheck", "orgs.add_applicationnote",
-    "quotas.add_rolloutwave", CHANGE_WAVES, "quotas.change_pooladmission",
-    "quotas.change_orgpoolpreference", DECIDE_QUOTA_REQUESTS,
+    DECIDE_APPLICATIONS, "rollout.change_applicationcheck", "rollout.add_applicationnote",
+    "rollout.add_rolloutwave", CHANGE_WAVES, "rollout.change_pooladmission",
+    "rollout.change_orgpoolpreference", DECIDE_QUOTA_REQUESTS,
     "quotas.add_gatewaytoken", "quotas.change_gatewaytoken",
     "billing.add_priceversion", "billing.change_outboxmessage", "billing.change_stripeevent",
     "billing.change_billingaccount", CHANGE_INVOICES,

@@ -9,6 +9,7 @@ from django.utils import timezone
 
 from metering.selectors import SPEED_WINDOW, DeliveredSpeed, delivered_speed, pools_tps_series
 from orgs.models import AuditEvent, Organization, OrgStatus
+from orgs.selectors import audit_target_labels
 from quotas.models import Allocation, GatewayToken
 from quotas.selectors import allocations_in_force
 
@@ -69,7 +70,9 @@ def audit_search(*, org_id: int | None = None, action: str = "", actor: str = ""
         events = events.filter(actor_label__icontains=actor)
     if target:
         kind, _, pk = target.partition(":")
-        events = events.filter(target_type=kind, **({"target_id": pk} if pk else {}))
+        # A model that moved between apps: its older rows carry its old label.
+        events = events.filter(target_type__in=audit_target_labels(kind),
+                               **({"target_id": pk} if pk else {}))
     if since:
         events = events.filter(created_at__gte=since)
     if until:

@@ -4,14 +4,7 @@ usable at 100k rows (no full counts on big tables, raw-id widgets, indexed order
 from django.contrib import admin
 
 from orgs import services
-from orgs.models import (
-    ApiKey,
-    AuditEvent,
-    Invitation,
-    Membership,
-    OperatorToken,
-    Organization,
-)
+from orgs.models import ApiKey, AuditEvent, Invitation, Membership, OperatorToken, Organization
 from sluice.admin import ReadOnlyAdminMixin, ServiceAdminMixin, run_service_on_each
 
 

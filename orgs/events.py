@@ -19,12 +19,15 @@ api_key_slice_checking = Event(
         "refuses a slice beyond the org's allocation by raising a DomainError (nothing "
         "changes).")
 
-application_submitted = Event(
-    "orgs.application_submitted", payload=("application", "actor"),
-    doc="An organization applied (or re-applied) for access.")
+org_transition_requested = Event(
+    "orgs.org_transition_requested", payload=("org", "action"),
+    doc="An operator asked for a lifecycle action by name (`org_transition`, the console's and "
+        "the REST API's button), before it is taken. A receiver may refuse it by raising a "
+        "DomainError: rollout does while the org has an open application, whose decision moves "
+        "the org instead.")
 
-application_approving = Event(
-    "orgs.application_approving", payload=("application", "pool_id", "actor"),
-    doc="An application is about to be approved. `pool_id` is the queue the operator chose "
-        "for the org, or None. A receiver may refuse by raising a DomainError (the approval "
-        "rolls back).")
+org_contact_reading = Event(
+    "orgs.org_contact_reading", payload=("org", "contact"),
+    doc="An email to the org is being built. Receivers may set `contact['name']` and "
+        "`contact['email']`, the person who speaks for the org (rollout: the contact of its "
+        "latest application); the org's owners get the email too.")

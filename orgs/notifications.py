@@ -1,59 +1,53 @@
-"""Emails about an organization's application and status, rendered from
-orgs/templates/orgs/email/<kind>.txt and .html. Queued through sluice.mail in the transaction
-that makes the change, built after it commits (so they read committed state).
+"""Emails about an organization's status, rendered from orgs/templates/orgs/email/<kind>.txt and
+.html. Queued through sluice.mail in the transaction that makes the change, built after it
+commits (so they read committed state).
 
-The approved and admitted emails are about the waitlist and allocations: quotas builds them
-(quotas/notifications.py) from its receiver of `org_transitioned`.
+`org_email_build` is every org email's envelope: the org's contact (asked through
+`org_contact_reading`: rollout answers with the latest application's) and its owners. The
+emails about applications, the waitlist and admission are rollout's (rollout/notifications.py).
 """
 
 from django.conf import settings
 
-from orgs.models import Application, Invitation, Membership, Organization, Role
+from orgs.events import org_contact_reading
+from orgs.models import Invitation, Membership, Organization, Role
 from sluice.mail import Email, email_kind, email_queue
 
 SUBJECTS = {
-    "received": "We received {org}'s application",
-    "info_requested": "{org}'s application: we need more information",
-    "rejected": "{org}'s application was not accepted",
     "suspended": "{org}'s access is suspended",
     "restored": "{org}'s access is restored",
 }
 # Lifecycle actions that email the organization from here, and the kind each one sends.
-ORG_ACTION_EMAILS = {"reject": "rejected", "suspend": "suspended", "restore": "restored"}
+ORG_ACTION_EMAILS = {"suspend": "suspended", "restore": "restored"}
 
 
-def org_recipients(*, org: Organization, application: Application | None) -> list[str]:
-    emails = [application.contact_email] if application else []
-    emails += Membership.objects.filter(org=org, role=Role.OWNER).exclude(
-        user__email="").order_by("pk").values_list("user__email", flat=True)
-    return list(dict.fromkeys(emails))  # unique, first seen first
-
-
-def org_latest_application(*, org: Organization) -> Application | None:
-    return org.applications.order_by("-submitted_at", "-id").first()
+def org_contact(*, org: Organization) -> dict:
+    """{"name", "email"} of the person who speaks for the org ("" when nobody said)."""
+    contact = {"name": "", "email": ""}
+    org_contact_reading.emit(org=org, contact=contact)
+    return contact
 
 
 def org_email_build(*, org: Organization, subject: str, template: str,
-                    application: Application | None = None, **context) -> Email | None:
-    """An email to the org's contact and owners (None when there is nobody to tell)."""
-    application = application or org_latest_application(org=org)
-    recipients = org_recipients(org=org, application=application)
+                    contact: dict | None = None, **context) -> Email | None:
+    """An email to the org's contact (`contact`, else `org_contact`) and owners (None when
+    there is nobody to tell). Templates greet `contact_name`."""
+    contact = contact or org_contact(org=org)
+    emails = [contact["email"]] if contact["email"] else []
+    emails += Membership.objects.filter(org=org, role=Role.OWNER).exclude(
+        user__email="").order_by("pk").values_list("user__email", flat=True)
+    recipients = list(dict.fromkeys(emails))  # unique, first seen first
     if not recipients:
         return None
     return Email(to=recipients, subject=subject.format(org=org.name), template=template,
-                 html=True, context={"org": org, "application": application,
-                                     "cooling_off_days": settings.REAPPLY_COOLING_OFF_DAYS,
-                                     **context})
+                 html=True, context={"org": org, "contact_name": contact["name"], **context})
 
 
 def _org_email_kind(kind: str):
     @email_kind(f"orgs.{kind}")
-    def build(*, org_id: int, application_id: int | None = None) -> Email | None:
+    def build(*, org_id: int) -> Email | None:
         org = Organization.objects.get(pk=org_id)
-        application = (Application.objects.get(pk=application_id) if application_id
-                       else None)
-        return org_email_build(org=org, subject=SUBJECTS[kind],
-                               template=f"orgs/email/{kind}", application=application)
+        return org_email_build(org=org, subject=SUBJECTS[kind], template=f"orgs/email/{kind}")
     return build
 
 
@@ -67,13 +61,6 @@ def org_email_queue(*, org: Organization, action: str) -> None:
     if kind:
         email_queue(kind=f"orgs.{kind}", params={"org_id": org.pk},
                     key=f"org:{org.pk}:{action}:{org.status_changed_at.isoformat()}")
-
-
-def application_email_queue(*, application: Application, kind: str) -> None:
-    """Application emails that are not org transitions: received, info_requested."""
-    email_queue(kind=f"orgs.{kind}", params={"org_id": application.org_id,
-                                             "application_id": application.pk},
-                key=f"application:{application.pk}:{kind}:{application.updated_at.isoformat()}")
 
 
 @email_kind("orgs.invitation")

@@ -4,6 +4,7 @@ An org the user may not see raises NotFound, exactly like one that does not exis
 and "doesn't exist" must be indistinguishable from outside.
 """
 
+from django.apps import apps
 from django.db.models import QuerySet
 
 from orgs.auth import AdminKeyPrincipal
@@ -122,3 +123,14 @@ def org_invitation_get(*, org: Organization, invitation_id: int) -> Invitation:
     if invitation is None:
         raise NotFound("No such invitation.")
     return invitation
+
+
+def audit_target_labels(label: str) -> list[str]:
+    """The labels audit rows carry for the model named `label` (old or current): its current
+    one, and those it had before it moved between apps (its FORMER_LABELS). The audit log is
+    append-only, so a moved model's history stays under the label it was written with."""
+    for model in apps.get_models():
+        labels = [model._meta.label_lower, *getattr(model, "FORMER_LABELS", ())]
+        if label.lower() in labels:
+            return labels
+    return [label]

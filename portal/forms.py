@@ -3,16 +3,17 @@ from django.contrib.auth import get_user_model, password_validation
 from django.contrib.auth.forms import PasswordResetForm as DjangoPasswordResetForm
 from django_countries import countries
 
-from orgs.models import Application, Role, ServiceTier
-from orgs.services.applications import APPLICANT_FIELDS
+from orgs.models import Role, ServiceTier
 from portal.services import password_reset_email_queue
-from quotas.models import (
+from quotas.models import CapacityPool
+from quotas.selectors import pool_regions
+from rollout.applications import APPLICANT_FIELDS
+from rollout.models import (
     QUOTA_REQUEST_CONCURRENCY_MAX,
     QUOTA_REQUEST_DAILY_TOKENS_MAX,
     QUOTA_REQUEST_TPS_MAX,
-    CapacityPool,
+    Application,
 )
-from quotas.selectors import pool_regions
 from sluice.auth_forms import ThrottledAuthenticationForm
 from webhooks.models import EventType
 

@@ -2,9 +2,10 @@
 shows it in full, and the pages that only make sense once admitted (quotas, usage, asking for
 more) show it instead of empty forms and zeroed charts."""
 
-from orgs.models import ApplicationState, OrgStatus
+from orgs.models import OrgStatus
 from portal.selectors import org_latest_application
-from quotas.waitlist import org_waitlist_estimate
+from rollout.models import ApplicationState
+from rollout.waitlist import org_waitlist_estimate
 
 # The path an application normally takes, shown as steps.
 LIFECYCLE_STEPS = [OrgStatus.APPLIED, OrgStatus.IN_REVIEW, OrgStatus.APPROVED, OrgStatus.ACTIVE]

@@ -3,8 +3,9 @@
 from django.db.models import QuerySet
 from django.http import Http404
 
-from orgs.models import Application, Invitation, Membership
+from orgs.models import Invitation, Membership
 from portal.models import VerifiedEmail
+from rollout.models import Application
 
 
 def memberships_for_user(*, user) -> QuerySet[Membership]:

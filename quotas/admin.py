@@ -1,15 +1,12 @@
 from django.contrib import admin
 
-from quotas import (  # noqa: F401 - register their ModelAdmins
-    admin_applications,
-    admin_gateway_tokens,
-    admin_waves,
+from quotas import (
+    admin_gateway_tokens,  # noqa: F401 - registers its ModelAdmin
     services,
 )
-from quotas.models import Allocation, CapacityPool, QuotaRequest
-from quotas.quota_requests import quota_request_approve
+from quotas.models import Allocation, CapacityPool
 from quotas.selectors import pool_capacity_summary
-from sluice.admin import ReadOnlyAdminMixin, ServiceAdminMixin, run_service_on_each
+from sluice.admin import ServiceAdminMixin, run_service_on_each
 
 
 @admin.register(CapacityPool)
@@ -91,23 +88,3 @@ class AllocationAdmin(ServiceAdminMixin, admin.ModelAdmin):
     def end(self, request, queryset):
         run_service_on_each(self, request, queryset, services.allocation_end, "Ended",
                             arg="allocation")
-
-
-@admin.register(QuotaRequest)
-class QuotaRequestAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
-    """Organizations ask from the portal or the API; operators decide with the action."""
-
-    list_display = ["org", "pool", "guaranteed_tps", "burst_tps", "daily_tokens", "status",
-                    "created_at", "decided_by"]
-    list_filter = ["status", "pool"]
-    search_fields = ["org__name", "reason"]
-    list_select_related = ["org", "pool"]
-    readonly_fields = [f.name for f in QuotaRequest._meta.fields]
-    show_full_result_count = False
-    actions = ["approve"]
-
-    @admin.action(description="Approve selected requests (capacity checked)",
-                  permissions=["change"])
-    def approve(self, request, queryset):
-        run_service_on_each(self, request, queryset, quota_request_approve, "Approved",
-                            arg="request")

@@ -31,5 +31,3 @@ class QuotasConfig(AppConfig):
         orgs_events.org_transitioned.subscribe(receivers.org_transitioned_received)
         orgs_events.api_keys_changed.subscribe(receivers.api_keys_changed_received)
         orgs_events.api_key_slice_checking.subscribe(receivers.api_key_slice_checking_received)
-        orgs_events.application_submitted.subscribe(receivers.application_submitted_received)
-        orgs_events.application_approving.subscribe(receivers.application_approving_received)

@@ -20,6 +20,8 @@ day_usage_reading = Event(
         "the tokens recorded per (org id, pool id) and per (org id, pool id, API key id), so a "
         "pool rebuilt after Redis lost its counters starts the day from what was recorded.")
 
-wave_opened = Event(
-    "quotas.wave_opened", payload=("wave", "org_ids"),
-    doc="A rollout wave opened and admitted these orgs (emitted in the opening transaction).")
+capacity_freed = Event(
+    "quotas.capacity_freed", payload=("pool_id",),
+    doc="An allocation in the pool ended or shrank, in this transaction: guarantees are free "
+        "again. Rollout admits the next queued orgs of a pool with auto-admission, after the "
+        "commit.")

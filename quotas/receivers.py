@@ -1,12 +1,9 @@
 """What quotas does when orgs announces something (subscribed in QuotasConfig.ready())."""
 
-from orgs.models import Application
-from quotas.models import CapacityPool, OrgPoolPreference, Tier
-from quotas.notifications import org_waitlist_email_queue
 from quotas.publish import limits_publish_org_later
 from quotas.selectors import org_allocation_maxima
-from quotas.services import allocations_end_for_org, org_pool_preference_set
-from sluice.errors import NotFound, Unprocessable
+from quotas.services import allocations_end_for_org
+from sluice.errors import Unprocessable
 
 
 def org_transitioned_received(*, org, action: str, actor, reason: str) -> None:
@@ -15,7 +12,6 @@ def org_transitioned_received(*, org, action: str, actor, reason: str) -> None:
     if action == "offboard":
         # Offboarding returns the org's guarantees to its pools, in the same transaction.
         allocations_end_for_org(org=org, actor=actor, reason="organization offboarded")
-    org_waitlist_email_queue(org=org, action=action)
 
 
 def api_keys_changed_received(*, org_id: int) -> None:
@@ -39,24 +35,3 @@ def api_key_slice_checking_received(*, key, key_slice) -> None:
         raise Unprocessable("A key's slice must fit within its organization's allocation.",
                             code="key_slice_above_allocation", fields=errors,
                             details={"allocation": largest._asdict()})
-
-
-def application_submitted_received(*, application: Application, actor) -> None:
-    """A region served by exactly one fast pool decides the queue the org will wait in."""
-    pools = list(CapacityPool.objects.filter(region=application.preferred_region,
-                                             tier=Tier.FAST)[:2])
-    if len(pools) == 1 and not OrgPoolPreference.objects.filter(org=application.org).exists():
-        org_pool_preference_set.nested(org=application.org, pool=pools[0], actor=actor)
-
-
-def application_approving_received(*, application: Application, pool_id: int | None,
-                                   actor) -> None:
-    """Record the operator's choice of queue; an approved org must wait in some pool's."""
-    if pool_id is not None:
-        pool = CapacityPool.objects.filter(pk=pool_id).first()
-        if pool is None:
-            raise NotFound("No such pool.", code="unknown_pool")
-        org_pool_preference_set.nested(org=application.org, pool=pool, actor=actor)
-    elif not OrgPoolPreference.objects.filter(org=application.org).exists():
-        raise Unprocessable("Choose the pool this organization will queue for.",
-                            code="pool_required")

@@ -30,7 +30,6 @@ order PostgreSQL chooses: always `of=("self",)`, and lock the org first where it
 
 from datetime import datetime, timedelta
 from decimal import Decimal
-from functools import partial
 
 from django.db import transaction
 from django.utils import timezone
@@ -38,7 +37,8 @@ from django.utils import timezone
 from orgs.models import Organization, OrgStatus
 from orgs.services.audit import Actor, audit_record
 from quotas.errors import CapacityBelowGuarantees, CapacityExhausted
-from quotas.models import Allocation, AllocationStatus, CapacityPool, OrgPoolPreference
+from quotas.events import capacity_freed
+from quotas.models import Allocation, AllocationStatus, CapacityPool
 from quotas.publish import limits_publish_org_later, limits_publish_pool_later
 from quotas.selectors import allocations_in_force, pool_guaranteed_input_tps, pool_guaranteed_tps
 from sluice.errors import Conflict, DomainError
@@ -55,11 +55,8 @@ def pool_lock(*, pool_id: int) -> CapacityPool:
 
 
 def _capacity_freed(*, pool_id: int) -> None:
-    """An allocation ended or shrank: a pool with auto-admission admits the next queued orgs.
-    After the commit, so the admission's own transaction sees the freed capacity."""
-    from quotas.tasks import pool_auto_admit  # the tasks module imports this one
-
-    transaction.on_commit(partial(pool_auto_admit.delay, pool_id=pool_id))
+    """An allocation ended or shrank: rollout may admit the next queued orgs."""
+    capacity_freed.emit(pool_id=pool_id)
 
 
 def _allocation_snapshot(a: Allocation) -> dict:
@@ -388,13 +385,3 @@ def allocations_expire(*, now: datetime | None = None) -> int:
             continue  # ended meanwhile (by an operator, or by a concurrent run of this task)
         count += 1
     return count
-
-
-@nestable
-@transaction.atomic(durable=True)
-def org_pool_preference_set(*, org: Organization, pool: CapacityPool, actor: Actor) -> None:
-    """Choose the pool whose waitlist the org queues in."""
-    before = OrgPoolPreference.objects.filter(org=org).values_list("pool_id", flat=True).first()
-    OrgPoolPreference.objects.update_or_create(org=org, defaults={"pool": pool})
-    audit_record(actor=actor, action="org.pool_preference_set", target=org, org=org,
-                 before={"pool": before}, after={"pool": pool.pk})

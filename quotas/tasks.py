@@ -10,8 +10,6 @@ from quotas.publish import (
     limits_publish_pools,
 )
 from quotas.services import allocations_expire as allocations_expire_service
-from quotas.waves import pool_auto_admit as pool_auto_admit_service
-from quotas.waves import waves_close_due, waves_open_due
 
 
 @shared_task(autoretry_for=(LimiterUnavailable,), retry_backoff=True, retry_backoff_max=60,
@@ -45,14 +43,3 @@ def allocations_expire() -> int:
     """Beat: end allocations past their valid_until (their capacity already stopped counting
     at that moment; this records it, audits it and republishes the org's limits)."""
     return allocations_expire_service()
-
-
-@shared_task
-def waves_advance() -> dict:
-    """Beat, every minute: open the waves that are due, close the ones that have ended."""
-    return {"opened": waves_open_due(), "closed": waves_close_due()}
-
-
-@shared_task
-def pool_auto_admit(*, pool_id: int) -> int:
-    return len(pool_auto_admit_service(pool_id=pool_id))

@@ -1,9 +1,8 @@
-"""Admin for waitlist applications. Every change goes through orgs.services.applications:
-rows are read-only here, and the actions (assign to me, approve, reject, override the score)
-ask for a reason on an intermediate page, then call the same services as the REST API.
+"""Admin for waitlist applications. Every change goes through rollout.applications: rows are
+read-only here, and the actions (assign to me, approve, reject, override the score) ask for a
+reason on an intermediate page, then call the same services as the REST API.
 
-Registered on import; quotas/admin.py imports this module (the rows carry waitlist scores
-and positions, which quotas computes).
+Registered on import; rollout/admin.py imports this module.
 """
 
 from django import forms
@@ -12,13 +11,13 @@ from django.db import transaction
 from django.template.response import TemplateResponse
 from django.utils.html import format_html, format_html_join
 
-from orgs.models import Application, ApplicationCheck, ApplicationNote, Decision
-from orgs.services.applications import (
+from rollout.applications import (
     application_reviewer_assign,
     application_score_override,
     applications_decide_bulk,
 )
-from quotas.waitlist import application_rows
+from rollout.models import Application, ApplicationCheck, ApplicationNote, Decision
+from rollout.waitlist import application_rows
 from sluice.admin import ReadOnlyAdminMixin, run_service_on_each
 from sluice.errors import DomainError
 
@@ -72,7 +71,7 @@ class ApplicationAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     def get_readonly_fields(self, request, obj=None):
         return [f.name for f in Application._meta.fields] + ["score_breakdown"]
 
-    @admin.display(description="Priority score (orgs/scoring.py)")
+    @admin.display(description="Priority score (rollout/scoring.py)")
     def score_breakdown(self, obj):
         app = application_rows([Application.objects.select_related(
             "org__pool_preference__pool").get(pk=obj.pk)])[0]

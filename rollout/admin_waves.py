@@ -1,14 +1,14 @@
 """Admin for rollout waves and per-pool auto-admission. Creating a wave, opening, closing and
-switching auto-admission call quotas.waves services; a wave's plan is shown on its page.
+switching auto-admission call rollout.waves services; a wave's plan is shown on its page.
 
-Registered on import; quotas/admin.py imports this module.
+Registered on import; rollout/admin.py imports this module.
 """
 
 from django.contrib import admin
 from django.utils.html import format_html, format_html_join
 
-from quotas.models import PoolAdmission, RolloutWave, WaveState
-from quotas.waves import (
+from rollout.models import PoolAdmission, RolloutWave, WaveState
+from rollout.waves import (
     WAVE_FIELDS,
     pool_auto_admit_set,
     wave_close,

@@ -1,12 +1,13 @@
-"""Waitlist applications and vetting: apply, re-apply, checklist, reviewer, notes, decisions.
+"""Waitlist applications and vetting: apply, re-apply, checklist, reviewer, notes, decisions;
+and the pool whose waitlist an org queues in.
 
 Decisions move the organization through the lifecycle services (org_review_start, org_approve,
-org_reject, org_reapply), so the org's status and its application never disagree, and the
-status emails go out from one place (the lifecycle). Every step is audited.
+org_reject, org_reapply), so the org's status and its application never disagree; the emails
+of those transitions go out from rollout's receiver of `org_transitioned`. Every step is
+audited.
 
-The queue an approved org waits in (its pool) belongs to quotas: it listens to
-`application_submitted` (a region with one pool picks it) and `application_approving` (the
-operator's choice of pool is recorded, and approving without one is refused).
+The queue an approved org waits in is its pool: a region served by one fast pool picks it when
+the org applies; otherwise the operator chooses it, and approving without one is refused.
 """
 
 import re
@@ -18,8 +19,11 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from orgs.events import application_approving, application_submitted
-from orgs.models import (
+from orgs.models import Organization, OrgStatus
+from orgs.services.audit import Actor, audit_record
+from orgs.services.lifecycle import org_approve, org_reapply, org_reject, org_review_start
+from quotas.models import CapacityPool, Tier
+from rollout.models import (
     CHECKS_REQUIRED_FOR_APPROVAL,
     OPEN_APPLICATION_STATES,
     Application,
@@ -28,12 +32,9 @@ from orgs.models import (
     ApplicationState,
     CheckItem,
     Decision,
-    Organization,
-    OrgStatus,
+    OrgPoolPreference,
 )
-from orgs.notifications import application_email_queue
-from orgs.services.audit import Actor, audit_record
-from orgs.services.lifecycle import org_approve, org_reapply, org_reject, org_review_start
+from rollout.notifications import application_email_queue
 from sluice.error_format import error_body
 from sluice.errors import Conflict, DomainError, IllegalTransition, NotFound, Unprocessable
 from sluice.transactions import nestable
@@ -124,7 +125,7 @@ def application_submit(*, org: Organization, data: dict, actor: Actor) -> Applic
     ApplicationCheck.objects.bulk_create(
         ApplicationCheck(application=app, item=item) for item in CheckItem.values
     )
-    application_submitted.emit(application=app, actor=actor)
+    _pool_preference_from_region(application=app, actor=actor)
     audit_record(actor=actor, action="application.submit", target=app, org=org,
                  after=_snapshot(app))
     application_email_queue(application=app, kind="received")
@@ -234,8 +235,7 @@ def _check_approvable(app: Application, pool_id: int | None, actor: Actor) -> No
     if missing:
         raise Unprocessable("Tick the vetting checklist before approving.",
                             code="checklist_incomplete", details={"missing": sorted(missing)})
-    # Quotas records the chosen queue, or refuses (pool_required) when the org has none.
-    application_approving.emit(application=app, pool_id=pool_id, actor=actor)
+    _pool_preference_for_approval(application=app, pool_id=pool_id, actor=actor)
 
 
 @nestable
@@ -245,7 +245,7 @@ def application_decide(*, application: Application, decision: str, reason: str, 
                        ) -> Application:
     """Approve, reject or ask for more information. `reason` is internal (audit log);
     `shared_reason` is what the org reads (required when asking for information); `pool_id`
-    is the pool whose waitlist an approved org joins (quotas checks it)."""
+    is the pool whose waitlist an approved org joins (it must exist)."""
     if decision not in Decision.values:
         raise DomainError(f"Unknown decision {decision!r}.", code="invalid_decision")
     if not reason.strip():
@@ -330,3 +330,34 @@ def application_score_override(*, application: Application, score: int | None, r
     audit_record(actor=actor, action="application.score_override", target=app, org=app.org,
                  before=before, after={"score_override": score}, reason=reason)
     return app
+
+
+@nestable
+@transaction.atomic(durable=True)
+def org_pool_preference_set(*, org: Organization, pool: CapacityPool, actor: Actor) -> None:
+    """Choose the pool whose waitlist the org queues in."""
+    before = OrgPoolPreference.objects.filter(org=org).values_list("pool_id", flat=True).first()
+    OrgPoolPreference.objects.update_or_create(org=org, defaults={"pool": pool})
+    audit_record(actor=actor, action="org.pool_preference_set", target=org, org=org,
+                 before={"pool": before}, after={"pool": pool.pk})
+
+
+def _pool_preference_from_region(*, application: Application, actor: Actor) -> None:
+    """A region served by exactly one fast pool decides the queue the org will wait in."""
+    pools = list(CapacityPool.objects.filter(region=application.preferred_region,
+                                             tier=Tier.FAST)[:2])
+    if len(pools) == 1 and not OrgPoolPreference.objects.filter(org=application.org).exists():
+        org_pool_preference_set.nested(org=application.org, pool=pools[0], actor=actor)
+
+
+def _pool_preference_for_approval(*, application: Application, pool_id: int | None,
+                                  actor: Actor) -> None:
+    """Record the operator's choice of queue; an approved org must wait in some pool's."""
+    if pool_id is not None:
+        pool = CapacityPool.objects.filter(pk=pool_id).first()
+        if pool is None:
+            raise NotFound("No such pool.", code="unknown_pool")
+        org_pool_preference_set.nested(org=application.org, pool=pool, actor=actor)
+    elif not OrgPoolPreference.objects.filter(org=application.org).exists():
+        raise Unprocessable("Choose the pool this organization will queue for.",
+                            code="pool_required")

@@ -12,16 +12,10 @@ from django.utils import timezone
 
 from orgs.models import Organization, OrgStatus
 from orgs.services.audit import Actor, audit_record
-from quotas.models import (
-    Allocation,
-    AllocationStatus,
-    CapacityPool,
-    PoolAdmission,
-    QuotaRequest,
-    QuotaRequestStatus,
-)
+from quotas.models import Allocation, AllocationStatus, CapacityPool
 from quotas.selectors import pool_guaranteed_tps
 from quotas.services import allocation_change, allocation_grant, pool_lock
+from rollout.models import PoolAdmission, QuotaRequest, QuotaRequestStatus
 from sluice.errors import Conflict, DomainError
 from sluice.transactions import nestable
 

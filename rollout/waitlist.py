@@ -14,10 +14,11 @@ from django.db.models import Count, Sum
 from django.utils import timezone
 
 from metering.models import UsageHourly
-from orgs.models import Application, ApplicationState, Organization, OrgStatus
-from orgs.scoring import ScoreBreakdown, rank_key, score_application
-from quotas.models import CapacityPool, RolloutWave, WaveState
+from orgs.models import Organization, OrgStatus
+from quotas.models import CapacityPool
 from quotas.selectors import allocations_in_force, pool_guaranteed_tps
+from rollout.models import Application, ApplicationState, RolloutWave, WaveState
+from rollout.scoring import ScoreBreakdown, rank_key, score_application
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,7 @@ def scheduled_waves(*, pool: CapacityPool) -> list[RolloutWave]:
 
 
 def reference_tps(*, pool: CapacityPool | None, next_wave: RolloutWave | None) -> int:
-    """What demand is measured against in the score (see orgs/scoring.py)."""
+    """What demand is measured against in the score (see rollout/scoring.py)."""
     if pool is None:
         return 0
     if next_wave is None:

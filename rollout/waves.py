@@ -15,11 +15,12 @@ from django.utils import timezone
 from orgs.models import Organization, OrgStatus
 from orgs.services.audit import Actor, audit_record
 from orgs.services.lifecycle import org_admit
-from quotas.events import wave_opened
-from quotas.models import CapacityPool, PoolAdmission, RolloutWave, WaveState
+from quotas.models import CapacityPool
 from quotas.selectors import pool_guaranteed_tps
 from quotas.services import allocation_grant, pool_capacity_set, pool_lock
-from quotas.waitlist import (
+from rollout.events import wave_opened
+from rollout.models import PoolAdmission, RolloutWave, WaveState
+from rollout.waitlist import (
     QueueEntry,
     demand_model,
     pool_free_tps,
@@ -244,7 +245,7 @@ def pool_auto_admit_set(*, pool: CapacityPool, enabled: bool, actor: Actor) -> P
 def pool_admission_set(*, pool: CapacityPool, auto_admit: bool, auto_approval: dict[str, int],
                        actor: Actor) -> PoolAdmission:
     """The pool's admission settings together: all are saved or none."""
-    from quotas.quota_requests import pool_quota_auto_approval_set
+    from rollout.quota_requests import pool_quota_auto_approval_set
 
     pool_auto_admit_set.nested(pool=pool, enabled=auto_admit, actor=actor)
     return pool_quota_auto_approval_set.nested(pool=pool, rules=auto_approval, actor=actor)

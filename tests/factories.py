@@ -5,16 +5,9 @@ import factory
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
-from orgs.models import (
-    Application,
-    LatencySensitivity,
-    Membership,
-    Organization,
-    OrgStatus,
-    Role,
-    UseCase,
-)
-from quotas.models import Allocation, CapacityPool, RolloutWave
+from orgs.models import Membership, Organization, OrgStatus, Role
+from quotas.models import Allocation, CapacityPool
+from rollout.models import Application, LatencySensitivity, RolloutWave, UseCase
 
 PASSWORD = "correct-horse-battery"
 
@@ -78,7 +71,7 @@ class AllocationFactory(factory.django.DjangoModelFactory):
 
 class ApplicationFactory(factory.django.DjangoModelFactory):
     """A bare application row (no checklist rows, no audit): for reads. Tests of the vetting
-    flow go through orgs.services.applications.application_submit instead."""
+    flow go through rollout.applications.application_submit instead."""
 
     class Meta:
         model = Application

@@ -1,7 +1,7 @@
 """The house points one way, read from the code (every import, module top or inside a function):
 
-    sluice (kernel) <- orgs <- quotas <- metering <- billing <- webhooks <- portal, console
-        <- config
+    sluice (kernel) <- orgs <- quotas <- metering <- rollout <- billing <- webhooks
+        <- portal, console <- config
 
 A lower app never imports a higher one; it emits an event (sluice/events.py) that the higher app
 subscribes to. The admission engine (quotas/limiter) imports nothing of Django or of the apps,
@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-RANK = {"sluice": 0, "orgs": 1, "quotas": 2, "metering": 3, "billing": 4, "webhooks": 5,
-        "portal": 6, "console": 6, "config": 7}
+RANK = {"sluice": 0, "orgs": 1, "quotas": 2, "metering": 3, "rollout": 4, "billing": 5,
+        "webhooks": 6, "portal": 7, "console": 7, "config": 8}
 ENGINE = ("quotas", "limiter")
 # What the engine may import besides the standard library and itself.
 ENGINE_THIRD_PARTY = {"redis", "hiredis"}

@@ -11,11 +11,11 @@ from django.utils import timezone
 from metering.models import UsageHourly
 from orgs.models import OrgStatus
 from orgs.services import api_key_create
-from orgs.services.applications import application_decide, application_reviewer_assign
 from quotas.hook.gateway_tokens import gateway_token_cache_clear, gateway_token_create
 from quotas.hook.routing import pool_routes_reload
 from quotas.limiter.connection import limiter_reset
-from quotas.waves import waves_open_due
+from rollout.applications import application_decide, application_reviewer_assign
+from rollout.waves import waves_open_due
 from tests.factories import PoolFactory, RolloutWaveFactory
 from tests.waitlist import applicant_org, submit, tick_required
 

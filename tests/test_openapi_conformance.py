@@ -39,8 +39,8 @@ from orgs.services.operator_tokens import operator_token_create
 from quotas.hook.gateway_tokens import gateway_token_cache_clear, gateway_token_create
 from quotas.hook.routing import pool_routes_reload
 from quotas.limiter.connection import limiter_reset
-from quotas.models import QuotaRequest
 from quotas.publish import limiter_sync_pool
+from rollout.models import QuotaRequest
 from tests.factories import (
     AllocationFactory,
     ApplicationFactory,

@@ -1,11 +1,8 @@
 """Helpers for the waitlist tests: build applications through the real services."""
 
-from orgs.models import Application, CheckItem, Membership, OrgStatus, Role
-from orgs.services.applications import (
-    application_check_set,
-    application_decide,
-    application_submit,
-)
+from orgs.models import Membership, OrgStatus, Role
+from rollout.applications import application_check_set, application_decide, application_submit
+from rollout.models import Application, CheckItem
 from tests.factories import OrganizationFactory, UserFactory
 
 

@@ -9,12 +9,12 @@ class WebhooksConfig(AppConfig):
         from billing import events as billing_events
         from metering import events as metering_events
         from orgs import events as orgs_events
-        from quotas import events as quotas_events
+        from rollout import events as rollout_events
         from webhooks import receivers
 
         orgs_events.org_transitioned.subscribe(receivers.org_transitioned_received)
         metering_events.usage_recorded.subscribe(receivers.usage_recorded_received)
-        quotas_events.wave_opened.subscribe(receivers.wave_opened_received)
+        rollout_events.wave_opened.subscribe(receivers.wave_opened_received)
         billing_events.invoice_issued.subscribe(receivers.invoice_issued_received)
         billing_events.invoice_paid.subscribe(receivers.invoice_paid_received)
         billing_events.invoice_payment_failed.subscribe(

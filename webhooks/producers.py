@@ -13,9 +13,10 @@ from metering.events import UsageCell
 from metering.models import UsageHourly
 from metering.usage_report import SERVICE_TIERS
 from orgs.models import Organization, OrgStatus
-from quotas.models import CapacityPool, OrgPoolPreference
+from quotas.models import CapacityPool
 from quotas.selectors import allocations_in_force
-from quotas.waitlist import waitlist_estimates
+from rollout.models import OrgPoolPreference
+from rollout.waitlist import waitlist_estimates
 from sluice.sql import bigint_array
 from webhooks.models import EventType, WaitlistPositionNotice, WebhookEndpoint, WebhookEvent
 from webhooks.services import webhook_event_record

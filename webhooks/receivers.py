@@ -6,7 +6,7 @@ from datetime import date
 from billing.models import Invoice
 from metering.events import UsageCell
 from orgs.models import Organization
-from quotas.models import RolloutWave
+from rollout.models import RolloutWave
 from webhooks.models import EventType
 from webhooks.producers import daily_quota_thresholds_announce
 from webhooks.services import webhook_event_record

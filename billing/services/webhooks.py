@@ -7,9 +7,9 @@ from django.utils import timezone
 
 from billing.models import BillingAccount, Invoice, StripeEvent, StripeEventStatus
 from billing.services.dunning import invoice_paid, invoice_payment_failed
-from orgs.models import OPEN_APPLICATION_STATES, Application, CheckItem
-from orgs.services.applications import application_check_set
 from orgs.services.audit import Actor, audit_record
+from rollout.applications import application_check_set
+from rollout.models import OPEN_APPLICATION_STATES, Application, CheckItem
 from sluice.errors import DomainError, IllegalTransition, NotFound
 from sluice.transactions import nestable
 

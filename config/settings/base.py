@@ -95,6 +95,7 @@ INSTALLED_APPS = [
     "orgs",
     "quotas",
     "metering",
+    "rollout",
     "billing",
     "webhooks",
     "django_otp",
@@ -254,9 +255,9 @@ SPECTACULAR_SETTINGS = {
     "COMPONENT_SPLIT_REQUEST": True,
 }
 SPECTACULAR_SETTINGS["ENUM_NAME_OVERRIDES"] = {
-    "ApplicationStateEnum": "orgs.models.ApplicationState",
-    "WaveStateEnum": "quotas.models.WaveState",
-    "DecisionEnum": "orgs.models.Decision",
+    "ApplicationStateEnum": "rollout.models.ApplicationState",
+    "WaveStateEnum": "rollout.models.WaveState",
+    "DecisionEnum": "rollout.models.Decision",
 }
 SPECTACULAR_SETTINGS.setdefault("ENUM_NAME_OVERRIDES", {}).update({
     "InvoiceStatusEnum": "billing.models.InvoiceStatus",
@@ -303,6 +304,7 @@ CELERY_TASK_ROUTES = {
     "webhooks.tasks.*": {"queue": "webhooks"},
     "quotas.tasks.*": {"queue": "maintenance"},
     "metering.tasks.*": {"queue": "maintenance"},
+    "rollout.tasks.*": {"queue": "maintenance"},
 }
 CELERY_BEAT_SCHEDULE: dict = {}
 # Repairs limiter state whose publish was lost while Redis (and so the broker) was down.
@@ -316,7 +318,7 @@ CELERY_BEAT_SCHEDULE["emails-drain"] = {"task": "sluice.tasks.emails_drain", "sc
 CELERY_BEAT_SCHEDULE["refusals-drain"] = {"task": "metering.tasks.refusals_drain",
                                           "schedule": 60.0}
 CELERY_BEAT_SCHEDULE["waves-advance"] = {
-    "task": "quotas.tasks.waves_advance", "schedule": 60.0,
+    "task": "rollout.tasks.waves_advance", "schedule": 60.0,
 }
 CELERY_BEAT_SCHEDULE |= {
     # Billing: close last month at 00:15 UTC on the 1st (late usage reports have settled).

@@ -10,14 +10,15 @@ from django.utils import timezone
 
 from orgs.models import Organization, Role
 from orgs.services import membership_add, org_create
-from orgs.services.applications import (
+from quotas.models import CapacityPool
+from rollout.applications import (
     application_check_set,
     application_decide,
     application_reviewer_assign,
     application_submit,
 )
-from quotas.models import CapacityPool, RolloutWave
-from quotas.waves import wave_create, wave_open
+from rollout.models import RolloutWave
+from rollout.waves import wave_create, wave_open
 
 # slug -> (name, use case, latency, peak TPS, what happens to the application)
 DEMO_APPLICANTS = {

@@ -38,20 +38,16 @@ from metering.selectors import SPEED_WINDOW, delivered_speed, org_usage_buckets
 from orgs.models import OrgStatus
 from orgs.selectors import org_api_keys, org_members
 from orgs.services.lifecycle import org_allowed_actions, org_transition
-from quotas.models import CapacityPool, PoolAdmission
-from quotas.quota_requests import AUTO_APPROVAL_FIELDS
-from quotas.selectors import (
-    next_scheduled_wave,
-    org_allocations,
-    org_quota_requests,
-    pool_capacity_summaries,
-    pool_get,
-)
+from quotas.models import CapacityPool
+from quotas.selectors import org_allocations, pool_capacity_summaries, pool_get
 from quotas.services import allocation_change, pool_capacity_set, pool_settings_set
 from quotas.services import allocation_end as allocation_end_service
 from quotas.services import allocation_grant as allocation_grant_service
-from quotas.waitlist import waitlist_lengths
-from quotas.waves import pool_admission_set
+from rollout.models import PoolAdmission
+from rollout.quota_requests import AUTO_APPROVAL_FIELDS
+from rollout.selectors import next_scheduled_wave, org_quota_requests
+from rollout.waitlist import waitlist_lengths
+from rollout.waves import pool_admission_set
 from sluice.errors import DomainError
 from sluice.forms import form_add_domain_error
 from sluice.messages import flash, redirect_at

@@ -28,8 +28,7 @@ from console.forms import (
 )
 from console.selectors import audit_search, orgs_without_application_count
 from console.views.pages import PAGE_SIZE, _render
-from orgs.models import Application, CheckItem
-from orgs.services.applications import (
+from rollout.applications import (
     application_check_set,
     application_decide,
     application_note_add,
@@ -37,11 +36,18 @@ from orgs.services.applications import (
     application_score_override,
     applications_decide_bulk,
 )
-from quotas.models import QuotaRequest, QuotaRequestStatus, RolloutWave, WaveState
-from quotas.quota_requests import quota_request_approve, quota_request_deny
-from quotas.selectors import quota_requests_inbox, waves_by_state
-from quotas.waitlist import application_rows, reference_tps, scheduled_waves, vetting_queue
-from quotas.waves import wave_close, wave_create, wave_open, wave_plan
+from rollout.models import (
+    Application,
+    CheckItem,
+    QuotaRequest,
+    QuotaRequestStatus,
+    RolloutWave,
+    WaveState,
+)
+from rollout.quota_requests import quota_request_approve, quota_request_deny
+from rollout.selectors import quota_requests_inbox, waves_by_state
+from rollout.waitlist import application_rows, reference_tps, scheduled_waves, vetting_queue
+from rollout.waves import wave_close, wave_create, wave_open, wave_plan
 from sluice.errors import DomainError
 from sluice.forms import form_add_domain_error
 from sluice.messages import flash, redirect_at
@@ -115,7 +121,7 @@ def application_page(request, *, site, application_id: int, forms=None, status=2
         "app": app, "breakdown": app.score, "reference": _score_reference(app),
         "country": countries.name(app.country) or app.country,
         "checks": [(c, labels[c.item]) for c in app.checks.all()],
-        "history": audit_search(target=f"orgs.application:{app.pk}")[:PAGE_SIZE],
+        "history": audit_search(target=f"rollout.application:{app.pk}")[:PAGE_SIZE],
         "can_decide": request.user.has_perm(perm.DECIDE_APPLICATIONS),
         "reviewer_form": forms.get("reviewer") or ReviewerForm(
             initial={"reviewer": app.reviewer_id}, auto_id="reviewer_%s"),
@@ -244,7 +250,7 @@ def wave_page(request, *, site, wave_id: int):
     return _render(request, site, "console/wave.html", {
         "wave": wave, "plan": wave_plan(wave=wave) if wave.state == WaveState.SCHEDULED else None,
         "can_change": request.user.has_perm(perm.CHANGE_WAVES), "close_form": ReasonForm(),
-        "history": audit_search(target=f"quotas.rolloutwave:{wave.pk}")[:PAGE_SIZE],
+        "history": audit_search(target=f"rollout.rolloutwave:{wave.pk}")[:PAGE_SIZE],
     })
 
 

@@ -9,15 +9,8 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.text import slugify
 
-from orgs.events import org_transitioned
-from orgs.models import (
-    OPEN_APPLICATION_STATES,
-    Application,
-    ApplicationState,
-    Organization,
-    OrgStatus,
-    SuspensionReason,
-)
+from orgs.events import org_transition_requested, org_transitioned
+from orgs.models import Organization, OrgStatus, SuspensionReason
 from orgs.notifications import org_email_queue
 from orgs.services.audit import Actor, audit_record
 from sluice.errors import Conflict, DomainError, IllegalTransition
@@ -67,8 +60,9 @@ def _org_transition(
     )
     org_email_queue(org=locked, action=action)
     # Higher apps act in this transaction: quotas republishes limits (after commit) and, on
-    # offboarding, returns the org's guarantees to its pools; billing creates a Stripe customer
-    # on admission.
+    # offboarding, returns the org's guarantees to its pools; rollout marks an admitted org's
+    # application and sends the waitlist emails; billing creates a Stripe customer on
+    # admission.
     org_transitioned.emit(org=locked, action=action, actor=actor, reason=reason)
     # Keep the caller's instance in step with the database.
     org.status, org.suspension_reason = locked.status, locked.suspension_reason
@@ -135,23 +129,10 @@ def org_reject(*, org: Organization, actor: Actor, reason: str = "") -> Organiza
 @nestable
 @transaction.atomic(durable=True)
 def org_admit(*, org: Organization, actor: Actor, reason: str = "") -> Organization:
-    """Admitted by a wave, by auto-admission or by an operator's button: the org's approved
-    application says so too, whichever path admitted it."""
-    admitted = _org_transition(org=org, action="admit", actor=actor, reason=reason)
-    _application_mark_admitted(org=admitted, actor=actor)
-    return admitted
-
-
-def _application_mark_admitted(*, org: Organization, actor: Actor) -> None:
-    app = (Application.objects.select_for_update()
-           .filter(org=org, state=ApplicationState.APPROVED).first())
-    if app is None:
-        return  # an org approved directly through the lifecycle, without an application
-    app.state = ApplicationState.ADMITTED
-    app.save(update_fields=["state", "updated_at"])
-    audit_record(actor=actor, action="application.admitted", target=app, org=org,
-                 before={"state": ApplicationState.APPROVED},
-                 after={"state": ApplicationState.ADMITTED})
+    """Admitted by a wave, by auto-admission or by an operator's button: rollout marks the
+    org's approved application admitted too (its receiver of `org_transitioned`), whichever
+    path admitted it."""
+    return _org_transition(org=org, action="admit", actor=actor, reason=reason)
 
 
 @nestable
@@ -185,11 +166,6 @@ def org_reapply(*, org: Organization, actor: Actor, reason: str = "") -> Organiz
     return _org_transition(org=org, action="reapply", actor=actor, reason=reason)
 
 
-# Decisions that belong to an open waitlist application: taken through `application_decide`
-# (which calls the functions above), so the application and the queue stay in step.
-APPLICATION_ACTIONS = frozenset({"review_start", "approve", "reject"})
-
-
 @transaction.atomic(durable=True)
 def org_transition(*, org: Organization, action: str, actor: Actor,
                    reason: str = "") -> Organization:
@@ -202,13 +178,8 @@ def org_transition(*, org: Organization, action: str, actor: Actor,
     if action not in services:
         raise DomainError(f"Unknown lifecycle action {action!r}.", code="unknown_action",
                           details={"allowed": sorted(services)})
-    open_application = Application.objects.filter(
-        org=org, state__in=OPEN_APPLICATION_STATES).values_list("pk", flat=True).first()
-    if action in APPLICATION_ACTIONS and open_application is not None:
-        raise Conflict(
-            f"{org.name} has an open application (#{open_application}): review, approve or "
-            "reject it from the vetting queue, so the application and the waitlist stay in step.",
-            code="application_open", details={"application": open_application})
+    # Rollout refuses the decisions that belong to an open application.
+    org_transition_requested.emit(org=org, action=action)
     if action == "review_start":
         return org_review_start.nested(org=org, actor=actor)
     return services[action].nested(org=org, actor=actor, reason=reason)

@@ -5,11 +5,12 @@ the service's; this view shows its answers on the form."""
 from django.contrib import messages
 from django.shortcuts import redirect, render
 
-from orgs.models import MEMBER_MANAGERS, ApplicationState
-from orgs.services.applications import APPLICANT_FIELDS, application_submit, application_update
+from orgs.models import MEMBER_MANAGERS
 from portal.access import org_page
 from portal.forms import ApplicationForm, ApplicationUpdateForm
 from portal.selectors import org_latest_application
+from rollout.applications import APPLICANT_FIELDS, application_submit, application_update
+from rollout.models import ApplicationState
 from sluice.errors import DomainError
 from sluice.forms import form_add_domain_error
 

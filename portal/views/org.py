@@ -9,13 +9,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from metering.selectors import usage_tokens_by_pool
-from orgs.models import (
-    KEY_LIMIT_MANAGERS,
-    KEY_MANAGERS,
-    MEMBER_MANAGERS,
-    OrgStatus,
-    Role,
-)
+from orgs.models import KEY_LIMIT_MANAGERS, KEY_MANAGERS, MEMBER_MANAGERS, OrgStatus, Role
 from orgs.selectors import (
     org_api_key_get,
     org_api_keys,

@@ -9,9 +9,10 @@ from orgs.models import MEMBER_MANAGERS, OrgStatus
 from portal.access import flash_result, org_page
 from portal.forms import QuotaRequestForm
 from portal.progress import org_admitted, org_progress
-from quotas.models import QuotaRequestStatus
-from quotas.quota_requests import quota_request_cancel, quota_request_create
-from quotas.selectors import org_allocations, org_quota_request_get, org_quota_requests
+from quotas.selectors import org_allocations
+from rollout.models import QuotaRequestStatus
+from rollout.quota_requests import quota_request_cancel, quota_request_create
+from rollout.selectors import org_quota_request_get, org_quota_requests
 from sluice.errors import DomainError
 from sluice.messages import flash, redirect_at
 

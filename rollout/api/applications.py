@@ -14,18 +14,11 @@ from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from orgs.models import (
-    MEMBER_MANAGERS,
-    Application,
-    ApplicationState,
-    CheckItem,
-    Decision,
-    LatencySensitivity,
-    Membership,
-    UseCase,
-)
+from orgs.models import MEMBER_MANAGERS, Membership
 from orgs.permissions import operator_access
-from orgs.services.applications import (
+from quotas.models import CapacityPool
+from quotas.selectors import pool_regions
+from rollout.applications import (
     APPLICANT_FIELDS,
     application_check_set,
     application_decide,
@@ -35,11 +28,17 @@ from orgs.services.applications import (
     application_submit,
     application_update,
     applications_decide_bulk,
+    org_pool_preference_set,
 )
-from quotas.models import CapacityPool
-from quotas.selectors import pool_regions
-from quotas.services import org_pool_preference_set
-from quotas.waitlist import application_rows, org_waitlist_estimate, vetting_queue
+from rollout.models import (
+    Application,
+    ApplicationState,
+    CheckItem,
+    Decision,
+    LatencySensitivity,
+    UseCase,
+)
+from rollout.waitlist import application_rows, org_waitlist_estimate, vetting_queue
 from sluice.api import RequiredBooleanField, validated_input
 from sluice.errors import NotFound, PermissionDenied
 from sluice.openapi import errors

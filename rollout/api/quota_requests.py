@@ -7,17 +7,18 @@ from rest_framework.views import APIView
 
 from orgs.models import MEMBER_MANAGERS
 from orgs.selectors import operator_require, org_get_for_user, org_require_role
-from quotas import quota_requests as services
-from quotas.models import (
+from quotas.models import CapacityPool
+from quotas.selectors import pool_get
+from rollout import quota_requests as services
+from rollout.models import (
     QUOTA_REQUEST_CONCURRENCY_MAX,
     QUOTA_REQUEST_DAILY_TOKENS_MAX,
     QUOTA_REQUEST_TPS_MAX,
-    CapacityPool,
     PoolAdmission,
     QuotaRequest,
     QuotaRequestStatus,
 )
-from quotas.selectors import org_quota_request_get, org_quota_requests, pool_get
+from rollout.selectors import org_quota_request_get, org_quota_requests
 from sluice.api import validated_input
 from sluice.errors import NotFound
 from sluice.openapi import errors

@@ -8,9 +8,10 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from orgs.permissions import operator_access
-from quotas.models import CapacityPool, RolloutWave, WaveState
+from quotas.models import CapacityPool
 from quotas.selectors import pool_get
-from quotas.waves import pool_auto_admit_set, wave_close, wave_create, wave_open, wave_plan
+from rollout.models import RolloutWave, WaveState
+from rollout.waves import pool_auto_admit_set, wave_close, wave_create, wave_open, wave_plan
 from sluice.api import RequiredBooleanField, validated_input
 from sluice.errors import NotFound
 from sluice.openapi import errors

@@ -202,7 +202,7 @@ def test_operator_retries_a_failed_event_once_it_can_succeed(
 
 def test_completed_setup_checkout_ticks_the_payment_method_check(
         db, django_capture_on_commit_callbacks):
-    from orgs.models import ApplicationCheck, CheckItem
+    from rollout.models import ApplicationCheck, CheckItem
     from tests.waitlist import applicant_org, submit
 
     org, owner = applicant_org("Waitlisted")

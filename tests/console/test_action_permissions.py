@@ -17,8 +17,8 @@ from orgs.models import AuditEvent, OrgStatus, Role
 from orgs.services import api_key_create, invitation_create
 from orgs.services.operator_tokens import operator_token_create
 from quotas.hook.gateway_tokens import gateway_token_create
-from quotas.quota_requests import quota_request_create
 from quotas.services import allocation_grant
+from rollout.quota_requests import quota_request_create
 from tests.billing.conftest import usage_add
 from tests.factories import (
     ApplicationFactory,
@@ -101,7 +101,7 @@ def test_operators_still_run_the_actions_they_hold(operator_console, one_row_of_
     """The check is the change permission, not "superuser": an operator voids an invoice,
     re-processes a Stripe event, closes a wave."""
     from billing.models import Invoice, InvoiceStatus
-    from quotas.models import RolloutWave, WaveState
+    from rollout.models import RolloutWave, WaveState
 
     invoice = Invoice.objects.get()
     response = operator_console.post("/admin/billing/invoice/", {
@@ -109,7 +109,7 @@ def test_operators_still_run_the_actions_they_hold(operator_console, one_row_of_
     assert response.status_code == 302
     assert Invoice.objects.get(pk=invoice.pk).status == InvoiceStatus.VOID
     wave = RolloutWave.objects.get()
-    operator_console.post("/admin/quotas/rolloutwave/", {
+    operator_console.post("/admin/rollout/rolloutwave/", {
         "action": "close", ACTION_CHECKBOX_NAME: [wave.pk]})
     assert RolloutWave.objects.get(pk=wave.pk).state != WaveState.SCHEDULED
 
@@ -120,8 +120,9 @@ def console_urls():
 
     from billing.models import Invoice
     from console.views.rollout import APPLICATION_OPS
-    from orgs.models import Application, Organization
-    from quotas.models import Allocation, CapacityPool, GatewayToken, QuotaRequest, RolloutWave
+    from orgs.models import Organization
+    from quotas.models import Allocation, CapacityPool, GatewayToken
+    from rollout.models import Application, QuotaRequest, RolloutWave
 
     ids = {"org_id": Organization.objects.first().pk,
            "allocation_id": Allocation.objects.first().pk,
@@ -167,8 +168,9 @@ def api_writes():
     from django.urls.resolvers import URLResolver
 
     from billing.models import Invoice
-    from orgs.models import ApiKey, Application, Invitation, Membership, Organization
-    from quotas.models import Allocation, CapacityPool, QuotaRequest, RolloutWave
+    from orgs.models import ApiKey, Invitation, Membership, Organization
+    from quotas.models import Allocation, CapacityPool
+    from rollout.models import Application, QuotaRequest, RolloutWave
 
     org = Organization.objects.filter(status=OrgStatus.ACTIVE).first()
     ids = {"org_id": org.pk, "slug": org.slug, "member_id": Membership.objects.first(),

@@ -19,7 +19,7 @@ from console.selectors import pools_live_use
 from metering.models import UsageEvent, UsageHourly
 from metering.selectors import org_usage_buckets, pools_tps_series
 from orgs.models import AuditEvent, OrgStatus
-from quotas.models import PoolAdmission
+from rollout.models import PoolAdmission
 from tests.factories import (
     AllocationFactory,
     OrganizationFactory,

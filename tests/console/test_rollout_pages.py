@@ -4,9 +4,10 @@ support staff read and are refused every POST with nothing changed."""
 import pytest
 from django.contrib.auth.models import Group
 
-from orgs.models import Application, AuditEvent, CheckItem, OrgStatus
-from quotas.models import Allocation, QuotaRequest, RolloutWave, WaveState
-from quotas.quota_requests import quota_request_create
+from orgs.models import AuditEvent, OrgStatus
+from quotas.models import Allocation
+from rollout.models import Application, CheckItem, QuotaRequest, RolloutWave, WaveState
+from rollout.quota_requests import quota_request_create
 from tests.factories import AllocationFactory, OrganizationFactory, PoolFactory, RolloutWaveFactory
 from tests.waitlist import applicant_org, approved_application, submit, tick_required
 

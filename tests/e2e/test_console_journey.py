@@ -12,9 +12,10 @@ from playwright.sync_api import expect
 from billing.models import OutboxMessage, OutboxStatus, PriceVersion
 from console.permissions import groups_sync
 from metering.models import UsageEvent, UsageHourly
-from orgs.models import Application, OrgStatus
-from quotas.models import Allocation, PoolAdmission, QuotaRequest
-from quotas.quota_requests import quota_request_create
+from orgs.models import OrgStatus
+from quotas.models import Allocation
+from rollout.models import Application, PoolAdmission, QuotaRequest
+from rollout.quota_requests import quota_request_create
 from tests.e2e.conftest import screenshot
 from tests.factories import (
     PASSWORD,

@@ -16,8 +16,9 @@ from playwright.sync_api import expect
 from billing.models import Invoice
 from console.management.commands.seed_demo import DEMO_PASSWORD, OPERATOR_EMAIL, OWNER_EMAIL
 from orgs.models import ApiKey, Organization, OrgStatus, Role
-from quotas.models import GatewayToken, QuotaRequest, RolloutWave
-from quotas.quota_requests import quota_request_create
+from quotas.models import GatewayToken
+from rollout.models import QuotaRequest, RolloutWave
+from rollout.quota_requests import quota_request_create
 from tests.e2e.conftest import main_page, screenshot
 from tests.factories import PASSWORD, MembershipFactory, UserFactory
 from tests.totp import totp_code, totp_device_for

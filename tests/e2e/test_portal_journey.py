@@ -15,13 +15,13 @@ from playwright.sync_api import expect
 from billing.models import PriceVersion
 from billing.periods import month_after, month_of
 from billing.services import invoice_close_month
-from orgs.models import Application, Organization, OrgStatus, Role
-from orgs.services.applications import application_decide
+from orgs.models import Organization, OrgStatus, Role
 from quotas.hook.gateway_tokens import gateway_token_cache_clear, gateway_token_create
 from quotas.hook.routing import pool_routes_reload
 from quotas.limiter.connection import limiter_reset
-from quotas.models import RolloutWave
-from quotas.waves import waves_open_due
+from rollout.applications import application_decide
+from rollout.models import Application, RolloutWave
+from rollout.waves import waves_open_due
 from tests.e2e.conftest import screenshot
 from tests.factories import (
     PASSWORD,

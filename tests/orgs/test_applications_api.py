@@ -3,7 +3,8 @@
 import pytest
 from rest_framework.test import APIClient
 
-from orgs.models import Application, AuditEvent, Membership, OrgStatus, Role
+from orgs.models import AuditEvent, Membership, OrgStatus, Role
+from rollout.models import Application
 from tests.factories import ApplicationFactory, PoolFactory, UserFactory
 from tests.waitlist import applicant_org, application_data, approved_application, submit
 

@@ -6,16 +6,17 @@ import pytest
 from django.core import mail
 from django.utils import timezone
 
-from orgs.models import ApplicationState, AuditEvent, OrgStatus, SuspensionReason
+from orgs.models import AuditEvent, OrgStatus, SuspensionReason
 from orgs.services import api_key_create, org_restore, org_suspend
-from orgs.services.applications import (
+from quotas.models import Allocation, AllocationStatus
+from rollout.applications import (
     application_decide,
     application_note_add,
     application_reviewer_assign,
     application_update,
 )
-from quotas.models import Allocation, AllocationStatus, OrgPoolPreference
-from quotas.waves import waves_open_due
+from rollout.models import ApplicationState, OrgPoolPreference
+from rollout.waves import waves_open_due
 from sluice.errors import Unprocessable
 from tests.factories import PoolFactory, RolloutWaveFactory
 from tests.waitlist import applicant_org, submit, tick_required

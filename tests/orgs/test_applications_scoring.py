@@ -5,10 +5,11 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from orgs.models import Application, AuditEvent
-from orgs.scoring import demand_fit_points, score_application
-from orgs.services.applications import application_score_override
-from quotas.waitlist import waitlist_queue
+from orgs.models import AuditEvent
+from rollout.applications import application_score_override
+from rollout.models import Application
+from rollout.scoring import demand_fit_points, score_application
+from rollout.waitlist import waitlist_queue
 from sluice.errors import DomainError
 from tests.factories import PoolFactory
 from tests.waitlist import application_data, approved_application

@@ -1,9 +1,9 @@
 import pytest
 
 from console.management.seed_waitlist import seed_waitlist
-from orgs.models import Application, ApplicationState, AuditEvent
-from quotas.models import RolloutWave
-from quotas.waitlist import waitlist_estimates
+from orgs.models import AuditEvent
+from rollout.models import Application, ApplicationState, RolloutWave
+from rollout.waitlist import waitlist_estimates
 from tests.factories import PoolFactory
 
 pytestmark = pytest.mark.django_db

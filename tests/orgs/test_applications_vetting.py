@@ -5,15 +5,15 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from orgs.models import Application, ApplicationCheck, ApplicationState, AuditEvent, OrgStatus
+from orgs.models import AuditEvent, OrgStatus
 from orgs.services import org_reject
-from orgs.services.applications import (
+from rollout.applications import (
     application_check_set,
     application_decide,
     application_reviewer_assign,
     applications_decide_bulk,
 )
-from quotas.models import OrgPoolPreference
+from rollout.models import Application, ApplicationCheck, ApplicationState, OrgPoolPreference
 from sluice.errors import Conflict, DomainError, IllegalTransition, Unprocessable
 from tests.factories import OrganizationFactory, PoolFactory, UserFactory
 from tests.waitlist import applicant_org, submit, tick_required

@@ -5,7 +5,7 @@ import pytest
 
 from orgs.models import Membership
 from orgs.services import api_key_create, invitation_create
-from quotas.quota_requests import quota_request_create
+from rollout.quota_requests import quota_request_create
 from tests.factories import AllocationFactory
 
 pytestmark = pytest.mark.django_db

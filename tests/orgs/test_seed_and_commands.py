@@ -3,8 +3,9 @@ from django.core.management import call_command
 from rest_framework.test import APIClient
 
 from orgs.models import AuditEvent, Organization, OrgStatus
-from quotas.models import Allocation, CapacityPool, RolloutWave
+from quotas.models import Allocation, CapacityPool
 from quotas.selectors import pool_capacity_summary
+from rollout.models import RolloutWave
 from tests.factories import OperatorFactory
 
 pytestmark = pytest.mark.django_db

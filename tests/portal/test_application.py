@@ -3,12 +3,9 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from orgs.models import Application, ApplicationState, CheckItem, Decision, OrgStatus
-from orgs.services.applications import (
-    application_check_set,
-    application_decide,
-    application_note_add,
-)
+from orgs.models import OrgStatus
+from rollout.applications import application_check_set, application_decide, application_note_add
+from rollout.models import Application, ApplicationState, CheckItem, Decision
 from tests.factories import OperatorFactory, PoolFactory
 from tests.portal.conftest import portal_client
 

@@ -1,8 +1,8 @@
 import pytest
 
 from orgs.models import Role
-from quotas.models import QuotaRequest, QuotaRequestStatus
-from quotas.quota_requests import quota_request_deny
+from rollout.models import QuotaRequest, QuotaRequestStatus
+from rollout.quota_requests import quota_request_deny
 from tests.factories import AllocationFactory
 from tests.portal.conftest import portal_client
 

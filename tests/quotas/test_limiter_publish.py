@@ -13,7 +13,7 @@ from quotas.limiter.engine import limiter_authorize
 from quotas.limiter.schema import KEY, ORG, POOL, pool_key
 from quotas.publish import limits_publish_pools_now_or_queue
 from quotas.services import allocation_change, pool_capacity_set
-from quotas.waves import wave_open
+from rollout.waves import wave_open
 from tests.factories import PoolFactory, RolloutWaveFactory
 from tests.quotas.conftest import tenant_create
 from tests.waitlist import approved_application

@@ -9,10 +9,10 @@ import threading
 import pytest
 from django.db import connection
 
-from orgs.models import CheckItem, Organization, OrgStatus
-from orgs.services.applications import application_check_set
-from quotas.models import RolloutWave
-from quotas.waves import wave_open
+from orgs.models import Organization, OrgStatus
+from rollout.applications import application_check_set
+from rollout.models import CheckItem, RolloutWave
+from rollout.waves import wave_open
 from tests.factories import PoolFactory, RolloutWaveFactory
 from tests.waitlist import approved_application
 

@@ -8,9 +8,10 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from orgs.models import AuditEvent, Role
-from quotas.models import Allocation, PoolAdmission, QuotaRequest
-from quotas.quota_requests import quota_request_approve, quota_request_create
+from quotas.models import Allocation
 from quotas.selectors import pool_guaranteed_tps
+from rollout.models import PoolAdmission, QuotaRequest
+from rollout.quota_requests import quota_request_approve, quota_request_create
 from sluice.errors import Conflict
 from tests.factories import (
     AllocationFactory,

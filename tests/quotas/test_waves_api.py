@@ -6,7 +6,7 @@ import pytest
 from django.utils import timezone
 
 from orgs.models import AuditEvent
-from quotas.models import PoolAdmission, RolloutWave
+from rollout.models import PoolAdmission, RolloutWave
 from tests.factories import PoolFactory, RolloutWaveFactory
 from tests.waitlist import approved_application
 

@@ -5,7 +5,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from quotas.waitlist import org_waitlist_estimate, waitlist_estimates
+from rollout.waitlist import org_waitlist_estimate, waitlist_estimates
 from tests.factories import AllocationFactory, PoolFactory, RolloutWaveFactory
 from tests.waitlist import approved_application
 

@@ -10,8 +10,9 @@ from django.utils import timezone
 from metering.models import UsageHourly
 from orgs.models import Organization, OrgStatus
 from orgs.services import org_offboard
-from quotas.models import Allocation, AllocationStatus, RolloutWave, WaveState
-from quotas.waves import (
+from quotas.models import Allocation, AllocationStatus
+from rollout.models import RolloutWave, WaveState
+from rollout.waves import (
     pool_auto_admit_set,
     wave_close,
     wave_open,

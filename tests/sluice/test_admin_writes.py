@@ -11,7 +11,8 @@ from django.utils import timezone
 from billing.models import PriceVersion
 from orgs.models import ApiKey, AuditEvent, Membership
 from quotas.hook.gateway_tokens import gateway_token_create
-from quotas.models import Allocation, CapacityPool, GatewayToken, PoolAdmission, RolloutWave
+from quotas.models import Allocation, CapacityPool, GatewayToken
+from rollout.models import PoolAdmission, RolloutWave
 from tests.factories import (
     AllocationFactory,
     MembershipFactory,
@@ -60,7 +61,7 @@ def test_allocation_change_beyond_capacity_is_refused_on_the_form(admin_client):
 def test_wave_refused_by_the_service_shows_on_the_form(admin_client):
     pool = PoolFactory(capacity_tps=1_000)
     opens = timezone.now() + timedelta(days=2)
-    r = admin_client.post("/admin/quotas/rolloutwave/add/", {
+    r = admin_client.post("/admin/rollout/rolloutwave/add/", {
         "pool": pool.pk, "name": "GA", **_datetime("opens_at", opens), "capacity_tps": 500,
         "max_orgs": 5, "guaranteed_tps": 100, "burst_tps": 1_501, "daily_tokens": 1_000_000,
         "max_concurrency": 4})
@@ -70,7 +71,7 @@ def test_wave_refused_by_the_service_shows_on_the_form(admin_client):
 
 def test_a_wave_is_never_edited_in_the_admin(admin_client):
     wave = RolloutWaveFactory(name="GA")
-    r = admin_client.post(f"/admin/quotas/rolloutwave/{wave.pk}/change/", {"name": "Renamed"})
+    r = admin_client.post(f"/admin/rollout/rolloutwave/{wave.pk}/change/", {"name": "Renamed"})
     assert r.status_code == 403
     assert RolloutWave.objects.get().name == "GA" and RolloutWave.objects.count() == 1
 
@@ -88,12 +89,12 @@ def test_price_version_refused_by_the_service_shows_on_the_form(admin_client):
 def test_pool_admission_changes_through_the_service(admin_client):
     # pool_auto_admit_set refuses nothing; what the admin can get wrong is a second row.
     pool = PoolFactory()
-    admin_client.post("/admin/quotas/pooladmission/add/", {"pool": pool.pk})
+    admin_client.post("/admin/rollout/pooladmission/add/", {"pool": pool.pk})
     row = PoolAdmission.objects.get(pool=pool)
-    r = admin_client.post(f"/admin/quotas/pooladmission/{row.pk}/change/", {"auto_admit": "on"})
+    r = admin_client.post(f"/admin/rollout/pooladmission/{row.pk}/change/", {"auto_admit": "on"})
     assert r.status_code == 302 and PoolAdmission.objects.get(pool=pool).auto_admit is True
     assert AuditEvent.objects.filter(action="pool.auto_admit_set").count() == 1
-    again = admin_client.post("/admin/quotas/pooladmission/add/", {"pool": pool.pk})
+    again = admin_client.post("/admin/rollout/pooladmission/add/", {"pool": pool.pk})
     assert again.status_code == 200 and PoolAdmission.objects.count() == 1
 
 

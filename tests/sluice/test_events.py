@@ -3,6 +3,7 @@ import pytest
 from billing import receivers as billing_receivers
 from orgs import events as orgs_events
 from quotas import receivers as quotas_receivers
+from rollout import receivers as rollout_receivers
 from sluice.events import Event
 from webhooks import receivers as webhooks_receivers
 
@@ -33,13 +34,13 @@ def test_the_payload_is_the_declared_one():
 
 def test_higher_apps_subscribe_to_what_orgs_announces():
     assert orgs_events.org_transitioned.receivers == [
-        quotas_receivers.org_transitioned_received, billing_receivers.org_transitioned_received,
-        webhooks_receivers.org_transitioned_received]
+        quotas_receivers.org_transitioned_received, rollout_receivers.org_transitioned_received,
+        billing_receivers.org_transitioned_received, webhooks_receivers.org_transitioned_received]
     assert orgs_events.api_keys_changed.receivers == [quotas_receivers.api_keys_changed_received]
-    assert orgs_events.application_submitted.receivers == [
-        quotas_receivers.application_submitted_received]
-    assert orgs_events.application_approving.receivers == [
-        quotas_receivers.application_approving_received]
+    assert orgs_events.org_transition_requested.receivers == [
+        rollout_receivers.org_transition_requested_received]
+    assert orgs_events.org_contact_reading.receivers == [
+        rollout_receivers.org_contact_reading_received]
 
 
 def test_higher_apps_subscribe_to_what_quotas_announces():
@@ -50,7 +51,14 @@ def test_higher_apps_subscribe_to_what_quotas_announces():
         billing_receivers.limits_publishing_received]
     assert quotas_events.day_usage_reading.receivers == [
         metering_receivers.day_usage_reading_received]
-    assert quotas_events.wave_opened.receivers == [webhooks_receivers.wave_opened_received]
+    assert quotas_events.capacity_freed.receivers == [
+        rollout_receivers.capacity_freed_received]
+
+
+def test_webhooks_subscribe_to_what_rollout_announces():
+    from rollout import events as rollout_events
+
+    assert rollout_events.wave_opened.receivers == [webhooks_receivers.wave_opened_received]
 
 
 def test_higher_apps_subscribe_to_what_metering_announces():

@@ -18,7 +18,7 @@ from metering.models import UsageHourly
 from orgs.models import AuditEvent, OrgStatus, Role
 from orgs.services import org_restore, org_suspend
 from quotas.models import CapacityPool
-from quotas.waves import wave_open
+from rollout.waves import wave_open
 from tests.billing.conftest import usage_add
 from tests.factories import (
     AllocationFactory,

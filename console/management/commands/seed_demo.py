@@ -25,10 +25,10 @@ from console.management.seed_waitlist import seed_waitlist, vet
 from orgs import services
 from orgs.models import ApiKey, Membership, Organization, OrgStatus, Role
 from orgs.services.api_keys import api_key_create
-from orgs.services.applications import application_submit
 from quotas.hook.gateway_tokens import gateway_token_create
 from quotas.models import Allocation, AllocationStatus, CapacityPool, GatewayToken
 from quotas.services import allocation_grant, pool_create
+from rollout.applications import application_submit
 
 DEMO_PASSWORD = "sluice-demo"  # noqa: S105 - printed by `dev.py run`, demo data only
 OPERATOR_EMAIL = "operator@sluice.dev"
