@@ -1,6 +1,6 @@
 """Keeping usage for years without keeping every event: raw events go after
 SLUICE_USAGE_RAW_RETENTION_DAYS, hourly rollups become daily after
-SLUICE_USAGE_HOURLY_RETENTION_DAYS. Beat runs both daily (quotas/tasks.py).
+SLUICE_USAGE_HOURLY_RETENTION_DAYS. Beat runs both daily (metering/tasks.py).
 
 Raw events. A month's partition goes when its last day is older than the retention, the month is
 invoiced for every org with usage in it (billing says, through `usage_month_retiring`), and the

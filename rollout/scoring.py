@@ -71,7 +71,7 @@ class ScoreBreakdown:
 
 
 def score_application(*, application, reference_tps: int) -> ScoreBreakdown:
-    """`application` is an orgs.models.Application (or anything with the same fields)."""
+    """`application` is a rollout.models.Application (or anything with the same fields)."""
     use_case_points = USE_CASE_POINTS[application.use_case]
     latency_points = LATENCY_POINTS[application.latency_sensitivity]
     fit = demand_fit_points(expected_peak_tps=application.expected_peak_tps,

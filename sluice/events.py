@@ -1,10 +1,11 @@
 """Events: how a lower app tells higher apps what happened, without importing them.
 
-The house points one way (sluice <- orgs <- quotas <- billing <- portal, console). When a lower
-app's change needs a higher app to act (an org is offboarded: quotas ends its allocations and
-republishes its limits; an org is admitted: billing creates its Stripe customer), the lower app
-declares an `Event` in its own `events.py` and emits it; the higher app subscribes a receiver in
-its `AppConfig.ready()`.
+The house points one way (sluice <- orgs <- quotas <- metering <- rollout <- billing <- webhooks
+<- portal, console; tests/test_architecture.py holds it). When a lower app's change needs a
+higher app to act (an org is offboarded: quotas ends its allocations and republishes its
+limits; an org is admitted: rollout marks its application and billing creates its Stripe
+customer), the lower app declares an `Event` in its own `events.py` and emits it; the higher
+app subscribes a receiver in its `AppConfig.ready()`.
 
 Why this and not Django signals: an event is declared once, by the app that owns it, with the
 payload it carries spelled out (receivers take keyword arguments and the payload is checked

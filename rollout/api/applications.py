@@ -166,7 +166,7 @@ class OperatorApplicationListApi(PaginatedApi, APIView):
     """The vetting queue. Scores depend on pools and scheduled waves, so they are computed in
     Python (a fixed number of queries) and the score filter applies before pagination."""
 
-    permission_classes = [operator_access("orgs.change_application")]
+    permission_classes = [operator_access("rollout.change_application")]
 
     class ApplicationFilter(serializers.Serializer):
         state = serializers.ChoiceField(choices=ApplicationState.choices, required=False)
@@ -185,7 +185,7 @@ class OperatorApplicationListApi(PaginatedApi, APIView):
 
 
 class OperatorApplicationDetailApi(APIView):
-    permission_classes = [operator_access("orgs.change_application")]
+    permission_classes = [operator_access("rollout.change_application")]
 
     @extend_schema(responses=OperatorApplicationDetailOutput)
     def get(self, request, pk: int):
@@ -200,7 +200,7 @@ def _app_or_404(pk: int) -> Application:
 
 
 class OperatorApplicationCheckApi(APIView):
-    permission_classes = [operator_access("orgs.change_application")]
+    permission_classes = [operator_access("rollout.change_application")]
 
     class ApplicationCheckInput(serializers.Serializer):
         item = serializers.ChoiceField(choices=CheckItem.choices)
@@ -216,7 +216,7 @@ class OperatorApplicationCheckApi(APIView):
 
 
 class OperatorApplicationReviewerApi(APIView):
-    permission_classes = [operator_access("orgs.change_application")]
+    permission_classes = [operator_access("rollout.change_application")]
 
     class ApplicationReviewerInput(serializers.Serializer):
         reviewer = serializers.PrimaryKeyRelatedField(queryset=get_user_model().objects.all())
@@ -231,7 +231,7 @@ class OperatorApplicationReviewerApi(APIView):
 
 
 class OperatorApplicationNoteApi(APIView):
-    permission_classes = [operator_access("orgs.change_application")]
+    permission_classes = [operator_access("rollout.change_application")]
 
     class ApplicationNoteInput(serializers.Serializer):
         body = serializers.CharField(max_length=10_000)
@@ -244,7 +244,7 @@ class OperatorApplicationNoteApi(APIView):
 
 
 class OperatorApplicationDecisionApi(APIView):
-    permission_classes = [operator_access("orgs.change_application")]
+    permission_classes = [operator_access("rollout.change_application")]
 
     class ApplicationDecisionInput(serializers.Serializer):
         decision = serializers.ChoiceField(choices=Decision.choices)
@@ -265,7 +265,7 @@ class OperatorApplicationDecisionApi(APIView):
 
 
 class OperatorApplicationBulkDecisionApi(APIView):
-    permission_classes = [operator_access("orgs.change_application")]
+    permission_classes = [operator_access("rollout.change_application")]
 
     class ApplicationBulkDecisionInput(serializers.Serializer):
         applications = serializers.ListField(child=serializers.IntegerField(min_value=1),
@@ -288,7 +288,7 @@ class OperatorApplicationBulkDecisionApi(APIView):
 
 
 class OperatorApplicationScoreOverrideApi(APIView):
-    permission_classes = [operator_access("orgs.change_application")]
+    permission_classes = [operator_access("rollout.change_application")]
 
     class ApplicationScoreOverrideInput(serializers.Serializer):
         score = serializers.IntegerField(allow_null=True, min_value=-1_000, max_value=1_000)
@@ -303,7 +303,7 @@ class OperatorApplicationScoreOverrideApi(APIView):
 
 
 class OperatorApplicationPoolApi(APIView):
-    permission_classes = [operator_access("orgs.change_application")]
+    permission_classes = [operator_access("rollout.change_application")]
 
     class ApplicationPoolInput(serializers.Serializer):
         pool = serializers.PrimaryKeyRelatedField(queryset=CapacityPool.objects.all())

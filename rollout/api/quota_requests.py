@@ -78,7 +78,7 @@ class OrgQuotaRequestListApi(PaginatedApi, APIView):
     def post(self, request, org_id: int):
         org = org_get_for_user(user=request.user, org_id=org_id)
         org_require_role(user=request.user, org=org, roles=MEMBER_MANAGERS,
-                         perm="quotas.add_quotarequest")
+                         perm="rollout.add_quotarequest")
         data = validated_input(self.InputSerializer, request.data)
         created = services.quota_request_create(org=org, actor=request.user, **data)
         return Response(QuotaRequestOutput(created).data, status=status.HTTP_201_CREATED)
@@ -89,7 +89,7 @@ class OrgQuotaRequestCancelApi(APIView):
     def post(self, request, org_id: int, request_id: int):
         org, quota_request = _org_request(request, org_id, request_id)
         org_require_role(user=request.user, org=org, roles=MEMBER_MANAGERS,
-                         perm="quotas.change_quotarequest")
+                         perm="rollout.change_quotarequest")
         cancelled = services.quota_request_cancel(request=quota_request, actor=request.user)
         return Response(QuotaRequestOutput(cancelled).data)
 
@@ -102,14 +102,14 @@ class OperatorQuotaRequestListApi(PaginatedApi, APIView):
     @extend_schema(parameters=[FilterSerializer], responses=QuotaRequestOutput(many=True),
                    description="The operators' inbox, oldest pending first.")
     def get(self, request):
-        operator_require(user=request.user, perm="quotas.view_quotarequest")
+        operator_require(user=request.user, perm="rollout.view_quotarequest")
         filters = validated_input(self.FilterSerializer, request.query_params)
         requests = QuotaRequest.objects.filter(**filters).order_by("created_at", "id")
         return paginate(request, self, requests, QuotaRequestOutput)
 
 
 def _operator_request(request, request_id: int) -> QuotaRequest:
-    operator_require(user=request.user, perm="quotas.change_quotarequest")
+    operator_require(user=request.user, perm="rollout.change_quotarequest")
     quota_request = QuotaRequest.objects.filter(pk=request_id).first()
     if quota_request is None:
         raise NotFound("No such quota request.")
@@ -172,7 +172,7 @@ class PoolQuotaAutoApprovalApi(APIView):
                    description="Set every rule at once. A dimension whose rule is 0 may not "
                    "grow without an operator; all at 0 turns auto-approval off.")
     def put(self, request, pool_id: int):
-        operator_require(user=request.user, perm="quotas.change_pooladmission")
+        operator_require(user=request.user, perm="rollout.change_pooladmission")
         data = validated_input(self.Rules, request.data)
         row = services.pool_quota_auto_approval_set(pool=pool_get(pool_id=pool_id), rules=data,
                                                     actor=request.user)

@@ -60,7 +60,7 @@ def _wave(pk: int) -> RolloutWave:
 
 
 class WaveListApi(APIView):
-    permission_classes = [operator_access("quotas.change_rolloutwave")]
+    permission_classes = [operator_access("rollout.change_rolloutwave")]
 
     class WaveFilter(serializers.Serializer):
         pool = serializers.IntegerField(min_value=1, required=False)
@@ -92,7 +92,7 @@ class WaveListApi(APIView):
 
 
 class WaveDetailApi(APIView):
-    permission_classes = [operator_access("quotas.change_rolloutwave")]
+    permission_classes = [operator_access("rollout.change_rolloutwave")]
 
     @extend_schema(responses=WaveOutput)
     def get(self, request, pk: int):
@@ -100,7 +100,7 @@ class WaveDetailApi(APIView):
 
 
 class WavePlanApi(APIView):
-    permission_classes = [operator_access("quotas.change_rolloutwave")]
+    permission_classes = [operator_access("rollout.change_rolloutwave")]
 
     @extend_schema(responses={200: WavePlanOutput, **errors(409)})
     def get(self, request, pk: int):
@@ -108,7 +108,7 @@ class WavePlanApi(APIView):
 
 
 class WaveOpenApi(APIView):
-    permission_classes = [operator_access("quotas.change_rolloutwave")]
+    permission_classes = [operator_access("rollout.change_rolloutwave")]
 
     @extend_schema(request=None, responses={200: WaveOutput, **errors(409, 422)})
     def post(self, request, pk: int):
@@ -116,7 +116,7 @@ class WaveOpenApi(APIView):
 
 
 class WaveCloseApi(APIView):
-    permission_classes = [operator_access("quotas.change_rolloutwave")]
+    permission_classes = [operator_access("rollout.change_rolloutwave")]
 
     class WaveCloseInput(serializers.Serializer):
         reason = serializers.CharField(max_length=5_000, required=False, default="",
