@@ -3,7 +3,7 @@
 These models moved here from the quotas app and keep its tables (`db_table`): the usage
 events' table is partitioned by month (metering/partitions.py), its partitions are named after
 it, and raw SQL in ingestion and retention names it, so a rename would touch every partition
-for no gain.
+for no gain. `FORMER_LABELS` names them as they were (orgs.selectors.audit_target_labels).
 """
 
 from django.contrib.postgres.indexes import BrinIndex
@@ -62,6 +62,8 @@ class UsageEvent(models.Model):
     unreserved = models.BooleanField(default=False)
     received_at = models.DateTimeField(default=timezone.now)
 
+    FORMER_LABELS = ("quotas.usageevent",)
+
     class Meta:
         db_table = "quotas_usageevent"
         indexes = [
@@ -83,6 +85,8 @@ class UsageEventKey(models.Model):
     varchar_pattern_ops index, which no query here uses."""
 
     request_id = models.CharField(max_length=128, primary_key=True)
+
+    FORMER_LABELS = ("quotas.usageeventkey",)
 
     class Meta:
         db_table = "quotas_usageeventkey"
@@ -128,6 +132,8 @@ class UsageHourly(models.Model):
     ttft_count = models.PositiveBigIntegerField(default=0)
     decode_ms_total = models.PositiveBigIntegerField(default=0)
 
+    FORMER_LABELS = ("quotas.usagehourly",)
+
     class Meta:
         db_table = "quotas_usagehourly"
         constraints = [
@@ -166,6 +172,8 @@ class RefusalMinute(models.Model):
     minute = models.DateTimeField()
     code = models.CharField(max_length=40)
     count = models.PositiveIntegerField()
+
+    FORMER_LABELS = ("quotas.refusalminute",)
 
     class Meta:
         db_table = "quotas_refusalminute"
