@@ -11,7 +11,7 @@ metering/partitions.py), and dropped only if every figure of every org, pool, ke
 agrees; its events' request ids leave the key table just before (metering/models.py,
 `UsageEventKey`). A partition that differs stays detached, out of every reader's way, for an
 operator (logged as an error; each run compares it again). Never a DELETE of events: that would
-leave the table as large as before and vacuum the difference.
+leave the table as large as it was and vacuum the difference.
 
 Rollups. Each UTC day older than the hourly retention becomes one row per org, pool and key
 (`hours` = 24, in the same table: metering/models.py), in one statement, so a reader sees the

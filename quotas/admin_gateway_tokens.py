@@ -1,5 +1,5 @@
-"""Admin for gateway tokens. The lead's quotas/admin.py imports this module (its registrations
-run once, at import). Creating a token shows the secret once, in a message."""
+"""Admin for gateway tokens. quotas/admin.py and QuotasConfig.ready() import this module (its
+registrations run once, at import). Creating a token shows the secret once, in a message."""
 
 from django.contrib import admin, messages
 

@@ -9,7 +9,7 @@ that lock, so concurrent grants serialize on it and each sees the others' commit
 Input is metered apart exactly where the pool declares a prefill capacity: then every
 allocation in force carries input TPS (given, or derived from its output TPS in the ratio of the
 pool's prefill to decode capacity, also when an operator first declares the prefill capacity);
-elsewhere input counts with output against the decode capacity, as it always did.
+elsewhere input counts with output against the decode capacity (one fleet limit serves both).
 
 The house lock order. Every transaction, in every app, takes its row locks in this order and
 skips what it does not need:

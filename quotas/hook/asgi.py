@@ -7,7 +7,7 @@ itself: the same steps as the WSGI fast path and the Django view (quotas/hook/ho
 script awaited on the loop's pipelined Redis connection (quotas/limiter/aio.py), and only what
 may block (a pool rebuilt from PostgreSQL, a fail-open decision, the gateway tokens read for
 the first time, an unknown model or token) done in one of the bridge's threads. Everything
-else (other paths, other methods, usage) goes to the bridge, as before.
+else (other paths, other methods, usage) goes to the bridge.
 
 The answers are the WSGI fast path's, checks included: the Host against ALLOWED_HOSTS, the
 body limit (DATA_UPLOAD_MAX_MEMORY_SIZE), `nosniff`.

@@ -177,7 +177,7 @@ def _authorize_input_fast(body: object) -> AuthorizeInput | None:
     """The input when every field is well-formed, else None (then `authorize_input` says
     what is wrong). The same rules as `_Fields` applies field by field below, in one
     expression: well-formed is the case of every inference request, and the per-field
-    bookkeeping was most of the parsing's cost. tests/quotas/test_authorize_input.py holds
+    bookkeeping was most of the parsing's cost. tests/quotas/hook/test_authorize_input.py holds
     the two to the same answers."""
     if type(body) is not dict:
         return None

@@ -2,7 +2,7 @@
 
 Python builds keys and arguments and decodes replies from these declarations. The Lua scripts
 say the same names, and connection.py turns them into what they stand for when it loads a
-script (`lua_expand`; tests/quotas/test_limiter_schema.py holds both sides to it):
+script (`lua_expand`; tests/quotas/limiter/test_schema.py holds both sides to it):
 
     F.org.status   -> 'st'        a stored hash field (F.org alone: the group as a Lua table)
     KEY.registry   -> 'keys'      a key name under the pool's hash tag
@@ -39,7 +39,7 @@ class OrgFields(NamedTuple):
     """{p}:org:<org>: one org's state and limits in the pool (org_publish writes them all).
     Rates are tokens/s, capacities tokens. The output buckets meter output (decode) tokens; when
     the org has no input rates (its pool declares no prefill capacity) they meter input and
-    output together, as before input was metered apart."""
+    output together, against the pool's one capacity."""
     status: str = "st"
     suspension_reason: str = "sr"
     has_allocation: str = "alloc"  # 1 while an allocation is in force, else 0

@@ -15,9 +15,9 @@ from quotas.models import Tier
 from quotas.publish import limiter_sync_pool
 from tests.billing.conftest import usage_add
 from tests.factories import PoolFactory
+from tests.metering.test_usage_ingest import authorize, event
 from tests.openai_schemas import openai_validate
 from tests.quotas.conftest import tenant_create
-from tests.quotas.test_usage_ingest import authorize, event
 
 pytestmark = pytest.mark.django_db
 USAGE = "/api/gateway/v1/usage"

@@ -194,7 +194,7 @@ def test_premium_eligibility(gateway, t, limiter_clock, ttft_ms, decode_ms, stat
     ({"started_at": "yesterday"}, "started_at"),
     ({"started_at": "2026-01-01T00:00:00"}, "started_at"),  # no time zone
     # Well-formed timestamps out of order or out of the window are rejected per event
-    # (tests/quotas/test_usage_timestamps.py).
+    # (tests/metering/test_usage_timestamps.py).
 ])
 def test_malformed_batches_are_400_and_write_nothing(gateway, t, limiter_clock, change, field,
                                                      report):

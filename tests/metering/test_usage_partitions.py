@@ -24,7 +24,7 @@ from metering.usage import usage_record
 from quotas.hook.gateway_tokens import gateway_token_cache_clear, gateway_token_create
 from sluice.months import month_after
 from tests.conftest import usage_partitions_for_tests
-from tests.quotas.usage_events import month_start, routed_tenant, usage_event
+from tests.metering.usage_events import month_start, routed_tenant, usage_event
 
 PARTITIONING = ("quotas", "0006_usage_partitions")
 SECOND = timedelta(seconds=1)

@@ -28,7 +28,7 @@ from metering.retention import usage_partition_differences, usage_raw_retire
 from metering.usage import usage_record
 from sluice.months import month_after
 from tests.conftest import usage_partitions_for_tests
-from tests.quotas.usage_events import month_start, routed_tenant, usage_event
+from tests.metering.usage_events import month_start, routed_tenant, usage_event
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

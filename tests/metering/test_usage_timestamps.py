@@ -1,5 +1,5 @@
 """The window a usage event's timestamps may name (README, "Usage: which timestamps are
-accepted"), issue 10 item 4: an event outside it is rejected on its own, with a code, and the
+accepted"): an event outside it is rejected on its own, with a code, and the
 rest of its batch is recorded and settled."""
 
 from datetime import timedelta

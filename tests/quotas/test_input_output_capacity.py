@@ -1,4 +1,4 @@
-"""Issue 12, point 2: input (prefill) and output (decode) capacity apart. Pools declare both;
+"""Input (prefill) and output (decode) capacity apart. Pools declare both;
 allocations guarantee and burst both; the ledger keeps both invariants; authorize debits both
 all-or-nothing; cached input tokens cost no prefill capacity."""
 

@@ -1,4 +1,4 @@
-"""Issue 12, point 4: an API key may carry its own TPS (input, output), daily-token and
+"""An API key may carry its own TPS (input, output), daily-token and
 concurrency limits within its org's allocation; owners and admins set them (portal, REST); the
 admission engine enforces them in the same script as the org's, all or nothing; the headers
 show the tighter; a refusal by the key's slice says `error.scope: "key"`."""

@@ -5,7 +5,7 @@
 -- Each org has two dimensions, output (decode) and input (prefill), each made of its guaranteed
 -- bucket, its burst bucket and the pool's headroom bucket of that dimension. An org without
 -- input rates (its pool declares no prefill capacity) meters input with output, in the output
--- dimension, as before the two were apart.
+-- dimension: that pool's one capacity bounds both.
 --
 -- Authorize keeps a decision's buckets in locals (a table costs Redis ~3,000 instructions with
 -- its collection, and a decision would build a dozen); settle, which handles many orgs in one

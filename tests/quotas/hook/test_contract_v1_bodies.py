@@ -1,14 +1,14 @@
-"""Hook contract 2 is additive: a gateway that sends exactly what it sent before (no
-service_tier, a max_output_tokens, no cached_input_tokens) to a pool that meters input with
-output gets the answers it got before, field for field; the new fields come beside them."""
+"""The hook's contract grows by addition only: a gateway that sends the first contract's bodies
+(no service_tier, a max_output_tokens, no cached_input_tokens) to a pool that meters input with
+output gets that contract's answers, field for field; the newer fields come beside them."""
 
 import pytest
 from django.test import Client
 
 from quotas.hook.gateway_tokens import gateway_token_cache_clear, gateway_token_create
 from quotas.hook.routing import pool_routes_reload
+from tests.metering.test_usage_ingest import event
 from tests.quotas.conftest import tenant_create
-from tests.quotas.test_usage_ingest import event
 
 pytestmark = pytest.mark.django_db
 AUTHORIZE, USAGE = "/api/gateway/v1/authorize", "/api/gateway/v1/usage"

@@ -1,4 +1,4 @@
-"""The hook's edges (issue 10, items 10, 12 and 13): bodies nested deep, too large or chunked;
+"""The hook's edges: bodies nested deep, too large or chunked;
 request ids with a trailing newline; a null reservation_id; refusals that keep the authorize
 shape (`allowed`); 405 with `Allow`. Through the Django view and the WSGI fast path alike."""
 

@@ -31,7 +31,7 @@ from tests.aio import LoopThread
 from tests.factories import PoolFactory
 from tests.private_redis import PrivateRedis
 from tests.quotas.conftest import tenant_create
-from tests.quotas.test_service_tiers import Tiers
+from tests.quotas.hook.test_service_tiers import Tiers
 
 pytestmark = pytest.mark.django_db(transaction=True)
 URL = "/api/gateway/v1/authorize"
@@ -171,7 +171,7 @@ def test_the_gateway_token_host_body_and_method_are_checked_as_on_the_fast_path(
     assert too_large.status_code == 400
     assert too_large.json()["error"]["message"] == "The body must be at most 200 bytes."
     assert on_loop.post(big, headers={"Authorization": "Bearer gw_nope"}).status_code == 401
-    # Other methods go to Django, which answers as it always did.
+    # Other methods go to Django, which answers them itself.
     get = on_loop.post(method="GET")
     assert get.status_code == 405 and get.headers["allow"] == "POST"
 

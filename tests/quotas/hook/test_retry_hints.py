@@ -1,4 +1,4 @@
-"""Issue 10, item 15: refusals tell gateways (and the OpenAI SDK behind them) whether retrying
+"""Refusals tell gateways (and the OpenAI SDK behind them) whether retrying
 the same request can help soon: `error.retryable` and the `x-should-retry` header."""
 
 import re
@@ -14,7 +14,7 @@ from tests.quotas.conftest import tenant_create
 
 pytestmark = pytest.mark.django_db
 URL = "/api/gateway/v1/authorize"
-README = Path(__file__).resolve().parents[2] / "README.md"
+README = Path(__file__).resolve().parents[3] / "README.md"
 
 
 @pytest.fixture

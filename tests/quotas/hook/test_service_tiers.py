@@ -1,4 +1,4 @@
-"""Issue 12, point 3: service tiers. A model served by a fast and a standard pool in one region
+"""Service tiers. A model served by a fast and a standard pool in one region
 routes by `service_tier`; with `auto`, what the fast pool refuses for TPS or pool capacity
 spills to the org's standard allocation, and the answer names the pool and tier that serve it."""
 
@@ -15,8 +15,8 @@ from quotas.limiter.clock import clock
 from quotas.models import Allocation
 from quotas.publish import limiter_sync_pool
 from tests.factories import AllocationFactory, OrganizationFactory, PoolFactory
+from tests.metering.test_usage_ingest import USAGE, event
 from tests.quotas.conftest import threads_race
-from tests.quotas.test_usage_ingest import USAGE, event
 
 pytestmark = pytest.mark.django_db
 URL = "/api/gateway/v1/authorize"

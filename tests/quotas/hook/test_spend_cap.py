@@ -17,8 +17,8 @@ from quotas.limiter.clock import clock, month_stamp
 from quotas.limiter.connection import limiter_client
 from quotas.limiter.schema import pool_tag
 from quotas.publish import limiter_sync_pool
+from tests.metering.test_usage_ingest import AUTHORIZE, USAGE, authorize, event
 from tests.quotas.conftest import tenant_create
-from tests.quotas.test_usage_ingest import AUTHORIZE, USAGE, authorize, event
 
 # List price: 100 input + 300 output tokens = 100*5 + 300*30 = 9,500 micro-dollars a request.
 COST_PER_REQUEST = 9_500

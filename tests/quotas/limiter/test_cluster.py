@@ -21,7 +21,7 @@ from tests.private_redis import PrivateCluster
 from tests.quotas.conftest import tenant_create
 
 # The same tests, collected again in this module: here `redis_client` is the cluster's.
-from tests.quotas.test_limiter_engine import (  # noqa: F401
+from tests.quotas.limiter.test_engine import (  # noqa: F401
     test_allowed_request_reserves_input_plus_max_output_and_reports_headers,
     test_burst_borrows_from_pool_headroom_and_never_past_capacity,
     test_concurrency_cap_and_expiry_frees_the_slot,
@@ -36,7 +36,7 @@ from tests.quotas.test_limiter_engine import (  # noqa: F401
     test_tps_bucket_refills_at_the_guaranteed_rate,
     test_unknown_key_is_refused,
 )
-from tests.quotas.test_limiter_publish import (  # noqa: F401
+from tests.quotas.test_publish import (  # noqa: F401
     commit,
     script_calls,
     test_a_capacity_change_is_one_script_call_for_the_pool,
@@ -44,7 +44,7 @@ from tests.quotas.test_limiter_publish import (  # noqa: F401
     test_a_wave_publishes_each_admitted_org_once_and_the_pool_once,
     test_many_changes_to_one_org_in_one_transaction_publish_it_once,
 )
-from tests.quotas.test_limiter_sync import (  # noqa: F401
+from tests.quotas.test_publish_sync import (  # noqa: F401
     test_concurrency_cap_holds_under_a_thread_race,
     test_daily_and_tps_limits_hold_under_a_thread_race,
     test_flushed_redis_is_rebuilt_by_authorize_with_the_days_usage,
@@ -119,7 +119,7 @@ def test_the_hook_serves_authorize_from_a_cluster(limiter, settings):
 def test_the_event_loop_asks_each_pools_node_over_its_own_connection(limiter, cluster):
     """Authorize decided on the server's event loop (quotas/hook/asgi.py): each pool's
     script runs on the node serving its slot, over the loop's connection to that node."""
-    from tests.quotas.test_hook_on_loop import OnLoop
+    from tests.quotas.hook.test_on_loop import OnLoop
 
     gateway_token_cache_clear()
     _, plaintext = gateway_token_create(name="edge-loop", actor="test")

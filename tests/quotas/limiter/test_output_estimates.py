@@ -1,4 +1,4 @@
-"""Issue 12, point 1: authorize reserves min(max_output_tokens, estimate), the estimate being the
+"""Authorize reserves min(max_output_tokens, estimate), the estimate being the
 p95 of the output lengths settle observed for the key (with enough history) or org in the pool;
 settle debits any overshoot (the buckets may go negative) and refunds the rest."""
 

@@ -1,4 +1,4 @@
-"""Issue 10, item 2: after Redis restarts empty (here: a flush), every counter the engine keeps
+"""After Redis restarts empty (here: a flush), every counter the engine keeps
 is at least what PostgreSQL has recorded, whatever order authorize, usage and the periodic
 sync arrive in. Before the fix, usage that reached the pool first created the day's counter
 from its one event, and the rebuild's SET NX never loaded the day's recorded usage."""
@@ -20,8 +20,8 @@ from quotas.limiter.clock import day_stamp, month_stamp
 from quotas.limiter.engine import limiter_authorize
 from quotas.limiter.schema import KEY, KEY_SLICE, pool_key
 from quotas.publish import limiter_sync_pool
+from tests.metering.test_usage_ingest import USAGE, event
 from tests.quotas.conftest import tenant_create
-from tests.quotas.test_usage_ingest import USAGE, event
 
 pytestmark = pytest.mark.django_db
 

@@ -1,4 +1,4 @@
-"""Issue 12, point 6: from the first moment of saturation an org is admitted >= 99.5% of what
+"""From the first moment of saturation an org is admitted >= 99.5% of what
 its allocation allows, never more. Requests arrive on a simulated clock (the engine takes the
 caller's clock), in order or with callers' clocks up to 30 ms behind, at 200 or 500 decisions
 a second; nothing is settled, so every reserved token counts.

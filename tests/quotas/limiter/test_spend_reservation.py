@@ -1,4 +1,4 @@
-"""Issue 12, point 5: with a spend cap, authorize holds each request's worst-case price
+"""With a spend cap, authorize holds each request's worst-case price
 (reserved tokens x the pool's prices, premium included) against cap - month to date - money
 held, and settle releases it once billing has added the rated price. A burst of requests in
 flight can no longer sail past the cap."""
@@ -20,8 +20,8 @@ from quotas.limiter.engine import limiter_authorize
 from quotas.limiter.schema import KEY, MONEY, pool_key
 from quotas.publish import limiter_sync_pool
 from tests.factories import PoolFactory
+from tests.metering.test_usage_ingest import AUTHORIZE, USAGE, event
 from tests.quotas.conftest import tenant_create, threads_race
-from tests.quotas.test_usage_ingest import AUTHORIZE, USAGE, event
 
 pytestmark = pytest.mark.django_db
 # Reserved: 1,000 input + 1,000 output (the pool's estimate) at $5 / $30 per million tokens,
