@@ -39,7 +39,7 @@ urlpatterns = [
 ]
 
 # Under /api/ these answer the one JSON error shape; elsewhere Django's pages.
-handler400 = "sluice.error_pages.bad_request"
-handler403 = "sluice.error_pages.permission_denied"
-handler404 = "sluice.error_pages.page_not_found"
-handler500 = "sluice.error_pages.server_error"
+handler400 = "sluice.error_responses.bad_request"
+handler403 = "sluice.error_responses.permission_denied"
+handler404 = "sluice.error_responses.page_not_found"
+handler500 = "sluice.error_responses.server_error"

@@ -35,8 +35,14 @@ from rollout.models import (
     OrgPoolPreference,
 )
 from rollout.notifications import application_email_queue
-from sluice.error_format import error_body
-from sluice.errors import Conflict, DomainError, IllegalTransition, NotFound, Unprocessable
+from sluice.errors import (
+    Conflict,
+    DomainError,
+    IllegalTransition,
+    NotFound,
+    Unprocessable,
+    error_body,
+)
 from sluice.transactions import nestable
 
 A = ApplicationState

@@ -1,75 +1,11 @@
-"""Every REST API error in the one shape (sluice/error_format.py):
-
-    {"error": {"code": "...", "message": "...", "fields": {...}, "details": {...}}}
-
-DRF's own exceptions (validation, authentication, throttling, 404) and our DomainErrors all pass
-through `exception_handler`, so clients parse exactly one shape.
-"""
+"""What every REST API view shares besides its errors (sluice/error_responses.py answers those):
+the one way to read input, and OpenAI's page of time buckets."""
 
 import time
 
-from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
-from django.http import Http404
-from rest_framework import exceptions, serializers, status
-from rest_framework.response import Response
-from rest_framework.views import set_rollback
+from rest_framework import serializers
 
-from sluice.error_format import error_body
-from sluice.errors import DomainError
 from sluice.time_buckets import BucketError, bucket_page
-
-_DRF_CODES = {
-    exceptions.ValidationError: "invalid_input",
-    exceptions.ParseError: "malformed_request",
-    exceptions.NotAuthenticated: "not_authenticated",
-    exceptions.AuthenticationFailed: "authentication_failed",
-    exceptions.PermissionDenied: "permission_denied",
-    exceptions.NotFound: "not_found",
-    exceptions.MethodNotAllowed: "method_not_allowed",
-    exceptions.UnsupportedMediaType: "unsupported_media_type",
-    exceptions.Throttled: "throttled",
-}
-
-
-def _validation_fields(detail) -> dict:
-    if isinstance(detail, dict):
-        return {key: _validation_fields(value) for key, value in detail.items()}
-    if isinstance(detail, list):
-        if all(isinstance(item, str) for item in detail):
-            return [str(item) for item in detail]
-        return [_validation_fields(item) for item in detail]
-    return [str(detail)]
-
-
-def exception_handler(exc, context):
-    if isinstance(exc, DomainError):
-        set_rollback()
-        return Response(error_body(code=exc.code, message=exc.message, fields=exc.fields,
-                                   details=exc.details), status=exc.status)
-    if isinstance(exc, Http404):
-        exc = exceptions.NotFound()
-    elif isinstance(exc, DjangoPermissionDenied):
-        exc = exceptions.PermissionDenied()
-    if not isinstance(exc, exceptions.APIException):
-        return None
-    set_rollback()
-    code = next((c for cls, c in _DRF_CODES.items() if isinstance(exc, cls)), "error")
-    headers = {}
-    if getattr(exc, "auth_header", None):
-        headers["WWW-Authenticate"] = exc.auth_header
-    if getattr(exc, "wait", None):
-        headers["Retry-After"] = str(int(exc.wait))
-    if isinstance(exc, exceptions.ValidationError):
-        detail = exc.detail
-        fields = _validation_fields(detail) if isinstance(detail, dict) else None
-        message = "The request is invalid."
-        if not fields:
-            message = "; ".join(_validation_fields(detail)) or message
-        body = error_body(code=code, message=message, fields=fields)
-        return Response(body, status=status.HTTP_400_BAD_REQUEST, headers=headers)
-    return Response(
-        error_body(code=code, message=str(exc.detail)), status=exc.status_code, headers=headers
-    )
 
 
 class RequiredBooleanField(serializers.BooleanField):

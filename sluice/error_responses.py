@@ -1,16 +1,79 @@
-"""Django's error answers (400, 403, 404, 500, and 405 of function views) in the one JSON
-error shape for every path under /api/; elsewhere Django's own pages. Wired as config/urls.py's
-handler400...handler500: they answer what no view did (no URL matched, a body past
-DATA_UPLOAD_MAX_MEMORY_SIZE, an exception a view let through)."""
+"""Every error answered over HTTP, in the one shape (sluice/errors.py):
+
+- the REST API's: DRF's own exceptions (validation, authentication, throttling, 404) and our
+  DomainErrors all pass through `exception_handler` (REST_FRAMEWORK's EXCEPTION_HANDLER);
+- Django's (400, 403, 404, 500, and 405 of function views), for every path under /api/;
+  elsewhere Django's own pages. Wired as config/urls.py's handler400...handler500: they answer
+  what no view did (no URL matched, a body past DATA_UPLOAD_MAX_MEMORY_SIZE, an exception a
+  view let through).
+"""
 
 from functools import wraps
 
-from django.http import HttpResponseNotAllowed, JsonResponse
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.http import Http404, HttpResponseNotAllowed, JsonResponse
 from django.views import defaults
+from rest_framework import exceptions, status
+from rest_framework.response import Response
+from rest_framework.views import set_rollback
 
-from sluice.error_format import error_body
+from sluice.errors import DomainError, error_body
 
 API_PREFIX = "/api/"
+
+_DRF_CODES = {
+    exceptions.ValidationError: "invalid_input",
+    exceptions.ParseError: "malformed_request",
+    exceptions.NotAuthenticated: "not_authenticated",
+    exceptions.AuthenticationFailed: "authentication_failed",
+    exceptions.PermissionDenied: "permission_denied",
+    exceptions.NotFound: "not_found",
+    exceptions.MethodNotAllowed: "method_not_allowed",
+    exceptions.UnsupportedMediaType: "unsupported_media_type",
+    exceptions.Throttled: "throttled",
+}
+
+
+def _validation_fields(detail) -> dict:
+    if isinstance(detail, dict):
+        return {key: _validation_fields(value) for key, value in detail.items()}
+    if isinstance(detail, list):
+        if all(isinstance(item, str) for item in detail):
+            return [str(item) for item in detail]
+        return [_validation_fields(item) for item in detail]
+    return [str(detail)]
+
+
+def exception_handler(exc, context):
+    if isinstance(exc, DomainError):
+        set_rollback()
+        return Response(error_body(code=exc.code, message=exc.message, fields=exc.fields,
+                                   details=exc.details), status=exc.status)
+    if isinstance(exc, Http404):
+        exc = exceptions.NotFound()
+    elif isinstance(exc, DjangoPermissionDenied):
+        exc = exceptions.PermissionDenied()
+    if not isinstance(exc, exceptions.APIException):
+        return None
+    set_rollback()
+    code = next((c for cls, c in _DRF_CODES.items() if isinstance(exc, cls)), "error")
+    headers = {}
+    if getattr(exc, "auth_header", None):
+        headers["WWW-Authenticate"] = exc.auth_header
+    if getattr(exc, "wait", None):
+        headers["Retry-After"] = str(int(exc.wait))
+    if isinstance(exc, exceptions.ValidationError):
+        detail = exc.detail
+        fields = _validation_fields(detail) if isinstance(detail, dict) else None
+        message = "The request is invalid."
+        if not fields:
+            message = "; ".join(_validation_fields(detail)) or message
+        body = error_body(code=code, message=message, fields=fields)
+        return Response(body, status=status.HTTP_400_BAD_REQUEST, headers=headers)
+    return Response(
+        error_body(code=code, message=str(exc.detail)), status=exc.status_code, headers=headers
+    )
+
 
 
 def _json(code: str, message: str, status: int) -> JsonResponse:

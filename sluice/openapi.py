@@ -6,7 +6,7 @@ Three things the stock AutoSchema gets wrong for views written the house way:
   drf-spectacular names a component after the class alone, so fourteen different bodies became
   one `InputRequest` (POST /api/v1/orgs/ documented an allocation). A nested serializer with a
   generic name is named after its view instead: `OrgListApi.InputSerializer` -> `OrgListInput`.
-- Error answers. Every error is the one shape (sluice/error_format.py), documented once as the
+- Error answers. Every error is the one shape (sluice/errors.py), documented once as the
   `Error` component and listed on every operation for the codes it can answer: 400 (a body or
   query parameters to validate), 401 and 403 (every view needs a credential and checks a
   permission), 404 (an object in the path), 415 (a body), 429 (a throttled view). Codes that
@@ -49,7 +49,7 @@ class ErrorDetail(serializers.Serializer):
 
 
 class Error(serializers.Serializer):
-    """The one error shape of every API answer that is not a success (sluice/error_format.py)."""
+    """The one error shape of every API answer that is not a success (sluice/errors.py)."""
 
     error = ErrorDetail()
 

@@ -5,8 +5,8 @@ from django.http import JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from billing import services, stripe_api
-from sluice.error_format import error_body
-from sluice.error_pages import require_post_json
+from sluice.error_responses import require_post_json
+from sluice.errors import error_body
 
 
 @csrf_exempt

@@ -12,7 +12,7 @@ from quotas.hook.hook import Answer, hook_call
 from quotas.hook.inputs import usage_input
 from quotas.hook.metrics import LATENCY_BUCKETS
 from quotas.hook.views import hook_view
-from sluice.error_format import error_body
+from sluice.errors import error_body
 
 USAGE_EVENTS = Counter("sluice_usage_events_total", "Usage events by result.", ["result"])
 USAGE_SECONDS = Histogram("sluice_usage_seconds", "Usage call handling time in the view.",

@@ -33,7 +33,7 @@ from quotas.limiter.connection import LimiterUnavailable
 from quotas.limiter.engine import limiter_authorize_steps, limiter_spill_mark_steps
 from quotas.limiter.schema import SPILLED, TIER_MISMATCH, Decision
 from quotas.limiter.steps import Background, Blocking, Steps, steps_run
-from sluice.error_format import error_body
+from sluice.errors import error_body
 from sluice.secrets import secret_digest
 
 logger = logging.getLogger(__name__)

@@ -24,7 +24,7 @@ from django.http.request import split_domain_port, validate_host
 
 from quotas.hook.hook import authorize_call
 from quotas.hook.inputs import body_read
-from sluice.error_format import error_body
+from sluice.errors import error_body
 
 AUTHORIZE_PATH = "/api/gateway/v1/authorize"
 USAGE_PATH = "/api/gateway/v1/usage"

@@ -1,4 +1,4 @@
-"""Every error answer has the one shape of sluice/error_format.py, whoever found the problem:
+"""Every error answer has the one shape of sluice/errors.py, whoever found the problem:
 DRF's validation and authentication, a service's validation, a domain refusal (409, 422), the
 gateway hook (Django view and WSGI fast path)."""
 
