@@ -88,6 +88,33 @@ def test_every_app_is_checked(app):
     assert any(p.relative_to(ROOT).parts[0] == app for p in _modules())
 
 
+def _django_apps(root: Path = ROOT) -> list[str]:
+    return sorted(p.parent.name for p in root.glob("*/apps.py"))
+
+
+def test_the_house_knows_every_django_app():
+    """A new app gets its place in the house before it gets code."""
+    assert set(_django_apps()) <= set(RANK)
+
+
+# No app holds more than this share of the apps' code: past it, an app is doing several jobs.
+LARGEST_SHARE = 0.30
+
+
+def _code_lines(app: str, root: Path = ROOT) -> int:
+    """Non-blank lines of Python and Lua, migrations left out (tests live outside the apps)."""
+    return sum(sum(1 for line in path.read_text(encoding="utf-8").splitlines() if line.strip())
+               for path in (root / app).rglob("*")
+               if path.suffix in (".py", ".lua") and "migrations" not in path.parts)
+
+
+def test_no_app_holds_more_than_its_share_of_the_code():
+    lines = {app: _code_lines(app) for app in _django_apps()}
+    total = sum(lines.values())
+    over = {app: f"{n / total:.1%}" for app, n in lines.items() if n > LARGEST_SHARE * total}
+    assert over == {}
+
+
 def test_the_gateway_has_no_django_inside():
     """gateway/ is the data plane: it talks to Sluice through the hook (sluice_client), never
     through Django or Sluice's apps."""
