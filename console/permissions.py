@@ -3,7 +3,8 @@ capacity, allocations, vetting decisions, waves, quota requests and money. Super
 every permission.
 
 The groups are created by migration 0001 through `groups_sync`; a later change to these lists
-ships with a migration that calls it again.
+ships with a migration that calls it again, depending on the migrations of every model the lists
+name (earlier migrations leave out the permissions of models not made yet).
 """
 
 from django.db.models import Q
