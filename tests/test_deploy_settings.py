@@ -1,4 +1,4 @@
-"""Production settings from the environment (issue 10, items 16 and 17): `check --deploy` is
+"""Production settings from the environment: `check --deploy` is
 clean, a short secret key and a missing or logging email backend stop the process at start-up.
 Each case starts a real process with production settings (config.settings.base, debug off)."""
 

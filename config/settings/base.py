@@ -1,5 +1,6 @@
-"""Sluice settings. Everything deployment-specific comes from environment variables (README lists
-them); there is no local_settings file. Unknown SLUICE_* variables are refused."""
+"""Sluice settings. Everything deployment-specific comes from environment variables
+(docs/configuration.md lists them); there is no local_settings file. Unknown SLUICE_* variables
+are refused."""
 
 from pathlib import Path
 
@@ -287,8 +288,9 @@ CELERY_BROKER_CONNECTION_MAX_RETRIES = None
 # What a task prints (the console email backend prints whole emails) goes to the worker's
 # output as it is: Celery's default logs every printed line as a WARNING.
 CELERY_WORKER_REDIRECT_STDOUTS = False
-# Queues: one per kind of work, so a slow kind never holds up another (README, "Celery
-# queues"). A worker without -Q consumes them all (dev.py run); production runs one per queue.
+# Queues: one per kind of work, so a slow kind never holds up another (docs/deploying.md,
+# "Celery queues"). A worker without -Q consumes them all (dev.py run); production runs one per
+# queue.
 CELERY_TASK_QUEUES = [Queue(name) for name in
                       ("limits", "email", "billing", "webhooks", "maintenance")]
 CELERY_TASK_DEFAULT_QUEUE = "maintenance"
