@@ -94,7 +94,8 @@ def test_production_defaults_to_smtp_from_the_environment():
 
 def test_production_refuses_backends_that_write_emails_to_the_log():
     for backend in ("django.core.mail.backends.console.EmailBackend",
-                    "django.core.mail.backends.filebased.EmailBackend"):
+                    "django.core.mail.backends.filebased.EmailBackend",
+                    "config.devmail.EmailBackend"):
         result = run(["-c", "import django; django.setup()"],
                      production_env(SLUICE_EMAIL_BACKEND=backend))
         assert result.returncode != 0, backend

@@ -210,7 +210,8 @@ SECURE_PROXY_SSL_HEADER = (("HTTP_X_FORWARDED_PROTO", "https")
 # Emails carry secrets (password reset links, invitation tokens): in production they go to a
 # mail server, never to the log. The console backend (prints them) is for development only.
 _LOGGING_EMAIL_BACKENDS = {"django.core.mail.backends.console.EmailBackend",
-                           "django.core.mail.backends.filebased.EmailBackend"}
+                           "django.core.mail.backends.filebased.EmailBackend",
+                           "config.devmail.EmailBackend"}
 _SMTP_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
 EMAIL_BACKEND = env_str("SLUICE_EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend"
                         if DEBUG else _SMTP_BACKEND)
@@ -225,6 +226,8 @@ EMAIL_PORT = env_int("SLUICE_EMAIL_PORT", 25)
 EMAIL_HOST_USER = env_str("SLUICE_EMAIL_HOST_USER", "")
 EMAIL_HOST_PASSWORD = env_str("SLUICE_EMAIL_HOST_PASSWORD", "")
 EMAIL_USE_TLS = env_bool("SLUICE_EMAIL_USE_TLS", False)
+# Where the file backends (config.devmail for `dev.py run`) keep whole emails.
+EMAIL_FILE_PATH = BASE_DIR / ".sluice" / "emails"
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
