@@ -62,6 +62,8 @@ class Role(models.TextChoices):
 
 # Roles allowed to manage members and invitations.
 MEMBER_MANAGERS = frozenset({Role.OWNER, Role.ADMIN})
+# Roles allowed to grant, change or remove the owner role, and to invite owners.
+OWNER_MANAGERS = frozenset({Role.OWNER})
 # Roles allowed to create and revoke API keys.
 KEY_MANAGERS = frozenset({Role.OWNER, Role.ADMIN, Role.DEVELOPER})
 # Roles allowed to set a key's own slice of the org's limits and its default service tier.

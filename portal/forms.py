@@ -65,6 +65,12 @@ class InviteForm(forms.Form):
     email = forms.EmailField(label="Email address")
     role = forms.ChoiceField(label="Role", choices=Role.choices, initial=Role.DEVELOPER)
 
+    def __init__(self, *args, may_grant_owner: bool = True, **kwargs):
+        super().__init__(*args, **kwargs)
+        if not may_grant_owner:
+            # Only owners invite owners (orgs.services.members); the service refuses it anyway.
+            self.fields["role"].choices = [c for c in Role.choices if c[0] != Role.OWNER]
+
 
 class RoleForm(forms.Form):
     role = forms.ChoiceField(label="Role", choices=Role.choices)

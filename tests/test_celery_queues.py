@@ -38,7 +38,8 @@ def test_email_stripe_and_webhooks_wait_on_their_own_queues():
     assert _queue("billing.tasks.outbox_deliver_task") == "billing"
     assert _queue("billing.tasks.stripe_event_process_task") == "billing"
     assert _queue("webhooks.tasks.webhook_deliver_task") == "webhooks"
-    assert _queue("quotas.tasks.usage_partitions_maintain") == "maintenance"
+    assert _queue("metering.tasks.usage_partitions_maintain") == "maintenance"
+    assert _queue("rollout.tasks.waves_advance") == "maintenance"
 
 
 def test_a_worker_without_q_consumes_every_queue():

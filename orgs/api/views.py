@@ -111,6 +111,12 @@ class OrgTransitionApi(APIView):
         return Response(OrgOutput(org).data)
 
 
+OWNER_RULE = ("Owners and admins manage members (operators too). Only an owner grants, changes "
+              "or removes the owner role, or invites an owner: anyone else gets 403 "
+              "`owner_required`. The last owner can be neither demoted nor removed: 409 "
+              "`last_owner`.")
+
+
 class MemberOutput(serializers.Serializer):
     id = serializers.IntegerField()
     email = serializers.CharField(source="user.email")
@@ -155,7 +161,8 @@ class MemberDetailApi(APIView):
                          perm="orgs.change_membership")
         return membership
 
-    @extend_schema(request=InputSerializer, responses={200: MemberOutput, **errors(409)})
+    @extend_schema(request=InputSerializer, responses={200: MemberOutput, **errors(409)},
+                   description=OWNER_RULE)
     def patch(self, request, org_id: int, member_id: int):
         membership = self._member(request, org_id, member_id)
         data = validated_input(self.InputSerializer, request.data)
@@ -163,7 +170,7 @@ class MemberDetailApi(APIView):
             membership=membership, role=data["role"], actor=request.user)
         return Response(MemberOutput(membership).data)
 
-    @extend_schema(responses={204: None, **errors(409)})
+    @extend_schema(responses={204: None, **errors(409)}, description=OWNER_RULE)
     def delete(self, request, org_id: int, member_id: int):
         services.membership_remove(membership=self._member(request, org_id, member_id),
                                    actor=request.user)
@@ -194,7 +201,8 @@ class InvitationListApi(PaginatedApi, APIView):
 
     @extend_schema(request=InputSerializer, responses={201: InvitationOutput, **errors(409)},
                    description="Emails an invitation link that expires; the token is not "
-                   "returned and is stored only as a hash.")
+                   "returned and is stored only as a hash. Inviting an owner takes an owner "
+                   "(403 `owner_required`).")
     def post(self, request, org_id: int):
         org = org_get_for_user(user=request.user, org_id=org_id)
         org_require_role(user=request.user, org=org, roles=MEMBER_MANAGERS,

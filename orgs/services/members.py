@@ -8,8 +8,9 @@ from django.utils import timezone
 
 from orgs.models import Invitation, Membership, Organization, Role
 from orgs.notifications import invitation_email_queue
+from orgs.operators import user_is_operator
 from orgs.services.audit import Actor, audit_record
-from sluice.errors import Conflict, NotFound
+from sluice.errors import Conflict, NotFound, PermissionDenied
 from sluice.secrets import secret_issue, secret_matches, secret_parse_lookup
 from sluice.transactions import nestable
 
@@ -17,27 +18,38 @@ User = get_user_model()
 INVITATION_KIND = "inv"
 
 
-def _membership_lock_with_owners(membership: Membership) -> Membership:
-    """Lock the membership and every owner row of its org, in primary-key order: two
-    concurrent demotions must not leave zero owners, nor wait on each other crosswise."""
-    rows = {row.pk: row for row in Membership.objects.select_for_update().filter(
-        Q(pk=membership.pk) | Q(org_id=membership.org_id, role=Role.OWNER)).order_by("pk")}
-    if membership.pk not in rows:
+def _lock_with_owners(*, org_id: int, membership_pk: int | None = None
+                      ) -> tuple[Membership | None, set[int]]:
+    """Lock the membership (if any) and every owner row of its org, in primary-key order: two
+    concurrent demotions must not leave zero owners, nor wait on each other crosswise. Returns
+    the locked membership and the user ids of the owners."""
+    rows = list(Membership.objects.select_for_update().filter(
+        Q(pk=membership_pk) | Q(org_id=org_id, role=Role.OWNER)).order_by("pk"))
+    membership = next((row for row in rows if row.pk == membership_pk), None)
+    if membership_pk is not None and membership is None:
         raise Membership.DoesNotExist
-    return rows[membership.pk]
+    return membership, {row.user_id for row in rows if row.role == Role.OWNER}
 
 
-def _ensure_an_owner_remains(*, org: Organization, losing: Membership) -> None:
-    if losing.role != Role.OWNER:
+def _owner_rights_require(*, actor: Actor, owner_ids: set[int]) -> None:
+    """Only owners grant, change or remove the owner role, and invite owners: an admin who
+    could make themselves owner could then remove every owner and hold the org alone.
+    Operators may (the console and the operator API), and so may the system: a command or a
+    task acts for whoever ran it. Admin keys never manage members, so no key label gets here.
+    Call with the owners locked, so a concurrent demotion of the actor is seen."""
+    if actor is None or isinstance(actor, str) or user_is_operator(actor):
         return
-    owners = Membership.objects.filter(org=org, role=Role.OWNER).exclude(pk=losing.pk)
-    if not owners.exists():
+    if actor.pk not in owner_ids:
+        raise PermissionDenied("Only an owner can grant, change or remove the owner role.",
+                               code="owner_required")
+
+
+def _an_owner_remains(*, losing: Membership, owner_ids: set[int]) -> None:
+    if losing.role == Role.OWNER and not owner_ids - {losing.user_id}:
         raise Conflict("An organization must keep at least one owner.", code="last_owner")
 
 
-@nestable
-@transaction.atomic(durable=True)
-def membership_add(*, org: Organization, user, role: str, actor: Actor) -> Membership:
+def _membership_insert(*, org: Organization, user, role: str, actor: Actor) -> Membership:
     try:
         with transaction.atomic():
             membership = Membership.objects.create(org=org, user=user, role=role)
@@ -48,11 +60,25 @@ def membership_add(*, org: Organization, user, role: str, actor: Actor) -> Membe
     return membership
 
 
+@nestable
+@transaction.atomic(durable=True)
+def membership_add(*, org: Organization, user, role: str, actor: Actor) -> Membership:
+    """The first owner of an org that has none is whoever founded it; after that, only an owner
+    grants the owner role."""
+    _membership, owner_ids = _lock_with_owners(org_id=org.pk)
+    if role == Role.OWNER and owner_ids:
+        _owner_rights_require(actor=actor, owner_ids=owner_ids)
+    return _membership_insert(org=org, user=user, role=role, actor=actor)
+
+
 @transaction.atomic(durable=True)
 def membership_role_change(*, membership: Membership, role: str, actor: Actor) -> Membership:
-    membership = _membership_lock_with_owners(membership)
+    membership, owner_ids = _lock_with_owners(org_id=membership.org_id,
+                                              membership_pk=membership.pk)
+    if Role.OWNER in (membership.role, role):
+        _owner_rights_require(actor=actor, owner_ids=owner_ids)
     if role != Role.OWNER:
-        _ensure_an_owner_remains(org=membership.org, losing=membership)
+        _an_owner_remains(losing=membership, owner_ids=owner_ids)
     before = {"role": membership.role}
     membership.role = role
     membership.save(update_fields=["role"])
@@ -63,8 +89,11 @@ def membership_role_change(*, membership: Membership, role: str, actor: Actor) -
 
 @transaction.atomic(durable=True)
 def membership_remove(*, membership: Membership, actor: Actor) -> None:
-    membership = _membership_lock_with_owners(membership)
-    _ensure_an_owner_remains(org=membership.org, losing=membership)
+    membership, owner_ids = _lock_with_owners(org_id=membership.org_id,
+                                              membership_pk=membership.pk)
+    if membership.role == Role.OWNER:
+        _owner_rights_require(actor=actor, owner_ids=owner_ids)
+    _an_owner_remains(losing=membership, owner_ids=owner_ids)
     audit_record(actor=actor, action="membership.remove", target=membership,
                  org=membership.org,
                  before={"user": membership.user.get_username(), "role": membership.role})
@@ -76,6 +105,9 @@ def invitation_create(
     *, org: Organization, email: str, role: str, actor: Actor
 ) -> tuple[Invitation, str]:
     """Returns the invitation and its token, which is emailed and never stored in clear."""
+    if role == Role.OWNER:
+        _membership, owner_ids = _lock_with_owners(org_id=org.pk)
+        _owner_rights_require(actor=actor, owner_ids=owner_ids)
     issued = secret_issue(kind=INVITATION_KIND)
     invitation = Invitation.objects.create(
         org=org, email=email.strip().lower(), role=role, lookup=issued.lookup,
@@ -113,8 +145,9 @@ def invitation_accept(*, token: str, user) -> Membership:
     if not invitation.is_pending():
         raise NotFound("This invitation has expired or was already used.",
                        code="invitation_invalid")
-    membership = membership_add.nested(org=invitation.org, user=user, role=invitation.role,
-                                       actor=user)
+    # The owner rule was applied when the invitation was made: an owner invited an owner.
+    membership = _membership_insert(org=invitation.org, user=user, role=invitation.role,
+                                    actor=user)
     invitation.accepted_at = timezone.now()
     invitation.accepted_by = user
     invitation.save(update_fields=["accepted_at", "accepted_by"])

@@ -9,7 +9,14 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from metering.selectors import usage_tokens_by_pool
-from orgs.models import KEY_LIMIT_MANAGERS, KEY_MANAGERS, MEMBER_MANAGERS, OrgStatus, Role
+from orgs.models import (
+    KEY_LIMIT_MANAGERS,
+    KEY_MANAGERS,
+    MEMBER_MANAGERS,
+    OWNER_MANAGERS,
+    OrgStatus,
+    Role,
+)
 from orgs.selectors import (
     org_api_key_get,
     org_api_keys,
@@ -61,22 +68,25 @@ def _may_apply(org, application) -> bool:
 
 @org_page(page="members", roles=MEMBER_MANAGERS)
 def members(request, membership):
-    return _members_page(request, membership, invite_form=InviteForm())
+    return _members_page(request, membership, invite_form=InviteForm(
+        may_grant_owner=membership.role in OWNER_MANAGERS))
 
 
 def _members_page(request, membership, *, invite_form, status_code=200):
     org = membership.org
+    manages_owners = membership.role in OWNER_MANAGERS
     return render(request, "portal/members.html", {
         "org": org, "members": org_members(org=org).order_by("user__email"),
         "invitations": org_invitations_pending(org=org),
-        "invite_form": invite_form, "roles": Role.choices,
+        "invite_form": invite_form, "manages_owners": manages_owners,
+        "roles": [c for c in Role.choices if manages_owners or c[0] != Role.OWNER],
     }, status=status_code)
 
 
 @require_POST
 @org_page(page="members", roles=MEMBER_MANAGERS)
 def member_invite(request, membership):
-    form = InviteForm(request.POST)
+    form = InviteForm(request.POST, may_grant_owner=membership.role in OWNER_MANAGERS)
     if not form.is_valid():
         return _members_page(request, membership, invite_form=form, status_code=400)
     email, role = form.cleaned_data["email"], form.cleaned_data["role"]

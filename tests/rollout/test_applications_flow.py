@@ -25,7 +25,7 @@ pytestmark = pytest.mark.django_db
 
 
 def admitted_org_api_key(*, org, owner) -> str:
-    """The admitted org creates its first API key: what a journey test posts to
+    """The admitted org creates its first API key, the one a journey posts to
     /api/gateway/v1/authorize (expecting "allow")."""
     _, plaintext = api_key_create(org=org, name="first key", actor=owner)
     return plaintext
