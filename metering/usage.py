@@ -321,7 +321,7 @@ def _store(rows: list[_Row]) -> set[str]:
     return inserted
 
 
-# The window of a usage event's timestamps (README, "Usage: which timestamps are accepted"):
+# The window of a usage event's timestamps (docs/hook.md, "Accepted timestamps"):
 # started_at <= first_token_at <= finished_at; nothing later than the clock plus FUTURE_SKEW
 # (the gateway's clock may run a little ahead of ours); a request lasting at most
 # LONGEST_REQUEST; and started_at no older than the raw retention (nor than the oldest

@@ -5,7 +5,7 @@ that serves authorize records a heartbeat there every HEARTBEAT_SECONDS and lear
 processes did so within LIVE_SECONDS (quotas/limiter/fleet.py). Without Redis, each process
 admits an org under a local token bucket holding its share: the guaranteed rate divided by the
 count it learned last (a process that never learned it, because it started during the outage,
-assumes settings.FAIL_OPEN_PROCESSES). README, "Redis, and what happens when it fails", lists
+assumes settings.FAIL_OPEN_PROCESSES). docs/faults.md, "Redis down", lists
 what this does not cover. Concurrency and the daily quota are not enforced (they live in Redis).
 Keys and limits come from PostgreSQL, remembered for CACHE_SECONDS. Usage is still recorded in
 PostgreSQL, and the reservation_id lets the usage report attribute it.

@@ -235,7 +235,7 @@ class UsageResult(serializers.Serializer):
     error = ErrorDetail(required=False, help_text=(
         "When rejected: unknown_request, invalid_reservation, timestamps_out_of_order, "
         "started_at_out_of_range, finished_at_out_of_range, duration_out_of_range (the window "
-        "an event may carry is in README's hook section)."))
+        "an event may carry is in docs/hook.md, Accepted timestamps)."))
 
 
 class UsageResponse(serializers.Serializer):

@@ -1,6 +1,6 @@
-"""The window a usage event's timestamps may name (README, "Usage: which timestamps are
-accepted"): an event outside it is rejected on its own, with a code, and the
-rest of its batch is recorded and settled."""
+"""The window a usage event's timestamps may name (docs/hook.md, "Accepted timestamps"): an
+event outside it is rejected on its own, with a code, and the rest of its batch is recorded and
+settled."""
 
 from datetime import timedelta
 
