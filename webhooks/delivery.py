@@ -16,12 +16,12 @@ conditional UPDATE that also pushes `next_attempt_at` out by a lease, so two wor
 the same delivery at once; beat drains what a lost task left behind.
 
 SSRF guard: the host is resolved once per attempt, every address must be public (no loopback,
-private, link-local, multicast or reserved ranges; SLUICE_WEBHOOKS_ALLOW_PRIVATE lifts this for
+private, link-local, multicast or reserved ranges, nor an IPv6 form that reaches a non-public
+IPv4 address: webhooks/addresses.py; SLUICE_WEBHOOKS_ALLOW_PRIVATE lifts this for
 development and tests), and the request goes to the checked address (Host and TLS SNI keep the
 name), so a name cannot be re-pointed at an internal address between check and connection.
 """
 
-import ipaddress
 import json
 import logging
 import socket
@@ -36,6 +36,7 @@ from standardwebhooks.webhooks import Webhook
 
 from billing.services.outbox import backoff_after
 from sluice.sealing import SealBroken
+from webhooks.addresses import address_public
 from webhooks.models import DeliveryStatus, WebhookDelivery, WebhookEvent
 
 logger = logging.getLogger(__name__)
@@ -63,8 +64,7 @@ def webhook_headers(*, secret: str, event_id: str, body: str, at: datetime) -> d
 
 
 def _address_allowed(address: str) -> bool:
-    ip = ipaddress.ip_address(address)
-    return settings.WEBHOOKS_ALLOW_PRIVATE or ip.is_global
+    return settings.WEBHOOKS_ALLOW_PRIVATE or address_public(address)
 
 
 def _pinned(url: str) -> tuple[str, str, str]:
