@@ -7,15 +7,14 @@ from django.db.models import Q
 from django.utils import timezone
 
 from orgs.models import Invitation, Membership, Organization, Role
-from orgs.notifications import invitation_email_queue
+from orgs.notifications import INVITATION_KIND, invitation_email_queue
 from orgs.operators import user_is_operator
 from orgs.services.audit import Actor, audit_record
 from sluice.errors import Conflict, NotFound, PermissionDenied
-from sluice.secrets import secret_issue, secret_matches, secret_parse_lookup
+from sluice.secrets import secret_issue_derived, secret_matches, secret_parse_lookup
 from sluice.transactions import nestable
 
 User = get_user_model()
-INVITATION_KIND = "inv"
 
 
 def _lock_with_owners(*, org_id: int, membership_pk: int | None = None
@@ -108,7 +107,9 @@ def invitation_create(
     if role == Role.OWNER:
         _membership, owner_ids = _lock_with_owners(org_id=org.pk)
         _owner_rights_require(actor=actor, owner_ids=owner_ids)
-    issued = secret_issue(kind=INVITATION_KIND)
+    # Derived from the secret key, so the email built after the commit can make it again
+    # and it need not wait in the outbox in clear.
+    issued = secret_issue_derived(kind=INVITATION_KIND, key=settings.SECRET_KEY)
     invitation = Invitation.objects.create(
         org=org, email=email.strip().lower(), role=role, lookup=issued.lookup,
         token_digest=issued.digest,
@@ -117,7 +118,7 @@ def invitation_create(
     )
     audit_record(actor=actor, action="invitation.create", target=invitation, org=org,
                  after={"email": invitation.email, "role": role})
-    invitation_email_queue(invitation=invitation, token=issued.plaintext)
+    invitation_email_queue(invitation=invitation)
     return invitation, issued.plaintext
 
 
