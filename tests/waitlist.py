@@ -6,6 +6,7 @@ from orgs.services.applications import (
     application_decide,
     application_submit,
 )
+from portal.models import VerifiedEmail
 from tests.factories import OrganizationFactory, UserFactory
 
 
@@ -32,6 +33,7 @@ def applicant_org(name: str = "Acme"):
     org = OrganizationFactory(name=name, status=OrgStatus.APPLIED)
     owner = UserFactory(email=f"owner@{org.slug}.test")
     Membership.objects.create(org=org, user=owner, role=Role.OWNER)
+    VerifiedEmail.objects.create(user=owner, email=owner.email)
     return org, owner
 
 

@@ -282,7 +282,11 @@ class ApiKeyListApi(PaginatedApi, APIView):
         org = org_get_for_principal(user=request.user, org_id=org_id)
         return paginate(request, self, org_api_keys(org=org), ApiKeyOutput)
 
-    @extend_schema(request=InputSerializer, responses={201: ApiKeyCreatedOutput, **errors(409)})
+    @extend_schema(request=InputSerializer, responses={201: ApiKeyCreatedOutput, **errors(409)},
+                   description="Owners, admins and developers (and admin keys with such a "
+                   "creator). A member whose email address is not confirmed gets 403 "
+                   "`email_unverified`; only active organizations create keys (409 "
+                   "`org_not_active`).")
     def post(self, request, org_id: int):
         org = org_get_for_principal(user=request.user, org_id=org_id)
         org_require_role(user=request.user, org=org, roles=KEY_MANAGERS, perm="orgs.add_apikey")
