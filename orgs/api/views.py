@@ -3,7 +3,6 @@
 Views parse input, call one selector or service, render. Business rules live in the services.
 """
 
-from django.contrib.auth import get_user_model
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.response import Response
@@ -124,6 +123,16 @@ class MemberOutput(serializers.Serializer):
     created_at = serializers.DateTimeField()
 
 
+class InvitationOutput(serializers.Serializer):
+    id = serializers.IntegerField()
+    email = serializers.EmailField()
+    role = serializers.CharField()
+    created_at = serializers.DateTimeField()
+    expires_at = serializers.DateTimeField()
+    accepted_at = serializers.DateTimeField(allow_null=True)
+    revoked_at = serializers.DateTimeField(allow_null=True)
+
+
 class MemberListApi(PaginatedApi, APIView):
     class InputSerializer(serializers.Serializer):
         email = serializers.EmailField()
@@ -134,20 +143,19 @@ class MemberListApi(PaginatedApi, APIView):
         org = org_get_for_user(user=request.user, org_id=org_id)
         return paginate(request, self, org_members(org=org), MemberOutput)
 
-    @extend_schema(request=InputSerializer, responses={201: MemberOutput, **errors(409)},
-                   description="Add an existing user by email (operators and org owners/admins).")
+    @extend_schema(request=InputSerializer, responses={202: InvitationOutput, **errors(409)},
+                   description="Invites the address: nobody joins an organization without "
+                   "accepting. The answer is the same whether or not the address has an "
+                   "account (202 and the invitation, as `POST .../invitations/`), so it tells "
+                   "nothing about who uses Sluice. An address that is already a member: 409 "
+                   "`already_member`. Inviting an owner takes an owner (403 `owner_required`).")
     def post(self, request, org_id: int):
         org = org_get_for_user(user=request.user, org_id=org_id)
         org_require_role(user=request.user, org=org, roles=MEMBER_MANAGERS,
-                         perm="orgs.add_membership")
+                         perm="orgs.add_invitation")
         data = validated_input(self.InputSerializer, request.data)
-        user = get_user_model().objects.filter(email__iexact=data["email"]).first()
-        if user is None:
-            raise serializers.ValidationError(
-                {"email": ["No user with this email; send an invitation instead."]})
-        membership = services.membership_add(org=org, user=user, actor=request.user,
-                                             role=data["role"])
-        return Response(MemberOutput(membership).data, status=status.HTTP_201_CREATED)
+        invitation, _token = services.invitation_create(org=org, actor=request.user, **data)
+        return Response(InvitationOutput(invitation).data, status=status.HTTP_202_ACCEPTED)
 
 
 class MemberDetailApi(APIView):
@@ -175,16 +183,6 @@ class MemberDetailApi(APIView):
         services.membership_remove(membership=self._member(request, org_id, member_id),
                                    actor=request.user)
         return Response(status=status.HTTP_204_NO_CONTENT)
-
-
-class InvitationOutput(serializers.Serializer):
-    id = serializers.IntegerField()
-    email = serializers.EmailField()
-    role = serializers.CharField()
-    created_at = serializers.DateTimeField()
-    expires_at = serializers.DateTimeField()
-    accepted_at = serializers.DateTimeField(allow_null=True)
-    revoked_at = serializers.DateTimeField(allow_null=True)
 
 
 class InvitationListApi(PaginatedApi, APIView):

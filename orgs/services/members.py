@@ -103,15 +103,19 @@ def membership_remove(*, membership: Membership, actor: Actor) -> None:
 def invitation_create(
     *, org: Organization, email: str, role: str, actor: Actor
 ) -> tuple[Invitation, str]:
-    """Returns the invitation and its token, which is emailed and never stored in clear."""
+    """Returns the invitation and its token, which is emailed and never stored in clear.
+    Whether the address has an account is neither asked nor told: whoever accepts joins."""
     if role == Role.OWNER:
         _membership, owner_ids = _lock_with_owners(org_id=org.pk)
         _owner_rights_require(actor=actor, owner_ids=owner_ids)
+    email = email.strip().lower()
+    if Membership.objects.filter(org=org, user__email__iexact=email).exists():
+        raise Conflict(f"{email} is already a member of {org}.", code="already_member")
     # Derived from the secret key, so the email built after the commit can make it again
     # and it need not wait in the outbox in clear.
     issued = secret_issue_derived(kind=INVITATION_KIND, key=settings.SECRET_KEY)
     invitation = Invitation.objects.create(
-        org=org, email=email.strip().lower(), role=role, lookup=issued.lookup,
+        org=org, email=email, role=role, lookup=issued.lookup,
         token_digest=issued.digest,
         invited_by=actor if isinstance(actor, User) else None,
         expires_at=timezone.now() + timedelta(hours=settings.INVITATION_TTL_HOURS),
