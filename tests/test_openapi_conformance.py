@@ -36,6 +36,7 @@ from schemathesis.checks import (
 from orgs.models import Role
 from orgs.services import admin_key_create, api_key_create
 from orgs.services.operator_tokens import operator_token_create
+from portal.models import VerifiedEmail
 from quotas.gateway.routing import pool_routes_reload
 from quotas.gateway.tokens import gateway_token_cache_clear, gateway_token_create
 from quotas.limiter.connection import limiter_reset
@@ -81,7 +82,9 @@ def world(live_server, redis_client, stripe) -> World:
     MembershipFactory(org=org, role=Role.DEVELOPER)
     allocation = AllocationFactory(org=org, pool=pool)
     key, _ = api_key_create(org=org, name="app", actor="test")
-    _, admin_secret = admin_key_create(org=org, name="tools", actor="test")
+    # An owner's key: it may read costs too (a key carries its creator's rights).
+    VerifiedEmail.objects.create(user=owner, email=owner.email)
+    _, admin_secret = admin_key_create(org=org, name="tools", actor=owner)
     application = ApplicationFactory(org=OrganizationFactory(name="Applicant"))
     wave = RolloutWaveFactory(pool=pool)
     quota_request = QuotaRequest.objects.create(

@@ -6,7 +6,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from orgs.models import Invitation, Membership, Organization, Role
+from orgs.models import AdminKey, Invitation, Membership, Organization, Role
 from orgs.notifications import INVITATION_KIND, invitation_email_queue
 from orgs.operators import user_is_operator
 from orgs.services.audit import Actor, audit_record
@@ -97,6 +97,22 @@ def membership_remove(*, membership: Membership, actor: Actor) -> None:
                  org=membership.org,
                  before={"user": membership.user.get_username(), "role": membership.role})
     membership.delete()
+    _admin_keys_of_departed_revoke(membership=membership, actor=actor)
+
+
+def _admin_keys_of_departed_revoke(*, membership: Membership, actor: Actor) -> None:
+    """An admin key acts with its creator's rights: a creator who leaves takes them along.
+    Revoked (not only refused at authentication, which also happens) so the portal lists the
+    keys as revoked and a later return to the org does not bring them back to life."""
+    now = timezone.now()
+    for key in AdminKey.objects.select_for_update().filter(
+            org_id=membership.org_id, created_by_id=membership.user_id,
+            revoked_at__isnull=True).order_by("pk"):
+        key.revoked_at = now
+        key.save(update_fields=["revoked_at"])
+        audit_record(actor=actor, action="admin_key.revoke", target=key, org=membership.org,
+                     after={"revoked_at": now.isoformat()},
+                     reason="its creator left the organization")
 
 
 @transaction.atomic(durable=True)
