@@ -13,6 +13,7 @@ from config.env import (
     env_choice,
     env_int,
     env_list,
+    env_networks,
     env_reject_unknown,
     env_str,
 )
@@ -58,6 +59,7 @@ KNOWN_ENV = {
     "SLUICE_USAGE_HOURLY_RETENTION_DAYS",
     "SLUICE_DB_CONNECT_TIMEOUT_SECONDS",
     "SLUICE_SECRET_KEY_FALLBACKS",
+    "SLUICE_TRUSTED_PROXIES",
 }
 env_reject_unknown("SLUICE_", KNOWN_ENV)
 
@@ -103,6 +105,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First: everything after it reads the client's address from REMOTE_ADDR.
+    "sluice.client_address.ClientAddressMiddleware",
     "sluice.error_pages.ApiNotFoundMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -205,6 +209,9 @@ SECURE_HSTS_PRELOAD = env_bool("SLUICE_HSTS_PRELOAD", False)
 # request.is_secure() and the SSL redirect then see the client's scheme, not the proxy's http.
 SECURE_PROXY_SSL_HEADER = (("HTTP_X_FORWARDED_PROTO", "https")
                            if env_bool("SLUICE_TRUST_X_FORWARDED_PROTO", False) else None)
+# The load balancers in front of the web processes (addresses or networks): X-Forwarded-For is
+# read only from them (sluice/client_address.py). Empty: the peer is the client.
+TRUSTED_PROXIES = env_networks("SLUICE_TRUSTED_PROXIES", [])
 
 # Emails carry secrets (password reset links, invitation tokens): in production they go to a
 # mail server, never to the log. The console backend (prints them) is for development only.

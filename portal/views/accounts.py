@@ -21,6 +21,7 @@ from portal.services import (
     org_apply,
 )
 from sluice.errors import DomainError
+from sluice.login_throttle import device_remember
 
 User = get_user_model()
 LAST_ORG_SESSION_KEY = "portal_org"
@@ -49,6 +50,12 @@ class LoginView(auth_views.LoginView):
     template_name = "portal/login.html"
     authentication_form = LoginForm
     redirect_authenticated_user = True
+
+    def form_valid(self, form):
+        response = super().form_valid(form)
+        device_remember(request=self.request, response=response,
+                        username=form.get_user().get_username())
+        return response
 
 
 class PasswordResetView(auth_views.PasswordResetView):
