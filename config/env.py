@@ -9,6 +9,8 @@ import os
 
 from django.core.exceptions import ImproperlyConfigured
 
+from sluice.rate_limits import Rate
+
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 _MISSING = object()
@@ -76,6 +78,14 @@ def env_networks(name: str, default: list[str]) -> tuple[str, ...]:
             raise ImproperlyConfigured(
                 f"{name}: {entry!r} is not an IP address or network (like 10.0.0.0/8).") from None
     return tuple(entries)
+
+
+def env_rate(name: str, default: str) -> Rate:
+    """A rate like `10/hour` (count per second, minute, hour or day)."""
+    try:
+        return Rate.parse(os.environ.get(name, default))
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name}: {exc}") from None
 
 
 def env_choice(name: str, default: str, choices: set[str]) -> str:

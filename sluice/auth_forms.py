@@ -3,18 +3,13 @@
 from django import forms
 from django.contrib.auth.forms import AuthenticationForm
 
+from sluice.client_address import request_client_address
 from sluice.login_throttle import (
     device_known,
     login_failure_record,
     login_failures_clear,
     login_lock_status,
 )
-
-
-def client_ip(request) -> str:
-    # REMOTE_ADDR, which sluice.client_address.ClientAddressMiddleware set to the client behind
-    # the trusted proxies (X-Forwarded-For from anyone else is ignored).
-    return request.META.get("REMOTE_ADDR", "") if request is not None else ""
 
 
 class ThrottledAuthenticationForm(AuthenticationForm):
@@ -30,7 +25,7 @@ class ThrottledAuthenticationForm(AuthenticationForm):
 
     def clean(self):
         username = self.cleaned_data.get("username") or ""
-        ip = client_ip(self.request)
+        ip = request_client_address(self.request)
         lock = login_lock_status(username=username, ip=ip,
                                  known_device=device_known(request=self.request,
                                                            username=username))

@@ -66,6 +66,11 @@ def client_address(*, peer: str, forwarded_for: str, trusted: tuple[str, ...]) -
     return str(nearest)
 
 
+def request_client_address(request) -> str:
+    """The client's address of a request that went through ClientAddressMiddleware."""
+    return request.META.get("REMOTE_ADDR", "") if request is not None else ""
+
+
 _warned = False
 
 

@@ -14,6 +14,7 @@ from config.env import (
     env_int,
     env_list,
     env_networks,
+    env_rate,
     env_reject_unknown,
     env_str,
 )
@@ -60,6 +61,9 @@ KNOWN_ENV = {
     "SLUICE_DB_CONNECT_TIMEOUT_SECONDS",
     "SLUICE_SECRET_KEY_FALLBACKS",
     "SLUICE_TRUSTED_PROXIES",
+    "SLUICE_SIGNUP_RATE",
+    "SLUICE_PASSWORD_RESET_RATE",
+    "SLUICE_INVITATION_RATE",
 }
 env_reject_unknown("SLUICE_", KNOWN_ENV)
 
@@ -356,6 +360,11 @@ USAGE_RAW_RETENTION_DAYS = env_int("SLUICE_USAGE_RAW_RETENTION_DAYS", 90, minimu
 USAGE_HOURLY_RETENTION_DAYS = env_int("SLUICE_USAGE_HOURLY_RETENTION_DAYS", 400, minimum=35)
 
 INVITATION_TTL_HOURS = env_int("SLUICE_INVITATION_TTL_HOURS", 72, minimum=1)
+# Forms anyone may send, per client address (sluice/rate_limits.py), and invitations per
+# organization (orgs.services.members): each bounds the emails a stranger can make Sluice send.
+SIGNUP_RATE = env_rate("SLUICE_SIGNUP_RATE", "10/hour")
+PASSWORD_RESET_RATE = env_rate("SLUICE_PASSWORD_RESET_RATE", "10/hour")
+INVITATION_RATE = env_rate("SLUICE_INVITATION_RATE", "50/day")
 RESERVATION_TTL_SECONDS = env_int("SLUICE_RESERVATION_TTL_SECONDS", 600, minimum=1)
 # Days a rejected organization waits before it may apply again (0: at once).
 REAPPLY_COOLING_OFF_DAYS = env_int("SLUICE_REAPPLY_COOLING_OFF_DAYS", 30, minimum=0)

@@ -143,12 +143,15 @@ class MemberListApi(PaginatedApi, APIView):
         org = org_get_for_user(user=request.user, org_id=org_id)
         return paginate(request, self, org_members(org=org), MemberOutput)
 
-    @extend_schema(request=InputSerializer, responses={202: InvitationOutput, **errors(409)},
+    @extend_schema(request=InputSerializer,
+                   responses={202: InvitationOutput, **errors(409, 429)},
                    description="Invites the address: nobody joins an organization without "
                    "accepting. The answer is the same whether or not the address has an "
                    "account (202 and the invitation, as `POST .../invitations/`), so it tells "
                    "nothing about who uses Sluice. An address that is already a member: 409 "
-                   "`already_member`. Inviting an owner takes an owner (403 `owner_required`).")
+                   "`already_member`. Inviting an owner takes an owner (403 `owner_required`). "
+                   "At most SLUICE_INVITATION_RATE invitations per organization (default 50 "
+                   "a day): 429 `rate_limited` with `Retry-After`.")
     def post(self, request, org_id: int):
         org = org_get_for_user(user=request.user, org_id=org_id)
         org_require_role(user=request.user, org=org, roles=MEMBER_MANAGERS,
@@ -197,10 +200,13 @@ class InvitationListApi(PaginatedApi, APIView):
                          perm="orgs.view_invitation")
         return paginate(request, self, org_invitations(org=org), InvitationOutput)
 
-    @extend_schema(request=InputSerializer, responses={201: InvitationOutput, **errors(409)},
+    @extend_schema(request=InputSerializer,
+                   responses={201: InvitationOutput, **errors(409, 429)},
                    description="Emails an invitation link that expires; the token is not "
                    "returned and is stored only as a hash. Inviting an owner takes an owner "
-                   "(403 `owner_required`).")
+                   "(403 `owner_required`); an address that is already a member: 409 "
+                   "`already_member`. At most SLUICE_INVITATION_RATE invitations per "
+                   "organization (default 50 a day): 429 `rate_limited` with `Retry-After`.")
     def post(self, request, org_id: int):
         org = org_get_for_user(user=request.user, org_id=org_id)
         org_require_role(user=request.user, org=org, roles=MEMBER_MANAGERS,

@@ -3,14 +3,14 @@ from datetime import timedelta
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
-from django.db.models import Q
+from django.db.models import Count, Min, Q
 from django.utils import timezone
 
 from orgs.models import AdminKey, Invitation, Membership, Organization, Role
 from orgs.notifications import INVITATION_KIND, invitation_email_queue
 from orgs.operators import user_is_operator
 from orgs.services.audit import Actor, audit_record
-from sluice.errors import Conflict, NotFound, PermissionDenied
+from sluice.errors import Conflict, NotFound, PermissionDenied, RateLimited
 from sluice.secrets import secret_issue_derived, secret_matches, secret_parse_lookup
 from sluice.transactions import nestable
 
@@ -115,15 +115,32 @@ def _admin_keys_of_departed_revoke(*, membership: Membership, actor: Actor) -> N
                      reason="its creator left the organization")
 
 
+def _invitation_rate_check(*, org: Organization) -> None:
+    """At most SLUICE_INVITATION_RATE invitations per org in a sliding window: each one emails
+    an address the org chose, so an org (or a stolen session) cannot make Sluice a mailer."""
+    rate, now = settings.INVITATION_RATE, timezone.now()
+    recent = Invitation.objects.filter(org=org, created_at__gt=now - timedelta(
+        seconds=rate.seconds)).aggregate(count=Count("id"), oldest=Min("created_at"))
+    if recent["count"] >= rate.count:
+        wait = recent["oldest"] + timedelta(seconds=rate.seconds) - now
+        raise RateLimited(f"{org.name} has sent {recent['count']} invitations in the last "
+                          f"{timedelta(seconds=rate.seconds)}; the limit is {rate}.",
+                          retry_after_seconds=max(int(wait.total_seconds()) + 1, 1))
+
+
 @transaction.atomic(durable=True)
 def invitation_create(
     *, org: Organization, email: str, role: str, actor: Actor
 ) -> tuple[Invitation, str]:
     """Returns the invitation and its token, which is emailed and never stored in clear.
     Whether the address has an account is neither asked nor told: whoever accepts joins."""
+    # The org first (the house's lock order): invitations counted under it cannot race past
+    # the rate.
+    org = Organization.objects.select_for_update().get(pk=org.pk)
     if role == Role.OWNER:
         _membership, owner_ids = _lock_with_owners(org_id=org.pk)
         _owner_rights_require(actor=actor, owner_ids=owner_ids)
+    _invitation_rate_check(org=org)
     email = email.strip().lower()
     if Membership.objects.filter(org=org, user__email__iexact=email).exists():
         raise Conflict(f"{email} is already a member of {org}.", code="already_member")
