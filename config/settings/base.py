@@ -64,6 +64,7 @@ KNOWN_ENV = {
     "SLUICE_SIGNUP_RATE",
     "SLUICE_PASSWORD_RESET_RATE",
     "SLUICE_INVITATION_RATE",
+    "SLUICE_WEBHOOK_DEADLINE_SECONDS",
 }
 env_reject_unknown("SLUICE_", KNOWN_ENV)
 
@@ -370,6 +371,11 @@ RESERVATION_TTL_SECONDS = env_int("SLUICE_RESERVATION_TTL_SECONDS", 600, minimum
 REAPPLY_COOLING_OFF_DAYS = env_int("SLUICE_REAPPLY_COOLING_OFF_DAYS", 30, minimum=0)
 # Development only: webhook endpoints on http:// and on private or loopback addresses.
 WEBHOOKS_ALLOW_PRIVATE = env_bool("SLUICE_WEBHOOKS_ALLOW_PRIVATE", False)
+# The whole of one webhook delivery attempt (resolve, connect, send, the answer's head):
+# at most a minute, below the delivery's two-minute lease (webhooks/delivery.py).
+WEBHOOK_DEADLINE_SECONDS = env_int("SLUICE_WEBHOOK_DEADLINE_SECONDS", 15, minimum=1)
+if WEBHOOK_DEADLINE_SECONDS > 60:
+    raise ImproperlyConfigured("SLUICE_WEBHOOK_DEADLINE_SECONDS must be at most 60.")
 DUNNING_GRACE_DAYS = env_int("SLUICE_DUNNING_GRACE_DAYS", 7, minimum=0)
 STRIPE_API_KEY = env_str("STRIPE_API_KEY", "")
 STRIPE_API_BASE = env_str("SLUICE_STRIPE_API_BASE", "https://api.stripe.com")
