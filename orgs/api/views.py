@@ -133,32 +133,43 @@ class InvitationOutput(serializers.Serializer):
     revoked_at = serializers.DateTimeField(allow_null=True)
 
 
+class InvitationInput(serializers.Serializer):
+    email = serializers.EmailField()
+    role = serializers.ChoiceField(choices=Role.choices)
+
+
+def _invite(request, org_id: int):
+    """What `POST .../members/` and `POST .../invitations/` both do: one invitation."""
+    org = org_get_for_user(user=request.user, org_id=org_id)
+    org_require_role(user=request.user, org=org, roles=MEMBER_MANAGERS,
+                     perm="orgs.add_invitation")
+    data = validated_input(InvitationInput, request.data)
+    invitation, _token = services.invitation_create(org=org, actor=request.user, **data)
+    return invitation
+
+
+INVITATION_RULES = ("Inviting an owner takes an owner (403 `owner_required`); an address that "
+                    "is already a member: 409 `already_member`. At most "
+                    "SLUICE_INVITATION_RATE invitations per organization (default 50 a day): "
+                    "429 `rate_limited` with `Retry-After`.")
+
+
 class MemberListApi(PaginatedApi, APIView):
-    class InputSerializer(serializers.Serializer):
-        email = serializers.EmailField()
-        role = serializers.ChoiceField(choices=Role.choices)
 
     @extend_schema(responses=MemberOutput(many=True))
     def get(self, request, org_id: int):
         org = org_get_for_user(user=request.user, org_id=org_id)
         return paginate(request, self, org_members(org=org), MemberOutput)
 
-    @extend_schema(request=InputSerializer,
+    @extend_schema(request=InvitationInput,
                    responses={202: InvitationOutput, **errors(409, 429)},
                    description="Invites the address: nobody joins an organization without "
                    "accepting. The answer is the same whether or not the address has an "
                    "account (202 and the invitation, as `POST .../invitations/`), so it tells "
-                   "nothing about who uses Sluice. An address that is already a member: 409 "
-                   "`already_member`. Inviting an owner takes an owner (403 `owner_required`). "
-                   "At most SLUICE_INVITATION_RATE invitations per organization (default 50 "
-                   "a day): 429 `rate_limited` with `Retry-After`.")
+                   "nothing about who uses Sluice. " + INVITATION_RULES)
     def post(self, request, org_id: int):
-        org = org_get_for_user(user=request.user, org_id=org_id)
-        org_require_role(user=request.user, org=org, roles=MEMBER_MANAGERS,
-                         perm="orgs.add_invitation")
-        data = validated_input(self.InputSerializer, request.data)
-        invitation, _token = services.invitation_create(org=org, actor=request.user, **data)
-        return Response(InvitationOutput(invitation).data, status=status.HTTP_202_ACCEPTED)
+        return Response(InvitationOutput(_invite(request, org_id)).data,
+                        status=status.HTTP_202_ACCEPTED)
 
 
 class MemberDetailApi(APIView):
@@ -189,10 +200,6 @@ class MemberDetailApi(APIView):
 
 
 class InvitationListApi(PaginatedApi, APIView):
-    class InputSerializer(serializers.Serializer):
-        email = serializers.EmailField()
-        role = serializers.ChoiceField(choices=Role.choices)
-
     @extend_schema(responses=InvitationOutput(many=True))
     def get(self, request, org_id: int):
         org = org_get_for_user(user=request.user, org_id=org_id)
@@ -200,21 +207,13 @@ class InvitationListApi(PaginatedApi, APIView):
                          perm="orgs.view_invitation")
         return paginate(request, self, org_invitations(org=org), InvitationOutput)
 
-    @extend_schema(request=InputSerializer,
+    @extend_schema(request=InvitationInput,
                    responses={201: InvitationOutput, **errors(409, 429)},
                    description="Emails an invitation link that expires; the token is not "
-                   "returned and is stored only as a hash. Inviting an owner takes an owner "
-                   "(403 `owner_required`); an address that is already a member: 409 "
-                   "`already_member`. At most SLUICE_INVITATION_RATE invitations per "
-                   "organization (default 50 a day): 429 `rate_limited` with `Retry-After`.")
+                   "returned and is stored only as a hash. " + INVITATION_RULES)
     def post(self, request, org_id: int):
-        org = org_get_for_user(user=request.user, org_id=org_id)
-        org_require_role(user=request.user, org=org, roles=MEMBER_MANAGERS,
-                         perm="orgs.add_invitation")
-        data = validated_input(self.InputSerializer, request.data)
-        invitation, _token = services.invitation_create(org=org, actor=request.user,
-                                                        **data)
-        return Response(InvitationOutput(invitation).data, status=status.HTTP_201_CREATED)
+        return Response(InvitationOutput(_invite(request, org_id)).data,
+                        status=status.HTTP_201_CREATED)
 
 
 class InvitationRevokeApi(APIView):
