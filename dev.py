@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Sluice developer entry point.
 
-    python3 dev.py run                 # the whole service: web, Celery worker and beat
+    python3 dev.py run [-v]            # the whole service: web, Celery worker and beat
     python3 dev.py test [pytest args]  # ruff check . and then pytest
     python3 dev.py lint [ruff args]    # ruff check . only
 
@@ -20,7 +20,9 @@ starts the local Stripe-compatible server (devstripe/) with its data under .slui
 behind it (gateway/sim, on 9100) to honcho, which prefixes their output and stops them all when one
 dies or on Ctrl-C / SIGTERM; the embedded servers stop after them. Every child dies with
 dev.py even when dev.py is killed with -9: the kernel signals it (Linux: prctl
-PR_SET_PDEATHSIG, via `setpriv --pdeathsig` for programs).
+PR_SET_PDEATHSIG, via `setpriv --pdeathsig` for programs). The banner (URLs, logins, a snippet)
+comes once the output has settled, and stays in view: emails are one line each (the whole email
+in .sluice/emails/, config/devmail.py) and INFO logs are off unless -v.
 
 Section 1 runs before the venv exists: it, and the imports at the top, are standard library only.
 """
@@ -46,7 +48,7 @@ LOGS = STATE / "logs"
 INSTALL_TARGET = ".[embedded,dev]"
 STAMP = VENV / ".sluice-install-stamp"
 REEXEC_MARK = "DEV_PY_REEXECED"  # must not start with SLUICE_: settings refuse unknown ones
-USAGE = """usage: python3 dev.py run
+USAGE = """usage: python3 dev.py run [-v]
        python3 dev.py test [pytest args...]
        python3 dev.py lint [ruff args...]"""
 
@@ -215,15 +217,9 @@ def kept_secret(path: Path, *, prefix: str = "") -> str:
 
 
 def http_status(url: str) -> int:
-    import urllib.error
-    import urllib.request
+    import httpx
 
-    direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # ignore *_proxy
-    try:
-        with direct.open(url, timeout=2) as response:
-            return response.status
-    except urllib.error.HTTPError as err:
-        return err.code
+    return httpx.get(url, timeout=2, trust_env=False).status_code  # trust_env: no *_proxy
 
 
 # ---- 3. Embedded servers (the venv's packages from here on) -----------------------------------
@@ -365,8 +361,7 @@ def stripe_provide(stack: ExitStack, *, public_url: str) -> bool:
     """Unless STRIPE_API_KEY is set, start devstripe.server and export STRIPE_API_KEY and friends
     for it. Its store is kept in .sluice/stripe/, so a restart forgets nothing the database
     still refers to, as with the real Stripe. True when the local one was started."""
-    import json
-    import urllib.request
+    import httpx
 
     if os.environ.get("STRIPE_API_KEY"):
         say("STRIPE_API_KEY is set: using that Stripe")
@@ -380,17 +375,14 @@ def stripe_provide(stack: ExitStack, *, public_url: str) -> bool:
     argv = [sys.executable, "-m", "devstripe.server", "--port", port, "--data-dir", datadir]
     # SIGTERM: aiohttp shuts down cleanly on it, and the store is on disk.
     proc = server_start(stack, "stripe", argv, stop=signal.SIGTERM)
-    wait_until_up("stripe", proc, lambda: http_status(f"{url}/_config/stats"), (OSError,))
+    wait_until_up("stripe", proc, lambda: http_status(f"{url}/_config/stats"),
+                  (httpx.TransportError,))
     # localstripe keeps webhook endpoints in memory only: register ours on every start, so its
     # events reach the web's webhook view signed with the secret the web checks.
     webhook = {"url": f"{public_url}{WEBHOOK_PATH}",
                "secret": os.environ["SLUICE_STRIPE_WEBHOOK_SECRET"]}  # fmt: skip
-    register = urllib.request.Request(  # noqa: S310 - http URL built here
-        f"{url}/_config/webhooks/sluice", data=json.dumps(webhook).encode(), method="POST",
-        headers={"Content-Type": "application/json"},
-    )  # fmt: skip
-    with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(register, timeout=5):
-        pass
+    httpx.post(f"{url}/_config/webhooks/sluice", json=webhook, timeout=5,
+               trust_env=False).raise_for_status()
     os.environ["STRIPE_API_KEY"] = LOCAL_STRIPE_KEY
     os.environ["SLUICE_STRIPE_API_BASE"] = url
     say(f"local Stripe ready in {time.monotonic() - started:.1f}s")
@@ -437,26 +429,51 @@ for chunk in stream: print(chunk.choices[0].delta.content or "", end="", flush=T
 """
 
 
-def banner_when_up(manager, base_url: str, local_stripe: bool, gateway_url: str,
+def lull_printer(output, colour: bool):
+    """honcho's printer, noting when it last printed a line."""
+    from honcho.printer import Printer
+
+    class LullPrinter(Printer):
+        last_line = time.monotonic()
+
+        def write(self, message):
+            super().write(message)
+            self.last_line = time.monotonic()
+
+    return LullPrinter(output, colour=colour)
+
+
+def lull_wait(printer, *, quiet: float = 2.0, longest: float = 30.0) -> None:
+    """Returns once `printer` has printed nothing for `quiet` seconds, or after `longest`."""
+    deadline = time.monotonic() + longest
+    while (now := time.monotonic()) < deadline and now - printer.last_line < quiet:
+        time.sleep(0.1)
+
+
+def banner_when_up(manager, printer, base_url: str, local_stripe: bool, gateway_url: str,
                    api_key: str) -> None:
-    """Runs in a thread beside honcho's loop: prints the banner once the web answers /healthz,
-    or stops everything when it does not within 60 s."""
+    """Runs in a thread beside honcho's loop: prints the banner once the web answers /healthz
+    and the start-up output (the demo's emails, Celery's greetings) has settled, so it stays on
+    screen; or stops everything when the web does not answer within 60 s."""
     # Lets honcho fork its helpers first: forking is safe only while no other thread is busy (a
     # lock held by this thread would stay locked in the child).
     time.sleep(1)
+    import httpx
+
     deadline = time.monotonic() + 60
     while True:
         try:
             status = http_status(f"{base_url}/healthz")
             http_status(f"{gateway_url}/healthz")
             break
-        except OSError:
+        except httpx.TransportError:
             if time.monotonic() > deadline:
                 say("the web server or the gateway did not answer /healthz in 60s; stopping")
                 manager.returncode = 1
                 manager.terminate()
                 return
             time.sleep(0.3)
+    lull_wait(printer)
     stripe = (
         f"Stripe (local): {os.environ['SLUICE_STRIPE_API_BASE']}"
         if local_stripe
@@ -483,9 +500,10 @@ def banner_when_up(manager, base_url: str, local_stripe: bool, gateway_url: str,
   Then see the request in the portal (owner@acme.dev):
   {base_url}/portal/o/acme-voice/usage/
 
-  Emails (sign-up confirmations, invitations, status changes) are printed
-  below in the worker's output, lines prefixed `worker |`.
+  Emails are not sent: each is one `worker |` line below (to, subject, the
+  file in .sluice/emails/ that holds it whole).
   `traffic |` is a light stream of demo requests through the reference gateway.
+  INFO logs (requests, tasks, Stripe calls) are off: `dev.py run -v` shows them.
 
   DATABASE_URL={mask(os.environ["DATABASE_URL"])}
   REDIS_URL={mask(os.environ["REDIS_URL"])}
@@ -497,15 +515,36 @@ def banner_when_up(manager, base_url: str, local_stripe: bool, gateway_url: str,
     sys.stdout.flush()
 
 
-def cmd_run(stack: ExitStack) -> int:
+def run_processes(*, py: str, port: str, base_url: str, sim_port: int, gateway_port: int,
+                  verbose: bool) -> dict[str, list]:
+    """honcho's processes. Quiet unless verbose: INFO logs every request, task and Stripe call."""
+    level = "INFO" if verbose else "WARNING"
+    return {
+        "web": [py, "-m", "config.serve", "--bind", f"127.0.0.1:{port}",
+                *(["--access-log"] if verbose else [])],
+        "worker": [py, "-m", "celery", "-A", "config", "worker", "--loglevel", level,
+                   "--concurrency", "2", "--without-gossip", "--without-mingle"],
+        "beat": [py, "-m", "celery", "-A", "config", "beat", "--loglevel", level,
+                 "--schedule", STATE / "celery" / "celerybeat-schedule"],
+        # A light, steady stream of demo requests through the reference gateway: charts move.
+        "traffic": [py, "manage.py", "demo_traffic", "--base-url", base_url,
+                    "--gateway-url", f"http://127.0.0.1:{gateway_port}"],
+        # The data plane: the reference gateway, and the simulated fast model behind it.
+        "upstream": [py, "-m", "gateway.sim", "--port", sim_port, "--models", DEMO_MODEL],
+        "gateway": [py, "-m", "gateway", "--port", gateway_port],
+    }  # fmt: skip
+
+
+def cmd_run(stack: ExitStack, verbose: bool) -> int:
     import threading
 
     from honcho.manager import Manager
-    from honcho.printer import Printer
 
     lock_take(stack, "run")
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.base")
     os.environ.setdefault("SLUICE_DEBUG", "1")
+    os.environ.setdefault("SLUICE_LOG_LEVEL", "INFO" if verbose else "WARNING")
+    os.environ.setdefault("SLUICE_EMAIL_BACKEND", "config.devmail.EmailBackend")
     os.environ.setdefault("SLUICE_SECRET_KEY", kept_secret(STATE / "secret-key"))
     port = os.environ.get("SLUICE_PORT", "8000")
     if not port.isdigit():
@@ -545,19 +584,8 @@ def cmd_run(stack: ExitStack) -> int:
     shutil.rmtree(metrics_dir, ignore_errors=True)
     metrics_dir.mkdir(parents=True)
     (STATE / "celery").mkdir(exist_ok=True)
-    processes = {
-        "web": [py, "-m", "config.serve", "--bind", f"127.0.0.1:{port}", "--access-log"],
-        "worker": [py, "-m", "celery", "-A", "config", "worker", "--loglevel", "INFO",
-                   "--concurrency", "2", "--without-gossip", "--without-mingle"],
-        "beat": [py, "-m", "celery", "-A", "config", "beat", "--loglevel", "INFO",
-                 "--schedule", STATE / "celery" / "celerybeat-schedule"],
-        # A light, steady stream of demo requests through the reference gateway: charts move.
-        "traffic": [py, "manage.py", "demo_traffic", "--base-url", base_url,
-                    "--gateway-url", f"http://127.0.0.1:{gateway_port}"],
-        # The data plane: the reference gateway, and the simulated fast model behind it.
-        "upstream": [py, "-m", "gateway.sim", "--port", sim_port, "--models", DEMO_MODEL],
-        "gateway": [py, "-m", "gateway", "--port", gateway_port],
-    }  # fmt: skip
+    processes = run_processes(py=py, port=port, base_url=base_url, sim_port=sim_port,
+                              gateway_port=gateway_port, verbose=verbose)
     # What the kernel sends each one if dev.py dies first. The worker gets SIGKILL: its warm
     # shutdown can hang when Redis and PostgreSQL stop at the same moment (seen: a pool process
     # blocked writing to the master, which waits for it); celery's pool processes die with it.
@@ -567,7 +595,8 @@ def cmd_run(stack: ExitStack) -> int:
     # honcho: each process in its own session, output prefixed; when one exits, or on Ctrl-C /
     # SIGTERM, SIGTERM to every process group and SIGKILL to what is left 5 s later.
     forks_die_with_dev_py()
-    manager = Manager(Printer(sys.stdout, colour=not os.environ.get("NO_COLOR")))
+    printer = lull_printer(sys.stdout, colour=not os.environ.get("NO_COLOR"))
+    manager = Manager(printer)
     envs = {"web": {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir)},
             "upstream": {**os.environ, "SIM_API_KEY": upstream_secret},
             "gateway": {**os.environ, "SLUICE_URL": base_url,
@@ -581,7 +610,8 @@ def cmd_run(stack: ExitStack) -> int:
     gateway_url = f"http://127.0.0.1:{gateway_port}"
     threading.Thread(
         target=banner_when_up,
-        args=(manager, base_url, local_stripe, gateway_url, quickstart["api_key"]), daemon=True,
+        args=(manager, printer, base_url, local_stripe, gateway_url, quickstart["api_key"]),
+        daemon=True,
     ).start()
     manager.loop()
     return manager.returncode
@@ -605,7 +635,8 @@ def cmd_test(stack: ExitStack, args: list[str]) -> int:
 
 
 def main() -> int:
-    if len(sys.argv) < 2 or sys.argv[1] not in ("run", "test", "lint"):
+    run_args_bad = sys.argv[1:2] == ["run"] and sys.argv[2:] not in ([], ["-v"])
+    if len(sys.argv) < 2 or sys.argv[1] not in ("run", "test", "lint") or run_args_bad:
         print(USAGE, file=sys.stderr)
         return 0 if sys.argv[1:2] in (["-h"], ["--help"], ["help"]) else 2
     os.chdir(ROOT)
@@ -621,7 +652,7 @@ def main() -> int:
         if command == "lint":
             return run_step([sys.executable, "-m", "ruff", "check", ".", *args])
         with ExitStack() as stack:  # closing it stops the embedded servers, newest first
-            return cmd_run(stack) if command == "run" else cmd_test(stack, args)
+            return cmd_run(stack, args == ["-v"]) if command == "run" else cmd_test(stack, args)
     except KeyboardInterrupt:
         return 130
 

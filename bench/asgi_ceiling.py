@@ -3,7 +3,7 @@ else through the bridge) with the benchmark endpoints, at the two layers a reque
 served at. Benchmarks only.
 
 At the bare WSGI layer (bench/wsgi_ceiling.py, behind the bridge's threads, where every Django
-request is served): /bench/empty, issue 12's yardstick.
+request is served): /bench/empty, the yardstick of authorize's ratio.
 
 At the event loop, where authorize is decided (quotas/gateway/asgi.py):
 - /bench/loop-empty: an empty JSON answer at once: the ceiling of this server and load

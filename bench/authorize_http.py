@@ -3,12 +3,12 @@
     DATABASE_URL=... REDIS_URL=redis://127.0.0.1:6379/4 python bench/authorize_http.py
 
 The production server (config/serve.py: granian; authorize decided on its event loop, every
-other request through the bridge's threads; DEBUG off), or `--server gunicorn` for the WSGI
-layout it replaced (authorize in gunicorn's threads). Limits are set high so every decision
+other request through the bridge's threads; DEBUG off), or `--server gunicorn` for a threaded
+WSGI layout to compare with (authorize in gunicorn's threads). Limits are set high so every decision
 runs the whole script and is an admission; every request_id is new.
 
 With wrk (the default when it is on PATH): the empty JSON endpoints as ceilings, /bench/empty
-at the bare WSGI layer (where Django's requests are served: issue 12's yardstick),
+at the bare WSGI layer (where Django's requests are served: the yardstick of authorize's ratio),
 /bench/loop-empty on the event loop (where authorize is served: the stricter one) and
 /healthz through Django's whole stack, each at the same connection counts (the best is kept),
 then authorize at 1, 2, 4, ... connections. Peak is the best of those; "half of peak" is the
@@ -55,10 +55,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=10)
     # The production default (config/serve.py: about one per core). Authorize is decided on
-    # each worker's event loop: a third process on 2 cores only contends for them (2026-12-02,
-    # alternating full runs: peak 5,256 against 4,594/s, ratio 0.42 against 0.36).
-    parser.add_argument("--workers", type=int, default=2,
-                        help="server processes (the figures before 2026-12-02: 3)")
+    # each worker's event loop: a third process on 2 cores only contends for them (alternating
+    # full runs on one VM: peak 5,256 against 4,594/s, ratio 0.42 against 0.36).
+    parser.add_argument("--workers", type=int, default=2, help="server processes")
     parser.add_argument("--threads", type=int, default=8,
                         help="threads per process (either server)")
     parser.add_argument("--server", choices=SERVERS, default=SERVERS[0],
@@ -164,7 +163,7 @@ def with_wrk(args, port, pool, headers, head, tail) -> None:
     print(f"\npeak authorize: {peak.rps:,.0f} decisions/s at {peak.connections} connections "
           f"(p99 {peak.p99_ms:.2f} ms)")
     print(f"authorize / bare WSGI empty endpoint = {peak.rps / best_bare.rps:.2f} "
-          f"({best_bare.rps:,.0f}/s): issue 12's ratio")
+          f"({best_bare.rps:,.0f}/s): authorize's ratio")
     if on_loop:
         best_loop = max(on_loop, key=lambda r: r.rps)
         print(f"authorize / event-loop empty endpoint = {peak.rps / best_loop.rps:.2f} "
@@ -175,7 +174,7 @@ def with_wrk(args, port, pool, headers, head, tail) -> None:
         best_stand_in = max(stand_ins, key=lambda r: r.rps)
         best_no_redis = max(no_redis, key=lambda r: r.rps)
         print(f"stand-in / bare WSGI empty endpoint = {best_stand_in.rps / best_bare.rps:.2f}: "
-              "the ceiling of issue 12's ratio for authorize with none of its Python (its body "
+              "the ceiling of authorize's ratio: authorize with none of its Python (its body "
               f"read and parsed, Redis busy {script_us:.1f} µs per call as authorize.lua was in "
               "the sweep, its answer's size)")
         print(f"no-redis / bare WSGI empty endpoint = {best_no_redis.rps / best_bare.rps:.2f}: "

@@ -1,5 +1,4 @@
-"""Benchmark: failing open, the fleet admits an org at most at its guaranteed rate (issue 10,
-item 9).
+"""Benchmark: failing open, the fleet admits an org at most at its guaranteed rate.
 
     DATABASE_URL=... REDIS_URL=redis://127.0.0.1:6379/14 python bench/fail_open_fleet.py
 
@@ -7,8 +6,9 @@ For 2, 3 and 4 processes: each decides authorize (the hook's logic, in-process) 
 private Redis is up, so that its heartbeat has counted the others; the Redis is stopped; then
 every process asks authorize for one org of a fail_open pool as fast as it can for --seconds.
 Admitted tokens are compared with what the org's guaranteed rate allows over the run: one
-bucket of BUCKET_SECONDS at the start plus the rate times the run's duration. Before this
-change each process had a bucket at the full rate: the fleet admitted N times that.
+bucket of BUCKET_SECONDS at the start plus the rate times the run's duration. A bucket per
+process at the full rate would admit N times that: each process divides the rate by the fleet
+it counted.
 """
 
 import argparse

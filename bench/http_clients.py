@@ -3,8 +3,8 @@ upstream (what bench/gateway.py found the reference gateway spends its CPU on):
 
     python bench/http_clients.py [--requests 1000] [--concurrency 1,16,64]
 
-httpx.AsyncClient (what gateway/ and sluice_client.aio used before this comparison) and
-aiohttp.ClientSession (what they use now), both on uvloop as uvicorn runs them, each with a
+httpx.AsyncClient and aiohttp.ClientSession (what gateway/ and sluice_client.aio use, for the
+CPU this measures), both on uvloop as uvicorn runs them, each with a
 keep-alive pool of 200 connections, GET /v1/models of `python -m gateway.sim` (started here,
 in its own process). CPU time of this process only (time.process_time), so other load on the
 machine distorts it less than it distorts throughput.

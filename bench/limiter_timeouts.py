@@ -1,4 +1,4 @@
-"""Benchmark: a busy but healthy Redis answers every authorize (issue 10, item 8).
+"""Benchmark: a busy but healthy Redis answers every authorize.
 
     DATABASE_URL=... REDIS_URL=redis://127.0.0.1:6379/14 python bench/limiter_timeouts.py
 
@@ -10,9 +10,9 @@ some replies just wait behind that command. Meanwhile the production server (gra
 x 8 threads) is saturated over HTTP by the Python load generator (2 processes x 32
 connections, closed loop) for --seconds; `--burn N` adds N CPU-spinning processes.
 
-The same run is made with the reply timeout at 50 ms, which is what the single 50 ms socket
-timeout did before (a slow reply was taken for an outage: 503 limiter_unavailable, and three in
-a row opened the breaker), and at the default 250 ms (SLUICE_REDIS_REPLY_TIMEOUT_MS; connecting
+The same run is made with the reply timeout at 50 ms, the connect timeout (a slow reply is
+then taken for an outage: 503 limiter_unavailable, and three in a row open the breaker), and at
+the default 250 ms (SLUICE_REDIS_REPLY_TIMEOUT_MS; connecting
 still has 50 ms to tell a Redis that is down). The table counts the answers by status: a healthy
 run must have no 503.
 """

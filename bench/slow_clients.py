@@ -1,4 +1,4 @@
-"""Benchmark: authorize while 40 clients trickle their request bodies (issue 10, item 11).
+"""Benchmark: authorize while 40 clients trickle their request bodies.
 
     DATABASE_URL=... REDIS_URL=redis://127.0.0.1:6379/14 python bench/slow_clients.py
 
@@ -8,8 +8,8 @@ closed-loop client (4 connections, each a thread with http.client and a 5 s time
 stalled server shows as timeouts instead of hanging the benchmark) asks authorize as fast as
 answers come. The table compares authorize without and with the slow clients, for the
 production server (config/serve.py: granian, bodies read before a thread runs a request) and
-for the layout it replaced (gunicorn's gthread worker, 2 processes x 4 threads, the old
-config/gunicorn.py).
+for a threaded layout (gunicorn's gthread worker, 2 processes x 4 threads), where a thread
+reads its own request's body.
 """
 
 import argparse

@@ -266,7 +266,7 @@ class OperatorToken(models.Model):
         return f"{self.name} ({self.user})"
 
 
-# --- Waitlist applications and vetting (issue 4) ---------------------------------------------
+# --- Waitlist applications and vetting ----------------------------------------------------------
 
 
 class UseCase(models.TextChoices):

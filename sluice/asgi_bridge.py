@@ -2,12 +2,12 @@
 
 Why: under a threaded WSGI server, the thread that reads a request's body is the thread that
 serves it, so a client that sends its headers and then trickles (or stalls) its body holds a
-thread for as long as it likes; 40 such clients held every thread of the old gunicorn layout
-and authorize stalled. Here the body is collected on the event loop, chunk by chunk as it
-arrives (a slow client costs a coroutine), and only a complete request is handed to one of
-`threads` threads, which run the WSGI application exactly as a threaded WSGI server would
-(Sluice's, with authorize's fast path: config/wsgi.py). Chunked request bodies arrive whole,
-with their Content-Length. Responses are sent as the application yields them.
+thread for as long as it likes; 40 such clients hold every thread of a gunicorn gthread layout
+and authorize stalls (bench/slow_clients.py). Here the body is collected on the event loop,
+chunk by chunk as it arrives (a slow client costs a coroutine), and only a complete request is
+handed to one of `threads` threads, which run the WSGI application exactly as a threaded WSGI
+server would (Sluice's, with authorize's fast path: config/wsgi.py). Chunked request bodies
+arrive whole, with their Content-Length. Responses are sent as the application yields them.
 """
 
 import asyncio

@@ -2,7 +2,7 @@
 adds its message with `flash(..., at="allocations")` and redirects with `redirect_at(...,
 at="allocations")`: the browser comes back to that section (its id), which renders the message
 with `{% messages_at "allocations" %}` (templatetags/flash.py). Messages without a place show
-at the top of the page, as before."""
+at the top of the page."""
 
 from django.contrib import messages
 from django.http import HttpResponseRedirect

@@ -6,7 +6,8 @@ CELERY_BROKER_CHANNEL_ERROR_RETRY makes it reconnect like after a lost connectio
 
 Each fault strikes an idle worker (its task done and acknowledged). A connection lost while a
 task is in flight can still stop the worker: kombu, restoring the unacknowledged message on the
-closed connection, raises AttributeError (README, "Celery queues"); that is kombu's, not this."""
+closed connection, raises AttributeError (docs/faults.md, "Redis failover"); that is kombu's,
+not this."""
 
 import os
 import subprocess

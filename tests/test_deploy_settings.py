@@ -1,4 +1,4 @@
-"""Production settings from the environment (issue 10, items 16 and 17): `check --deploy` is
+"""Production settings from the environment: `check --deploy` is
 clean, a short secret key and a missing or logging email backend stop the process at start-up.
 Each case starts a real process with production settings (config.settings.base, debug off)."""
 
@@ -94,7 +94,8 @@ def test_production_defaults_to_smtp_from_the_environment():
 
 def test_production_refuses_backends_that_write_emails_to_the_log():
     for backend in ("django.core.mail.backends.console.EmailBackend",
-                    "django.core.mail.backends.filebased.EmailBackend"):
+                    "django.core.mail.backends.filebased.EmailBackend",
+                    "config.devmail.EmailBackend"):
         result = run(["-c", "import django; django.setup()"],
                      production_env(SLUICE_EMAIL_BACKEND=backend))
         assert result.returncode != 0, backend

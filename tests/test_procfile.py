@@ -1,4 +1,4 @@
-"""The Procfile (the production layout, README "Deploying"): every Celery queue has a worker
+"""The Procfile (the production layout, docs/deploying.md): every Celery queue has a worker
 consuming it, there is exactly one beat, and every command names something that exists and
 parses its arguments as the program itself would."""
 
@@ -136,8 +136,8 @@ def _get_when_up(url: str, server: subprocess.Popen):
     pytest.fail("the server did not answer in 60 s")
 
 
-def test_the_readme_deploy_section_names_every_process():
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("## Deploying", 1)[1].split("\n## ", 1)[0]
+def test_the_deploying_page_names_every_process():
+    page = (ROOT / "docs" / "deploying.md").read_text()
+    section = page.split("## Processes", 1)[1].split("\n## ", 1)[0]
     for name in PROCESSES:
-        assert f"`{name}`" in section, f"README's Deploying section does not name {name}"
+        assert f"`{name}`" in section, f"docs/deploying.md's Processes section does not name {name}"

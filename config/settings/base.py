@@ -1,5 +1,6 @@
-"""Sluice settings. Everything deployment-specific comes from environment variables (README lists
-them); there is no local_settings file. Unknown SLUICE_* variables are refused."""
+"""Sluice settings. Everything deployment-specific comes from environment variables
+(docs/configuration.md lists them); there is no local_settings file. Unknown SLUICE_* variables
+are refused."""
 
 from pathlib import Path
 
@@ -221,7 +222,8 @@ TRUSTED_PROXIES = env_networks("SLUICE_TRUSTED_PROXIES", [])
 # Emails carry secrets (password reset links, invitation tokens): in production they go to a
 # mail server, never to the log. The console backend (prints them) is for development only.
 _LOGGING_EMAIL_BACKENDS = {"django.core.mail.backends.console.EmailBackend",
-                           "django.core.mail.backends.filebased.EmailBackend"}
+                           "django.core.mail.backends.filebased.EmailBackend",
+                           "config.devmail.EmailBackend"}
 _SMTP_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
 EMAIL_BACKEND = env_str("SLUICE_EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend"
                         if DEBUG else _SMTP_BACKEND)
@@ -236,6 +238,8 @@ EMAIL_PORT = env_int("SLUICE_EMAIL_PORT", 25)
 EMAIL_HOST_USER = env_str("SLUICE_EMAIL_HOST_USER", "")
 EMAIL_HOST_PASSWORD = env_str("SLUICE_EMAIL_HOST_PASSWORD", "")
 EMAIL_USE_TLS = env_bool("SLUICE_EMAIL_USE_TLS", False)
+# Where the file backends (config.devmail for `dev.py run`) keep whole emails.
+EMAIL_FILE_PATH = BASE_DIR / ".sluice" / "emails"
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
@@ -299,8 +303,9 @@ CELERY_BROKER_CONNECTION_MAX_RETRIES = None
 # What a task prints (the console email backend prints whole emails) goes to the worker's
 # output as it is: Celery's default logs every printed line as a WARNING.
 CELERY_WORKER_REDIRECT_STDOUTS = False
-# Queues: one per kind of work, so a slow kind never holds up another (README, "Celery
-# queues"). A worker without -Q consumes them all (dev.py run); production runs one per queue.
+# Queues: one per kind of work, so a slow kind never holds up another (docs/deploying.md,
+# "Celery queues"). A worker without -Q consumes them all (dev.py run); production runs one per
+# queue.
 CELERY_TASK_QUEUES = [Queue(name) for name in
                       ("limits", "email", "billing", "webhooks", "maintenance")]
 CELERY_TASK_DEFAULT_QUEUE = "maintenance"

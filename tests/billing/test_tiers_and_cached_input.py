@@ -1,6 +1,6 @@
-"""Issue 12 in billing: cached input tokens have their own price; an invoice shows the fast
-and the standard tier on lines of their own, the premium only on the fast one; a new price
-version reaches the admission engine's money holds."""
+"""Tiers and cached input in billing: cached input tokens have their own price; an invoice
+shows the fast and the standard tier on lines of their own, the premium only on the fast one; a
+new price version reaches the admission engine's money holds."""
 
 from datetime import UTC, date, datetime
 

@@ -1,4 +1,4 @@
-"""Read-only support staff change nothing through list-page actions (issue 10, item 1).
+"""Read-only support staff change nothing through list-page actions.
 
 The test walks every action of every ModelAdmin registered on the console, so an action added
 later is covered without touching this file; a model that gains an action needs a row in

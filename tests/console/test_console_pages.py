@@ -1,5 +1,5 @@
-"""The console pages issue 14 added or reworked: the speed panels (with their query counts),
-gateway tokens, the price book's "in force", invoices, the vetting queue's and score's words."""
+"""Console pages: the speed panels (with their query counts), gateway tokens, the price book's
+"in force", invoices, the vetting queue's and score's words."""
 
 import uuid
 from datetime import timedelta

@@ -1,7 +1,7 @@
 """Every main page of both sites, on the demo data (manage.py seed_demo), as a new user meets
 them: each is saved at 1366 px and 390 px (artifacts/screenshots/), must fit a phone's width and
-pass an axe-core scan (no serious or critical violation); and what issue 14 found wrong on
-them is checked where it was: charts, numbers, figures that appear twice, the speed panels,
+pass an axe-core scan (no serious or critical violation); and what a reader trips on is
+checked where it would show: charts, numbers, figures that appear twice, the speed panels,
 confirmations, messages, forms, the demo's life."""
 
 import re
@@ -129,7 +129,7 @@ def _quota_inbox(page):
     _nav(page, "Quota requests")
     expect(page.locator(".card [data-quota-request]")).to_have_count(1)  # in a card
     reason = page.get_by_label(re.compile("Reason for denying request"))
-    # The placeholder fits its input (it used to be cut: "Reason (shown t").
+    # The placeholder fits its input, not cut short ("Reason (shown t").
     assert reason.evaluate("""el => {
         const ctx = document.createElement("canvas").getContext("2d");
         const style = getComputedStyle(el);

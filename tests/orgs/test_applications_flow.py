@@ -24,8 +24,8 @@ pytestmark = pytest.mark.django_db
 
 
 def admitted_org_api_key(*, org, owner) -> str:
-    """THE HOOK FOR THE AUTHORIZE ASSERTION: the admitted org creates its first API key, which
-    the lead's merge posts to /api/gateway/v1/authorize (expecting "allow")."""
+    """The admitted org creates its first API key, the one a journey posts to
+    /api/gateway/v1/authorize (expecting "allow")."""
     _, plaintext = api_key_create(org=org, name="first key", actor=owner)
     return plaintext
 

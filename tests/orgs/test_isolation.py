@@ -85,7 +85,7 @@ def test_anonymous_gets_401_everywhere(anon_client, b_objects):
 
 def test_other_orgs_objects_answer_exactly_like_missing_ones(two_orgs, b_objects):
     """Not just 404: the same body, so the message does not tell "exists, not yours" from
-    "does not exist" (issue 10, item 14: an allocation said "No such organization.")."""
+    "does not exist" (an allocation must not say "No such organization.")."""
     a, _ = two_orgs
     missing = {name: 10**9 + i for i, name in enumerate(b_objects)}
     for (method, url, body), (_, missing_url, _) in zip(

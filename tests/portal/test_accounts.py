@@ -183,7 +183,7 @@ def test_spraying_one_password_over_many_accounts_locks_the_address(redis_client
 
 def test_password_reset_email_leaves_after_the_response(redis_client,
                                                         django_capture_on_commit_callbacks):
-    """The request only queues the email (issue 10, item 17): it is built and sent by a task
+    """The request only queues the email: it is built and sent by a task
     after the commit, so the response takes as long for a known address as for an unknown one
     and no reset token is stored on the way."""
     from sluice.models import OutboundEmail

@@ -14,7 +14,7 @@ from tests.quotas.conftest import tenant_create
 
 pytestmark = pytest.mark.django_db
 URL = "/api/gateway/v1/authorize"
-README = Path(__file__).resolve().parents[2] / "README.md"
+HOOK_DOCS = Path(__file__).resolve().parents[2] / "docs" / "hook.md"
 
 
 @pytest.fixture
@@ -87,7 +87,7 @@ def test_the_token_bucket_limit_is_the_burst_ceiling_times_the_bucket_seconds(ga
     pool_routes_reload()
     headers = ask(gateway, t, "r1").json()["headers"]
     assert headers["x-ratelimit-limit-tokens"] == str(300 * BUCKET_SECONDS)
-    # README says the same: burst_tps (the ceiling, guarantee included) x 10 s.
-    readme = README.read_text()
+    # docs/hook.md says the same: burst_tps (the ceiling, guarantee included) x 10 s.
+    readme = HOOK_DOCS.read_text()
     assert "(guaranteed + burst) TPS x 10 s" not in readme
     assert re.search(r"x-ratelimit-limit-tokens`[^.]*`burst_tps` x 10 s", readme.replace("\n", " "))

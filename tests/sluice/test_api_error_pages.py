@@ -1,4 +1,4 @@
-"""Every answer under /api/ is the one JSON error shape (issue 10, item 12), including those no
+"""Every answer under /api/ is the one JSON error shape, including those no
 view wrote: no URL matched, a body past the upload limit, an exception a view let through, a
 method a function view does not serve."""
 
@@ -19,8 +19,7 @@ def test_an_unmatched_api_url_is_the_json_404(operator_client):
 
 
 def test_an_unmatched_api_url_is_the_json_404_with_debug_on_too(operator_client, settings):
-    # dev.py run has DEBUG on, where Django ignores handler404 for its technical page (seen in
-    # the black-box rerun of issue 10 against dev.py run).
+    # dev.py run has DEBUG on, where Django ignores handler404 for its technical page.
     settings.DEBUG = True
     r = operator_client.get("/api/v1/pools/abc/capacity/")
     assert r.status_code == 404 and r["Content-Type"] == "application/json"

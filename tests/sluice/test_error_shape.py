@@ -87,7 +87,7 @@ def test_the_gateway_hook_answers_in_the_same_shape():
     assert body.pop("allowed") is False  # authorize says so on every answer but an admission
     error = one_shape(body)
     assert (r.status_code, error["code"]) == (400, "invalid_input")
-    # max_output_tokens is optional since hook contract 2 (the output estimate alone).
+    # max_output_tokens is optional (absent: the output estimate alone).
     assert {"api_key", "model", "input_tokens"} <= set(error["fields"])
     r = Client(HTTP_AUTHORIZATION="Bearer gw_nope").post(
         "/api/gateway/v1/usage", {}, content_type="application/json")

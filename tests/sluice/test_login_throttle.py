@@ -41,7 +41,7 @@ def test_redis_outage_fails_open(unreachable_redis):
 
 
 def test_password_spraying_locks_the_ip_across_usernames(redis_client):
-    """One password tried against many accounts from one address (issue 10, item 17): each
+    """One password tried against many accounts from one address: each
     (username, IP) pair stays under its limit, the address as a whole does not."""
     for n in range(login_throttle.IP_MAX_FAILURES):
         assert not login_lock_status(username=f"user{n}@voice.test", ip="10.0.0.9").locked

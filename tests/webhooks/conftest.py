@@ -22,7 +22,7 @@ def free_port() -> int:
 @dataclass
 class Receiver:
     """Verifies signatures and timestamps (the library's five-minute tolerance) and drops
-    ids it has processed, as the README tells receivers to."""
+    ids it has processed, as docs/org-api.md tells receivers to."""
 
     port: int = field(default_factory=free_port)
     secret: str = ""
