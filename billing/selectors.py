@@ -28,6 +28,7 @@ from billing.rating import (
     usage_cost_micros,
 )
 from metering.models import UsageHourly
+from orgs.auth import AdminKeyPrincipal
 from orgs.models import BILLING_READERS, Membership, Organization
 from sluice.sql import bigint_array
 
@@ -160,7 +161,11 @@ def invoices_for_operator(*, org_id: int | None = None, status: str = "",
 
 
 def org_for_billing_reader(*, user, org_id: int) -> Organization | None:
-    """The org if `user` may see its money; None otherwise (callers answer 404 either way)."""
+    """The org if `user` (a user, or an admin key with its creator's role) may see its money;
+    None otherwise (callers answer 404 either way)."""
+    if isinstance(user, AdminKeyPrincipal):
+        allowed = user.org_id == org_id and user.role in BILLING_READERS
+        return user.key.org if allowed else None
     membership = (Membership.objects.select_related("org")
                   .filter(user=user, org_id=org_id, role__in=BILLING_READERS).first())
     return membership.org if membership else None

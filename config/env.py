@@ -4,9 +4,12 @@ Every setting that may come from the environment is read through one of these fu
 set of variables Sluice understands is exactly the set named in settings/base.py.
 """
 
+import ipaddress
 import os
 
 from django.core.exceptions import ImproperlyConfigured
+
+from sluice.rate_limits import Rate
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
@@ -62,6 +65,27 @@ def env_list(name: str, default: list[str]) -> list[str]:
     if value is None:
         return default
     return [item.strip() for item in value.split(",") if item.strip()]
+
+
+def env_networks(name: str, default: list[str]) -> tuple[str, ...]:
+    """Comma-separated IP addresses or CIDR networks (`10.0.0.0/8`, `2001:db8::/32`). A network
+    with host bits set (`10.0.0.1/8`) is refused: it is usually a typo for something else."""
+    entries = env_list(name, default)
+    for entry in entries:
+        try:
+            ipaddress.ip_network(entry)
+        except ValueError:
+            raise ImproperlyConfigured(
+                f"{name}: {entry!r} is not an IP address or network (like 10.0.0.0/8).") from None
+    return tuple(entries)
+
+
+def env_rate(name: str, default: str) -> Rate:
+    """A rate like `10/hour` (count per second, minute, hour or day)."""
+    try:
+        return Rate.parse(os.environ.get(name, default))
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name}: {exc}") from None
 
 
 def env_choice(name: str, default: str, choices: set[str]) -> str:

@@ -5,7 +5,11 @@
 - Organization admin keys: `Authorization: Bearer sk_admin_<lookup>_<secret>`, accepted only by
   the org-facing endpoints that declare `ADMIN_KEY_AUTHENTICATION` (usage, costs, API keys),
   acting for their one org, and rate-limited per key (`AdminKeyRateThrottle`). Elsewhere an
-  admin key is not a credential at all (401).
+  admin key is not a credential at all (401). A key carries its creator's rights, read at
+  each request: the creator's current role in the org (a key made by an admin reads no
+  costs). A creator who is no longer an active member leaves a dead key (401; leaving the org
+  revokes their keys too). A key without a creator (made by a command or a script) acts as
+  an org admin: usage and API keys, no money.
 """
 
 from dataclasses import dataclass
@@ -14,11 +18,14 @@ from django.utils import timezone
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions, throttling
 
-from orgs.models import AdminKey, OperatorToken
+from orgs.models import AdminKey, OperatorToken, Role
 from orgs.services.admin_keys import ADMIN_KEY_KIND
 from sluice.secrets import secret_matches, secret_parse_lookup
 
 TOUCH_EVERY_SECONDS = 60
+# The role of an admin key that no person made (a command, a script): an admin's, which
+# manages API keys and reads usage but never sees money.
+CREATORLESS_ADMIN_KEY_ROLE = Role.ADMIN
 
 
 def _bearer(request, kind: str) -> str | None:
@@ -63,6 +70,7 @@ class AdminKeyPrincipal:
     user (no membership, no staff rights)."""
 
     key: AdminKey
+    role: str  # what the key may do: its creator's current role in the org
     is_authenticated = True
     is_staff = False
     is_active = True
@@ -80,6 +88,12 @@ class AdminKeyPrincipal:
         return self.actor
 
 
+def _creator_role(key: AdminKey) -> str | None:
+    if key.created_by_id is None:
+        return CREATORLESS_ADMIN_KEY_ROLE
+    return key.creator_role if key.created_by.is_active else None
+
+
 class AdminKeyAuthentication(authentication.BaseAuthentication):
     keyword = "Bearer"
 
@@ -88,12 +102,16 @@ class AdminKeyAuthentication(authentication.BaseAuthentication):
         if token is None:
             return None
         lookup = secret_parse_lookup(token, kind=ADMIN_KEY_KIND)
-        row = (AdminKey.objects.select_related("org").filter(lookup=lookup).first()
-               if lookup else None)
+        row = (AdminKey.objects.select_related("org", "created_by").with_creator_role()
+               .filter(lookup=lookup).first() if lookup else None)
         if row is None or not secret_matches(token, row.digest) or row.revoked_at:
             raise exceptions.AuthenticationFailed("Invalid or revoked admin key.")
+        role = _creator_role(row)
+        if role is None:
+            raise exceptions.AuthenticationFailed(
+                "This admin key's creator is no longer an active member of the organization.")
         _touch(AdminKey, row)
-        return AdminKeyPrincipal(key=row), row
+        return AdminKeyPrincipal(key=row, role=role), row
 
     def authenticate_header(self, request):
         return self.keyword

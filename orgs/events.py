@@ -12,6 +12,12 @@ api_keys_changed = Event(
     "orgs.api_keys_changed", payload=("org_id",),
     doc="An API key of the org was created, revoked or changed.")
 
+key_creating = Event(
+    "orgs.key_creating", payload=("org", "actor"),
+    doc="An API key or an admin key of the org is about to be created by `actor` (a user, or "
+        "a label: an admin key, a command). A receiver refuses by raising a DomainError "
+        "(nothing is created).")
+
 api_key_slice_checking = Event(
     "orgs.api_key_slice_checking", payload=("key", "key_slice"),
     doc="An API key is about to get its own slice of its org's limits (`key_slice`, an "

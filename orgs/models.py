@@ -177,6 +177,15 @@ class ApiKey(models.Model):
                                            self.slice_daily_tokens, self.slice_max_concurrency))
 
 
+class AdminKeyQuerySet(models.QuerySet):
+    def with_creator_role(self) -> "AdminKeyQuerySet":
+        """Each key's `creator_role`: its creator's current role in the key's org, which is
+        what the key may do (None: the creator left, or no person made it)."""
+        role = Membership.objects.filter(org_id=models.OuterRef("org_id"),
+                                         user_id=models.OuterRef("created_by_id"))
+        return self.annotate(creator_role=models.Subquery(role.values("role")[:1]))
+
+
 class AdminKey(models.Model):
     """An organization's admin key (`sk_admin_...`): it authenticates the org-facing REST API
     (usage, costs, API key management) for scripts and dashboards, and nothing else. It is a
@@ -193,6 +202,8 @@ class AdminKey(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
+
+    objects = AdminKeyQuerySet.as_manager()
 
     class Meta:
         ordering = ["-created_at", "-id"]

@@ -12,6 +12,7 @@ from django.conf import settings
 from orgs.events import org_contact_reading
 from orgs.models import Invitation, Membership, Organization, Role
 from sluice.mail import Email, email_kind, email_queue
+from sluice.secrets import secret_derive, secret_matches
 
 SUBJECTS = {
     "suspended": "{org}'s access is suspended",
@@ -63,18 +64,39 @@ def org_email_queue(*, org: Organization, action: str) -> None:
                     key=f"org:{org.pk}:{action}:{org.status_changed_at.isoformat()}")
 
 
+INVITATION_KIND = "inv"
+
+
+class InvitationTokenLost(Exception):
+    """The invitation's token cannot be made again: SLUICE_SECRET_KEY changed and the key
+    that made it is not among SLUICE_SECRET_KEY_FALLBACKS."""
+
+
+def invitation_token(*, invitation: Invitation) -> str:
+    """The invitation's token, made again from its lookup and the server's secret key (the
+    current one, or a fallback during a rotation): the token is stored nowhere, neither in the
+    invitation (only its digest) nor in the email outbox (only the invitation's id)."""
+    for key in (settings.SECRET_KEY, *settings.SECRET_KEY_FALLBACKS):
+        token = secret_derive(kind=INVITATION_KIND, lookup=invitation.lookup, key=key)
+        if secret_matches(token, invitation.token_digest):
+            return token
+    raise InvitationTokenLost(f"invitation {invitation.pk}: its token was made under a secret "
+                              "key that is no longer configured; send a new invitation")
+
+
 @email_kind("orgs.invitation")
-def _invitation_email(*, invitation_id: int, token: str) -> Email | None:
+def _invitation_email(*, invitation_id: int, token: str | None = None) -> Email | None:
+    # `token` is only in rows queued by releases that kept it in the outbox until sent.
     invitation = Invitation.objects.select_related("org").get(pk=invitation_id)
     if invitation.accepted_at or invitation.revoked_at:
         return None
+    token = token or invitation_token(invitation=invitation)
     return Email(to=[invitation.email], template="orgs/email/invitation",
                  subject=f"You are invited to {invitation.org.name} on Sluice",
                  context={"invitation": invitation,
                           "link": f"{settings.PUBLIC_URL}/portal/invitations/{token}/"})
 
 
-def invitation_email_queue(*, invitation: Invitation, token: str) -> None:
-    # The token travels in the outbox row until the email is sent (then it is cleared).
+def invitation_email_queue(*, invitation: Invitation) -> None:
     email_queue(kind="orgs.invitation", key=f"invitation:{invitation.pk}",
-                params={"invitation_id": invitation.pk, "token": token})
+                params={"invitation_id": invitation.pk})

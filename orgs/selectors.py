@@ -56,11 +56,14 @@ def membership_role(*, user, org: Organization) -> str | None:
 
 
 def org_require_role(*, user, org: Organization, roles: frozenset[str], perm: str) -> None:
-    """Members need one of `roles`; operators need the model permission `perm`. An admin key
-    may do whatever the endpoints that accept admin keys offer, in its own org."""
+    """Members need one of `roles`; operators need the model permission `perm`; an admin key
+    acts in its own org with its creator's role (orgs.auth)."""
     if isinstance(user, AdminKeyPrincipal):
         if org.pk != user.org_id:
             raise NotFound("No such organization.")
+        if user.role not in roles:
+            raise PermissionDenied("The role of this admin key's creator does not allow this.",
+                                   code="role_not_allowed")
         return
     if user_is_operator(user):
         operator_require(user=user, perm=perm)
@@ -93,7 +96,8 @@ def org_api_key_get(*, org: Organization, key_id: int) -> ApiKey:
 
 
 def org_admin_keys(*, org: Organization) -> QuerySet[AdminKey]:
-    return AdminKey.objects.filter(org=org).select_related("created_by")
+    """Each with `creator_role`, the role it acts with now (orgs.auth)."""
+    return AdminKey.objects.filter(org=org).select_related("created_by").with_creator_role()
 
 
 def org_admin_key_get(*, org: Organization, key_id: int) -> AdminKey:

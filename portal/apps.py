@@ -6,4 +6,10 @@ class PortalConfig(AppConfig):
     verbose_name = "Self-service portal"
 
     def ready(self) -> None:
-        from portal import services  # noqa: F401  (registers the verification email's builder)
+        from orgs.events import key_creating
+        from portal import (
+            receivers,
+            services,  # noqa: F401  (registers the verification email's builder)
+        )
+
+        key_creating.subscribe(receivers.key_creating_received)

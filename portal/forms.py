@@ -4,7 +4,7 @@ from django.contrib.auth.forms import PasswordResetForm as DjangoPasswordResetFo
 from django_countries import countries
 
 from orgs.models import Role, ServiceTier
-from portal.services import password_reset_email_queue
+from portal.services import PASSWORD_RESET_EMAILS_PER_ADDRESS, password_reset_email_queue
 from quotas.models import CapacityPool
 from quotas.selectors import pool_regions
 from rollout.applications import APPLICANT_FIELDS
@@ -15,6 +15,7 @@ from rollout.models import (
     Application,
 )
 from sluice.auth_forms import ThrottledAuthenticationForm
+from sluice.rate_limits import rate_limit_spend
 from webhooks.models import EventType
 
 
@@ -53,7 +54,13 @@ class PasswordResetForm(DjangoPasswordResetForm):
     leaves through the mail outbox after the response instead of inside it."""
 
     def save(self, **kwargs) -> None:
-        for user in self.get_users(self.cleaned_data["email"]):
+        email = self.cleaned_data["email"]
+        # Counted for every address asked about, known or not, so the count tells nothing;
+        # beyond the rate the answer is the same and no email leaves (no mail-bombing).
+        if rate_limit_spend(scope="password-reset-email", identity=email,
+                            rate=PASSWORD_RESET_EMAILS_PER_ADDRESS):
+            return
+        for user in self.get_users(email):
             password_reset_email_queue(user=user)
 
 

@@ -15,6 +15,7 @@ from orgs.services import audit_record, invitation_accept, membership_add, org_c
 from portal.models import VerifiedEmail
 from sluice.errors import Conflict
 from sluice.mail import Email, email_kind, email_queue
+from sluice.rate_limits import Rate
 from sluice.transactions import nestable, nested_atomic
 
 User = get_user_model()
@@ -107,6 +108,11 @@ def email_mark_verified(*, user, actor) -> bool:
         audit_record(actor=actor, action="user.email_verify", target=user,
                      after={"email": user.email})
     return created
+
+
+# Reset emails one address may receive, whoever asks (the form counts every address asked
+# about, known or not).
+PASSWORD_RESET_EMAILS_PER_ADDRESS = Rate(count=3, seconds=3600)
 
 
 def password_reset_email_queue(*, user) -> None:

@@ -24,6 +24,7 @@ from orgs.services.audit import Actor, audit_record
 from orgs.services.lifecycle import org_approve, org_reapply, org_reject, org_review_start
 from quotas.models import CapacityPool, Tier
 from rollout.models import (
+    CHECK_VOUCHES_FOR,
     CHECKS_REQUIRED_FOR_APPROVAL,
     OPEN_APPLICATION_STATES,
     Application,
@@ -159,7 +160,8 @@ def _review_start(*, app: Application, actor: Actor) -> None:
 def application_update(*, application: Application, data: dict, actor: Actor,
                        response: str = "") -> Application:
     """The applicant corrects or completes an undecided application. Answering a request for
-    information puts it back in review; `response` is kept as a note."""
+    information puts it back in review; `response` is kept as a note. A checklist tick that
+    vouched for a changed answer (CHECK_VOUCHES_FOR) is undone."""
     app = _lock(application)
     if app.state not in (A.SUBMITTED, A.INFO_REQUESTED):
         raise IllegalTransition(f"An application that is {app.state} cannot be changed.",
@@ -172,11 +174,27 @@ def application_update(*, application: Application, data: dict, actor: Actor,
     if app.state == A.INFO_REQUESTED:
         app.state = A.IN_REVIEW
     app.save()
+    _checks_reset_for_changes(app=app, before=before, actor=actor)
     if response.strip():
         ApplicationNote.objects.create(application=app, author=_user(actor), body=response)
     audit_record(actor=actor, action="application.update", target=app, org=app.org,
                  before=before, after=_snapshot(app), reason=response)
     return app
+
+
+def _checks_reset_for_changes(*, app: Application, before: dict, actor: Actor) -> None:
+    """Undo the ticks that vouched for answers the applicant just changed (values compared
+    after validation, so re-sending the same answers resets nothing)."""
+    changed = {name for name in APPLICANT_FIELDS if getattr(app, name) != before[name]}
+    items = [item for item, fields in CHECK_VOUCHES_FOR.items() if changed & set(fields)]
+    for check in ApplicationCheck.objects.select_for_update().filter(
+            application=app, item__in=items, done=True).order_by("pk"):
+        fields = sorted(changed & set(CHECK_VOUCHES_FOR[check.item]))
+        check.done, check.done_at, check.done_by_label = False, None, ""
+        check.note = f"Reset: the applicant changed {', '.join(fields)}."
+        check.save(update_fields=["done", "done_at", "done_by_label", "note"])
+        audit_record(actor=actor, action="application.check_reset", target=app, org=app.org,
+                     before={check.item: True}, after={check.item: False}, reason=check.note)
 
 
 @nestable

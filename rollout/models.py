@@ -134,6 +134,15 @@ CHECKS_REQUIRED_FOR_APPROVAL = (
 )
 
 
+# What an operator vouched for by ticking an item: when the applicant changes one of these
+# answers, the tick is undone and the item must be checked again.
+CHECK_VOUCHES_FOR = {
+    CheckItem.IDENTITY_VERIFIED: ("legal_name", "website", "country"),
+    CheckItem.CONTACT_REACHABLE: ("contact_name", "contact_email"),
+    CheckItem.USE_CASE_ACCEPTABLE: ("use_case", "use_case_description"),
+}
+
+
 class ApplicationCheck(models.Model):
     application = models.ForeignKey(Application, on_delete=models.CASCADE,
                                      related_name="checks")

@@ -3,13 +3,13 @@
 from django import forms
 from django.contrib.auth.forms import AuthenticationForm
 
-from sluice.login_throttle import login_failure_record, login_failures_clear, login_lock_status
-
-
-def client_ip(request) -> str:
-    # REMOTE_ADDR only: X-Forwarded-For is client-controlled unless a trusted proxy rewrites it,
-    # and the deployment (granian behind a proxy) sets REMOTE_ADDR from the proxy protocol.
-    return request.META.get("REMOTE_ADDR", "") if request is not None else ""
+from sluice.client_address import request_client_address
+from sluice.login_throttle import (
+    device_known,
+    login_failure_record,
+    login_failures_clear,
+    login_lock_status,
+)
 
 
 class ThrottledAuthenticationForm(AuthenticationForm):
@@ -19,15 +19,20 @@ class ThrottledAuthenticationForm(AuthenticationForm):
     error_messages = {
         **AuthenticationForm.error_messages,
         "locked": "Too many failed sign-in attempts. Try again in %(minutes)d minutes.",
+        "account_braked": "Too many failed sign-in attempts on this account. Try again in "
+                          "%(minutes)d minutes, or from a browser you signed in with before.",
     }
 
     def clean(self):
         username = self.cleaned_data.get("username") or ""
-        ip = client_ip(self.request)
-        lock = login_lock_status(username=username, ip=ip)
+        ip = request_client_address(self.request)
+        lock = login_lock_status(username=username, ip=ip,
+                                 known_device=device_known(request=self.request,
+                                                           username=username))
         if lock.locked:
+            code = "account_braked" if lock.reason == "account" else "locked"
             raise forms.ValidationError(
-                self.error_messages["locked"], code="locked",
+                self.error_messages[code], code=code,
                 params={"minutes": -(-lock.retry_after_seconds // 60)},
             )
         try:

@@ -17,7 +17,7 @@ from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import set_rollback
 
-from sluice.errors import DomainError, error_body
+from sluice.errors import DomainError, RateLimited, error_body
 
 API_PREFIX = "/api/"
 
@@ -47,8 +47,10 @@ def _validation_fields(detail) -> dict:
 def exception_handler(exc, context):
     if isinstance(exc, DomainError):
         set_rollback()
+        headers = ({"Retry-After": str(exc.retry_after_seconds)}
+                   if isinstance(exc, RateLimited) else None)
         return Response(error_body(code=exc.code, message=exc.message, fields=exc.fields,
-                                   details=exc.details), status=exc.status)
+                                   details=exc.details), status=exc.status, headers=headers)
     if isinstance(exc, Http404):
         exc = exceptions.NotFound()
     elif isinstance(exc, DjangoPermissionDenied):

@@ -78,3 +78,15 @@ class IllegalTransition(Conflict):
 class Unprocessable(DomainError):
     status = 422
     code = "unprocessable"
+
+
+class RateLimited(DomainError):
+    """Too many of something in a window: the REST API adds `Retry-After`."""
+
+    status = 429
+    code = "rate_limited"
+
+    def __init__(self, message: str, *, retry_after_seconds: int, **kwargs):
+        super().__init__(message, details={"retry_after_seconds": retry_after_seconds},
+                         **kwargs)
+        self.retry_after_seconds = retry_after_seconds

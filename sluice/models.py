@@ -19,8 +19,8 @@ class OutboundEmail(models.Model):
 
     key = models.CharField(max_length=200, unique=True)
     kind = models.CharField(max_length=60)  # a builder registered with sluice.mail.email_kind
-    # The builder's keyword arguments (ids, and for invitations the one-time token): cleared
-    # once sent.
+    # The builder's keyword arguments: ids, never secrets (a builder makes the tokens an
+    # email carries, e.g. invitation links, from committed state). Cleared once sent.
     params = models.JSONField(default=dict, blank=True)
     recipients = models.TextField(blank=True)  # who it went to, filled in when sent
     status = models.CharField(max_length=10, choices=EmailStatus.choices,

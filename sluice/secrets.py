@@ -8,6 +8,7 @@ nothing to brute-force, and authorize must stay fast.
 No Django imports: the admission engine hashes the presented API key with `secret_digest` too.
 """
 
+import base64
 import hashlib
 import hmac
 import secrets
@@ -30,6 +31,21 @@ def secret_digest(plaintext: str) -> str:
 def secret_issue(*, kind: str) -> IssuedSecret:
     lookup = secrets.token_hex(LOOKUP_LENGTH // 2)
     plaintext = f"{kind}_{lookup}_{secrets.token_urlsafe(32)}"
+    return IssuedSecret(plaintext=plaintext, lookup=lookup, digest=secret_digest(plaintext))
+
+
+def secret_derive(*, kind: str, lookup: str, key: str) -> str:
+    """The secret `<kind>_<lookup>_<...>` whose random part is an HMAC of the lookup under a
+    server key. For a secret that must be shown again later (an invitation emailed after the
+    commit) without being stored: the database keeps its digest, and only a holder of `key`
+    can make it again."""
+    mac = hmac.digest(key.encode(), f"sluice.derived:{kind}:{lookup}".encode(), "sha256")
+    return f"{kind}_{lookup}_{base64.urlsafe_b64encode(mac).decode().rstrip('=')}"
+
+
+def secret_issue_derived(*, kind: str, key: str) -> IssuedSecret:
+    lookup = secrets.token_hex(LOOKUP_LENGTH // 2)
+    plaintext = secret_derive(kind=kind, lookup=lookup, key=key)
     return IssuedSecret(plaintext=plaintext, lookup=lookup, digest=secret_digest(plaintext))
 
 

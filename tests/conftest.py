@@ -10,6 +10,7 @@ from rest_framework.test import APIClient
 
 from metering.partitions import usage_partitions_ensure
 from orgs.models import Organization, Role
+from portal.models import VerifiedEmail
 from tests.factories import MembershipFactory, OperatorFactory, OrganizationFactory, UserFactory
 
 # The Python client is its own package (clients/python): the tests of the client, of the
@@ -67,6 +68,8 @@ def two_orgs(db) -> tuple[OrgWithOwner, OrgWithOwner]:
         org = OrganizationFactory(name=name, slug=name.lower())
         owner = UserFactory(username=f"owner@{name.lower()}.test")
         MembershipFactory(org=org, user=owner, role=Role.OWNER)
+        # Owners have confirmed their address, as the portal's sign-up asks them to.
+        VerifiedEmail.objects.create(user=owner, email=owner.email)
         result.append(OrgWithOwner(org=org, owner=owner, client=_client_for(owner)))
     return result[0], result[1]
 

@@ -20,6 +20,7 @@ absent and trimming whitespace before `maxLength`), and the checks that are not 
 """
 
 from dataclasses import dataclass
+from datetime import date
 
 import pytest
 import schemathesis
@@ -33,9 +34,19 @@ from schemathesis.checks import (
     status_code_conformance,
 )
 
+from billing.models import (
+    Invoice,
+    InvoiceLine,
+    InvoiceStatus,
+    LineKind,
+    OutboxKind,
+    OutboxMessage,
+    OutboxStatus,
+)
 from orgs.models import Role
 from orgs.services import admin_key_create, api_key_create
 from orgs.services.operator_tokens import operator_token_create
+from portal.models import VerifiedEmail
 from quotas.hook.gateway_tokens import gateway_token_cache_clear, gateway_token_create
 from quotas.hook.routing import pool_routes_reload
 from quotas.limiter.connection import limiter_reset
@@ -70,6 +81,25 @@ class World:
     gateway: dict
 
 
+def _billing_records(org, pool) -> tuple[Invoice, OutboxMessage]:
+    """What the operator billing API lists, with the fields that are often empty left empty
+    (an invoice that replaces and supplements nothing, a dead letter without an invoice): a
+    world without them only ever showed empty lists, and nulls the schema denied went
+    unseen."""
+    invoice = Invoice.objects.create(
+        org=org, period_start=date(2026, 10, 1), period_end=date(2026, 11, 1),
+        number="SLU-ACME-2026-10", status=InvoiceStatus.OPEN, total_cents=4_400)
+    InvoiceLine.objects.create(invoice=invoice, position=1, kind=LineKind.DISCOUNT,
+                               description="Launch discount", amount_cents=-100)
+    InvoiceLine.objects.create(invoice=invoice, position=2, kind=LineKind.OUTPUT, pool=pool,
+                               description="fast-70b, output", quantity_tokens=10**6,
+                               unit_micros_per_mtok=30_000_000, amount_cents=4_500)
+    dead = OutboxMessage.objects.create(kind=OutboxKind.CUSTOMER_SYNC, org=org,
+                                        status=OutboxStatus.DEAD, attempts=8,
+                                        last_error="stripe was down")
+    return invoice, dead
+
+
 @pytest.fixture
 def world(live_server, redis_client, stripe) -> World:
     limiter_reset()
@@ -81,12 +111,15 @@ def world(live_server, redis_client, stripe) -> World:
     MembershipFactory(org=org, role=Role.DEVELOPER)
     allocation = AllocationFactory(org=org, pool=pool)
     key, _ = api_key_create(org=org, name="app", actor="test")
-    _, admin_secret = admin_key_create(org=org, name="tools", actor="test")
+    # An owner's key: it may read costs too (a key carries its creator's rights).
+    VerifiedEmail.objects.create(user=owner, email=owner.email)
+    _, admin_secret = admin_key_create(org=org, name="tools", actor=owner)
     application = ApplicationFactory(org=OrganizationFactory(name="Applicant"))
     wave = RolloutWaveFactory(pool=pool)
     quota_request = QuotaRequest.objects.create(
         org=org, pool=pool, guaranteed_tps=2_000, burst_tps=3_000, daily_tokens=10**8,
         max_concurrency=30, reason="launch")
+    invoice, dead_letter = _billing_records(org, pool)
     _, op_secret = operator_token_create(user=OperatorFactory(), name="fuzz", actor="test")
     _, gw_secret = gateway_token_create(name="fuzz", actor="test")
     limiter_sync_pool(pool_id=pool.pk)
@@ -97,6 +130,7 @@ def world(live_server, redis_client, stripe) -> World:
         url=live_server.url,
         parameters={"org_id": org.pk, "pool_id": pool.pk, "allocation_id": allocation.pk,
                     "key_id": key.pk, "member_id": member.pk, "slug": org.slug,
+                    "invoice_id": invoice.pk, "message_id": dead_letter.pk,
                     "path.request_id": quota_request.pk},
         # `{id}` names an application, a wave or a pool depending on the path.
         operations=[

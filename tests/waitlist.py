@@ -1,6 +1,7 @@
 """Helpers for the waitlist tests: build applications through the real services."""
 
 from orgs.models import Membership, OrgStatus, Role
+from portal.models import VerifiedEmail
 from rollout.applications import application_check_set, application_decide, application_submit
 from rollout.models import Application, CheckItem
 from tests.factories import OrganizationFactory, UserFactory
@@ -29,6 +30,7 @@ def applicant_org(name: str = "Acme"):
     org = OrganizationFactory(name=name, status=OrgStatus.APPLIED)
     owner = UserFactory(email=f"owner@{org.slug}.test")
     Membership.objects.create(org=org, user=owner, role=Role.OWNER)
+    VerifiedEmail.objects.create(user=owner, email=owner.email)
     return org, owner
 
 

@@ -1,4 +1,4 @@
-"""Delivering webhooks: Standard Webhooks signatures, outbox discipline, an SSRF guard.
+"""Delivering webhooks: Standard Webhooks signatures, outbox discipline, one endpoint at a time.
 
 What a receiver gets (https://www.standardwebhooks.com/):
 - body: `{"type": "<event type>", "timestamp": "<ISO 8601 of the event>", "data": {...}}`
@@ -10,44 +10,43 @@ A receiver verifies the signature (the `standardwebhooks` library does), refuses
 more than five minutes away from its clock (a replayed old request), and remembers the ids it
 processed (a replay within the tolerance). Any 2xx is success; anything else, a timeout or a
 refused connection is retried with backoff; redirects are not followed (they count as failures).
+How one POST is bounded (deadline, what is read, the SSRF guard): webhooks/posting.py.
 
 Outbox discipline (as billing/services/outbox.py): a worker claims a due delivery with a
 conditional UPDATE that also pushes `next_attempt_at` out by a lease, so two workers never post
 the same delivery at once; beat drains what a lost task left behind.
 
-SSRF guard: the host is resolved once per attempt, every address must be public (no loopback,
-private, link-local, multicast or reserved ranges; SLUICE_WEBHOOKS_ALLOW_PRIVATE lifts this for
-development and tests), and the request goes to the checked address (Host and TLS SNI keep the
-name), so a name cannot be re-pointed at an internal address between check and connection.
+One endpoint, one worker: an attempt first leases its endpoint (`busy_until`, a conditional
+UPDATE again). The worker holding the lease delivers the endpoint's due deliveries one after
+the other, and stops at the first failure or after ENDPOINT_TURN_SECONDS (then queues a new
+turn, so other endpoints get the worker). Any other worker that finds the endpoint leased
+leaves its deliveries to the holder. So an endpoint holds at most one worker at a time; one
+that lets an attempt run into the deadline also rests for ENDPOINT_REST after it, so a slow
+endpoint costs a worker one deadline per rest at most, and other orgs' deliveries go on.
 """
 
-import ipaddress
 import json
 import logging
-import socket
+import time
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from urllib.parse import urlsplit, urlunsplit
 
-import httpx
-from django.conf import settings
-from django.db.models import F
+from django.db.models import F, Q
 from django.utils import timezone
 from standardwebhooks.webhooks import Webhook
 
 from billing.services.outbox import backoff_after
 from sluice.sealing import SealBroken
-from webhooks.models import DeliveryStatus, WebhookDelivery, WebhookEvent
+from webhooks.models import DeliveryStatus, WebhookDelivery, WebhookEndpoint, WebhookEvent
+from webhooks.posting import DeliveryFailed, DeliveryTooSlow, webhook_post
 
 logger = logging.getLogger(__name__)
 
 MAX_ATTEMPTS = 8  # 30 s, 1, 2, 4, 8, 16, 32 min: about an hour of retries, then a dead letter
-LEASE = timedelta(minutes=2)
-TIMEOUT = httpx.Timeout(10.0, connect=5.0)
+LEASE = timedelta(minutes=2)  # longer than any attempt (the deadline is at most 60 s)
+ENDPOINT_TURN_SECONDS = 30
+ENDPOINT_REST = timedelta(minutes=1)
 USER_AGENT = "Sluice-Webhooks/1"
-
-
-class DeliveryFailed(Exception):
-    pass
 
 
 def webhook_body(event: WebhookEvent) -> str:
@@ -62,43 +61,14 @@ def webhook_headers(*, secret: str, event_id: str, body: str, at: datetime) -> d
             "webhook-signature": Webhook(secret).sign(msg_id=event_id, timestamp=at, data=body)}
 
 
-def _address_allowed(address: str) -> bool:
-    ip = ipaddress.ip_address(address)
-    return settings.WEBHOOKS_ALLOW_PRIVATE or ip.is_global
+def _endpoint_lease(endpoint_id: int, now: datetime) -> bool:
+    return WebhookEndpoint.objects.filter(
+        Q(busy_until__isnull=True) | Q(busy_until__lte=now), pk=endpoint_id,
+    ).update(busy_until=now + LEASE) == 1
 
 
-def _pinned(url: str) -> tuple[str, str, str]:
-    """(url with the checked address as host, Host header, SNI name)."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except OSError as exc:
-        raise DeliveryFailed(f"cannot resolve {host}: {exc}") from exc
-    addresses = [info[4][0] for info in infos]
-    if not addresses or not all(_address_allowed(a) for a in addresses):
-        raise DeliveryFailed(f"{host} resolves to a private or reserved address")
-    address = addresses[0]
-    netloc = f"[{address}]" if ":" in address else address
-    if parts.port:
-        netloc += f":{parts.port}"
-    return urlunsplit(parts._replace(netloc=netloc)), parts.netloc.rpartition("@")[2], host
-
-
-def webhook_post(*, url: str, secret: str, event: WebhookEvent, at: datetime) -> int:
-    """POST one signed event; returns the HTTP status. DeliveryFailed when nothing answered."""
-    body = webhook_body(event)
-    target, host_header, sni = _pinned(url)
-    headers = webhook_headers(secret=secret, event_id=event.event_id, body=body, at=at)
-    try:
-        with httpx.Client(timeout=TIMEOUT, follow_redirects=False) as client:
-            response = client.post(target, content=body.encode(),
-                                   headers={**headers, "host": host_header},
-                                   extensions={"sni_hostname": sni})
-    except httpx.HTTPError as exc:
-        raise DeliveryFailed(f"{type(exc).__name__}: {exc}") from exc
-    return response.status_code
+def _endpoint_release(endpoint_id: int, *, rest_until: datetime | None) -> None:
+    WebhookEndpoint.objects.filter(pk=endpoint_id).update(busy_until=rest_until)
 
 
 def _claim(delivery_id: int, now: datetime) -> bool:
@@ -118,42 +88,116 @@ def _failed(delivery: WebhookDelivery, *, now: datetime, error: str,
     return status
 
 
-def webhook_deliver(*, delivery_id: int, now: datetime | None = None) -> str:
-    """Attempt one delivery if it is due; returns its status afterwards ('skipped' if another
-    worker holds it or it is not due). Never inside a transaction: no lock is held over HTTP."""
-    now = now or timezone.now()
+@dataclass(frozen=True)
+class Attempt:
+    status: str  # the delivery's status afterwards, or "skipped" (not due, or someone has it)
+    too_slow: bool = False
+
+
+def _attempt(delivery_id: int, now: datetime) -> Attempt:
+    """One attempt at a due delivery, its endpoint leased by the caller."""
     if not _claim(delivery_id, now):
-        return "skipped"
+        return Attempt("skipped")
     delivery = WebhookDelivery.objects.select_related("event", "endpoint").get(pk=delivery_id)
     endpoint = delivery.endpoint
     if endpoint.disabled_at is not None:
-        return _failed(delivery, now=now, error="endpoint disabled")
+        return Attempt(_failed(delivery, now=now, error="endpoint disabled"))
     try:
-        code = webhook_post(url=endpoint.url, secret=endpoint.signing_secret(),
-                            event=delivery.event, at=timezone.now())
+        body = webhook_body(delivery.event)
+        headers = webhook_headers(secret=endpoint.signing_secret(),
+                                  event_id=delivery.event.event_id, body=body,
+                                  at=timezone.now())
+        answer = webhook_post(url=endpoint.url, body=body.encode(), headers=headers)
     except SealBroken:
         logger.error("webhook endpoint %s: its signing secret does not open (was "
                      "SLUICE_SECRET_KEY rotated without SLUICE_SECRET_KEY_FALLBACKS?)", endpoint.pk)
-        return _failed(delivery, now=now, error="signing secret unavailable (secret key "
-                                                "rotated without its fallback)")
+        return Attempt(_failed(delivery, now=now, error="signing secret unavailable (secret "
+                                                        "key rotated without its fallback)"))
     except DeliveryFailed as exc:
-        return _failed(delivery, now=now, error=str(exc))
-    if not 200 <= code < 300:
-        return _failed(delivery, now=now, error=f"HTTP {code}", status_code=code)
+        return Attempt(_failed(delivery, now=now, error=str(exc)),
+                       too_slow=isinstance(exc, DeliveryTooSlow))
+    if not 200 <= answer.status < 300:
+        error = f"HTTP {answer.status}" + (f": {answer.excerpt}" if answer.excerpt else "")
+        return Attempt(_failed(delivery, now=now, error=error, status_code=answer.status))
     WebhookDelivery.objects.filter(pk=delivery.pk).update(
-        status=DeliveryStatus.DELIVERED, last_status_code=code, last_error="",
+        status=DeliveryStatus.DELIVERED, last_status_code=answer.status, last_error="",
         delivered_at=timezone.now())
-    return DeliveryStatus.DELIVERED
+    return Attempt(DeliveryStatus.DELIVERED)
 
 
-def webhooks_drain(*, now: datetime | None = None, limit: int = 500) -> dict[str, int]:
-    """Beat, every minute: every due delivery, oldest first."""
+def _rest_after(attempt: Attempt) -> datetime | None:
+    return timezone.now() + ENDPOINT_REST if attempt.too_slow else None
+
+
+def webhook_deliver(*, delivery_id: int, now: datetime | None = None) -> str:
+    """Attempt one delivery if it is due; returns its status afterwards ('skipped' if it is
+    not due or another worker holds it, 'endpoint_busy' if another worker is delivering to
+    its endpoint: that worker takes it along). Never inside a transaction: no lock is held
+    over HTTP."""
     now = now or timezone.now()
-    due = list(WebhookDelivery.objects.filter(status=DeliveryStatus.PENDING,
-                                              next_attempt_at__lte=now)
-               .order_by("next_attempt_at", "id").values_list("pk", flat=True)[:limit])
+    endpoint_id = (WebhookDelivery.objects.filter(pk=delivery_id)
+                   .values_list("endpoint_id", flat=True).first())
+    if endpoint_id is None:
+        return "skipped"
+    if not _endpoint_lease(endpoint_id, now):
+        return "endpoint_busy"
+    attempt = Attempt("skipped")
+    try:
+        attempt = _attempt(delivery_id, now)
+    finally:
+        _endpoint_release(endpoint_id, rest_until=_rest_after(attempt))
+    return attempt.status
+
+
+def _due(endpoint_id: int, now: datetime) -> list[int]:
+    return list(WebhookDelivery.objects.filter(
+        endpoint_id=endpoint_id, status=DeliveryStatus.PENDING, next_attempt_at__lte=now,
+    ).order_by("next_attempt_at", "id").values_list("pk", flat=True)[:100])
+
+
+@dataclass(frozen=True)
+class EndpointTurn:
+    counts: dict[str, int]
+    more: bool  # stopped for the turn's end with deliveries still due: queue another turn
+
+
+def webhook_endpoint_deliver(*, endpoint_id: int, now: datetime | None = None) -> EndpointTurn:
+    """One turn at an endpoint: its due deliveries, oldest first, until none is due, one
+    fails, or ENDPOINT_TURN_SECONDS have gone. Nothing if another worker has the endpoint."""
+    now = now or timezone.now()
     counts: dict[str, int] = {}
-    for delivery_id in due:
-        result = webhook_deliver(delivery_id=delivery_id, now=now)
-        counts[result] = counts.get(result, 0) + 1
-    return counts
+    if not _endpoint_lease(endpoint_id, now):
+        return EndpointTurn(counts={"endpoint_busy": 1}, more=False)
+    started, attempt, more = time.monotonic(), Attempt("skipped"), False
+    try:
+        for delivery_id in _due(endpoint_id, now):
+            if time.monotonic() - started >= ENDPOINT_TURN_SECONDS:
+                more = True
+                break
+            attempt = _attempt(delivery_id, now)
+            counts[attempt.status] = counts.get(attempt.status, 0) + 1
+            if attempt.status not in (DeliveryStatus.DELIVERED, "skipped"):
+                break  # it failed: the endpoint's other deliveries wait for their own retry
+    finally:
+        _endpoint_release(endpoint_id, rest_until=_rest_after(attempt))
+    return EndpointTurn(counts=counts, more=more)
+
+
+def webhooks_due_endpoints(*, now: datetime | None = None, limit: int = 1000) -> list[int]:
+    """Endpoints with a due delivery that no worker holds or rests (beat hands each a turn)."""
+    now = now or timezone.now()
+    return list(WebhookDelivery.objects.filter(
+        Q(endpoint__busy_until__isnull=True) | Q(endpoint__busy_until__lte=now),
+        status=DeliveryStatus.PENDING, next_attempt_at__lte=now,
+    ).order_by("endpoint_id").values_list("endpoint_id", flat=True).distinct()[:limit])
+
+
+def webhooks_drain(*, now: datetime | None = None) -> int:
+    """Beat, every minute: a turn for each endpoint with due deliveries, each its own task,
+    so no endpoint waits behind another. Returns how many turns were queued."""
+    from webhooks.tasks import webhook_endpoint_deliver_task  # the tasks module imports this one
+
+    endpoint_ids = webhooks_due_endpoints(now=now)
+    for endpoint_id in endpoint_ids:
+        webhook_endpoint_deliver_task.delay(endpoint_id, now.isoformat() if now else None)
+    return len(endpoint_ids)

@@ -49,6 +49,9 @@ class WebhookEndpoint(models.Model):
                                    null=True, related_name="+")
     created_at = models.DateTimeField(default=timezone.now)
     disabled_at = models.DateTimeField(null=True, blank=True)
+    # A worker is delivering to it (leased until then), or it rests after an attempt ran into
+    # the deadline (webhooks.delivery): no other worker takes it before.
+    busy_until = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at", "-id"]

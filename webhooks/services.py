@@ -30,10 +30,12 @@ from webhooks.models import (
 SECRET_PREFIX = "whsec_"  # noqa: S105 - the Standard Webhooks prefix, not a secret
 
 
-def _kick_later(delivery_ids: list[int]) -> None:
-    from webhooks.tasks import webhook_deliver_task
+def _kick_later(endpoint_ids: list[int]) -> None:
+    """A turn for each endpoint after the commit (webhooks.delivery: one worker per endpoint)."""
+    from webhooks.tasks import webhook_endpoint_deliver_task
 
-    transaction.on_commit(lambda: [webhook_deliver_task.delay(i) for i in delivery_ids])
+    transaction.on_commit(lambda: [webhook_endpoint_deliver_task.delay(i)
+                                   for i in sorted(set(endpoint_ids))])
 
 
 def endpoint_url_check(url: str) -> str:
@@ -112,9 +114,9 @@ def webhook_event_record(*, org_id: int, type: str, key: str, data: dict
             event = WebhookEvent.objects.create(org_id=org_id, type=type, key=key, data=data)
     except IntegrityError:
         return None
-    deliveries = WebhookDelivery.objects.bulk_create(
+    WebhookDelivery.objects.bulk_create(
         WebhookDelivery(event=event, endpoint=endpoint) for endpoint in endpoints)
-    _kick_later([d.pk for d in deliveries])
+    _kick_later([endpoint.pk for endpoint in endpoints])
     return event
 
 
@@ -135,5 +137,5 @@ def webhook_delivery_resend(*, delivery: WebhookDelivery, actor: Actor) -> Webho
     locked.save(update_fields=["status", "attempts", "next_attempt_at"])
     audit_record(actor=actor, action="webhook_delivery.resend", target=locked,
                  org=locked.endpoint.org, before=before, after={"status": locked.status})
-    _kick_later([locked.pk])
+    _kick_later([locked.endpoint_id])
     return locked

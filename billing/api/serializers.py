@@ -11,9 +11,11 @@ class InvoiceLineSerializer(serializers.ModelSerializer):
 
 
 class InvoiceSerializer(serializers.ModelSerializer):
-    replaces = serializers.SlugRelatedField(slug_field="number", read_only=True)
+    replaces = serializers.SlugRelatedField(
+        slug_field="number", read_only=True, allow_null=True,
+        help_text="The number of the invoice this re-issue replaces; else null.")
     supplements = serializers.SlugRelatedField(
-        slug_field="number", read_only=True,
+        slug_field="number", read_only=True, allow_null=True,
         help_text="A supplement's paid invoice, whose month's late usage it bills; else null.")
 
     class Meta:
@@ -36,7 +38,10 @@ class OperatorInvoiceSerializer(InvoiceSerializer):
 
 
 class OutboxMessageSerializer(serializers.ModelSerializer):
-    invoice_number = serializers.CharField(source="invoice.number", default=None)
+    invoice_number = serializers.CharField(source="invoice.number", default=None,
+                                           allow_null=True,
+                                           help_text="null: a message about no invoice "
+                                                     "(creating the Stripe customer).")
 
     class Meta:
         model = OutboxMessage

@@ -15,10 +15,10 @@ from orgs.auth import (
     ADMIN_KEY_AUTHENTICATION,
     ADMIN_KEY_THROTTLES,
     AdminKeyOrgRoute,
-    AdminKeyPrincipal,
 )
 from sluice.api import BucketQueryInput, bucket_page_output, validated_input
 from sluice.errors import NotFound
+from sluice.openapi import errors
 from sluice.time_buckets import bucket_envelope
 
 CURRENCY = "usd"
@@ -69,10 +69,7 @@ class CostsApi(APIView):
             child=serializers.ChoiceField(choices=["line_item", "project_id"]), required=False)
 
     def org(self, request, org_id: int):
-        if isinstance(request.user, AdminKeyPrincipal):
-            org = request.user.key.org if request.user.org_id == org_id else None
-        else:
-            org = org_for_billing_reader(user=request.user, org_id=org_id)
+        org = org_for_billing_reader(user=request.user, org_id=org_id)
         if org is None:
             raise NotFound("No such organization.")
         return org
@@ -81,9 +78,9 @@ class CostsApi(APIView):
         parameters=[CostsInput], responses=CostsPageOutput, operation_id="org_costs",
         description="OpenAI's `GET /v1/organization/costs`: daily (UTC) buckets, "
         "`group_by=line_item`, amounts as `{value, currency}`. Owners and billing members of "
-        "the org, or its admin key. A day's amount of an invoice line is the change of the "
-        "line's rounded running total, so a closed month's days add up to its invoice to the "
-        "cent. At most 180 days per page (default 7).")
+        "the org, or an admin key whose creator is one (others: 404). A day's amount of an "
+        "invoice line is the change of the line's rounded running total, so a closed month's "
+        "days add up to its invoice to the cent. At most 180 days per page (default 7).")
     def get(self, request, org_id: int):
         org = self.org(request, org_id)
         data = validated_input(self.CostsInput, request.query_params)
@@ -100,9 +97,10 @@ class CostsApi(APIView):
 
 class OrganizationCostsApi(AdminKeyOrgRoute, CostsApi):
     @extend_schema(
-        parameters=[CostsApi.CostsInput], responses=CostsPageOutput,
+        parameters=[CostsApi.CostsInput], responses={200: CostsPageOutput, **errors(404)},
         operation_id="organization_costs", auth=[{"adminKey": []}],
         description="The same as `/api/v1/orgs/{org_id}/costs` at OpenAI's path: the "
-        "organization is the admin key's (`Bearer sk_admin_...`; admin keys only).")
+        "organization is the admin key's (`Bearer sk_admin_...`; admin keys only). A key "
+        "whose creator may not see money answers 404, as on the org's path.")
     def get(self, request):
         return super().get(request)

@@ -14,6 +14,8 @@ from config.env import (
     env_choice,
     env_int,
     env_list,
+    env_networks,
+    env_rate,
     env_reject_unknown,
     env_str,
 )
@@ -59,6 +61,11 @@ KNOWN_ENV = {
     "SLUICE_USAGE_HOURLY_RETENTION_DAYS",
     "SLUICE_DB_CONNECT_TIMEOUT_SECONDS",
     "SLUICE_SECRET_KEY_FALLBACKS",
+    "SLUICE_TRUSTED_PROXIES",
+    "SLUICE_SIGNUP_RATE",
+    "SLUICE_PASSWORD_RESET_RATE",
+    "SLUICE_INVITATION_RATE",
+    "SLUICE_WEBHOOK_DEADLINE_SECONDS",
 }
 env_reject_unknown("SLUICE_", KNOWN_ENV)
 
@@ -106,6 +113,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First: everything after it reads the client's address from REMOTE_ADDR.
+    "sluice.client_address.ClientAddressMiddleware",
     "sluice.error_responses.ApiNotFoundMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -208,6 +217,9 @@ SECURE_HSTS_PRELOAD = env_bool("SLUICE_HSTS_PRELOAD", False)
 # request.is_secure() and the SSL redirect then see the client's scheme, not the proxy's http.
 SECURE_PROXY_SSL_HEADER = (("HTTP_X_FORWARDED_PROTO", "https")
                            if env_bool("SLUICE_TRUST_X_FORWARDED_PROTO", False) else None)
+# The load balancers in front of the web processes (addresses or networks): X-Forwarded-For is
+# read only from them (sluice/client_address.py). Empty: the peer is the client.
+TRUSTED_PROXIES = env_networks("SLUICE_TRUSTED_PROXIES", [])
 
 # Emails carry secrets (password reset links, invitation tokens): in production they go to a
 # mail server, never to the log. The console backend (prints them) is for development only.
@@ -358,11 +370,21 @@ USAGE_RAW_RETENTION_DAYS = env_int("SLUICE_USAGE_RAW_RETENTION_DAYS", 90, minimu
 USAGE_HOURLY_RETENTION_DAYS = env_int("SLUICE_USAGE_HOURLY_RETENTION_DAYS", 400, minimum=35)
 
 INVITATION_TTL_HOURS = env_int("SLUICE_INVITATION_TTL_HOURS", 72, minimum=1)
+# Forms anyone may send, per client address (sluice/rate_limits.py), and invitations per
+# organization (orgs.services.members): each bounds the emails a stranger can make Sluice send.
+SIGNUP_RATE = env_rate("SLUICE_SIGNUP_RATE", "10/hour")
+PASSWORD_RESET_RATE = env_rate("SLUICE_PASSWORD_RESET_RATE", "10/hour")
+INVITATION_RATE = env_rate("SLUICE_INVITATION_RATE", "50/day")
 RESERVATION_TTL_SECONDS = env_int("SLUICE_RESERVATION_TTL_SECONDS", 600, minimum=1)
 # Days a rejected organization waits before it may apply again (0: at once).
 REAPPLY_COOLING_OFF_DAYS = env_int("SLUICE_REAPPLY_COOLING_OFF_DAYS", 30, minimum=0)
 # Development only: webhook endpoints on http:// and on private or loopback addresses.
 WEBHOOKS_ALLOW_PRIVATE = env_bool("SLUICE_WEBHOOKS_ALLOW_PRIVATE", False)
+# The whole of one webhook delivery attempt (resolve, connect, send, the answer's head):
+# at most a minute, below the delivery's two-minute lease (webhooks/delivery.py).
+WEBHOOK_DEADLINE_SECONDS = env_int("SLUICE_WEBHOOK_DEADLINE_SECONDS", 15, minimum=1)
+if WEBHOOK_DEADLINE_SECONDS > 60:
+    raise ImproperlyConfigured("SLUICE_WEBHOOK_DEADLINE_SECONDS must be at most 60.")
 DUNNING_GRACE_DAYS = env_int("SLUICE_DUNNING_GRACE_DAYS", 7, minimum=0)
 STRIPE_API_KEY = env_str("STRIPE_API_KEY", "")
 STRIPE_API_BASE = env_str("SLUICE_STRIPE_API_BASE", "https://api.stripe.com")

@@ -17,6 +17,7 @@ from django_otp.plugins.otp_totp.models import TOTPDevice
 
 from console.forms import ConsoleLoginForm, TotpConfirmForm
 from console.services import totp_device_confirm
+from sluice.login_throttle import device_remember
 
 
 def _next_url(request) -> str:
@@ -35,7 +36,12 @@ def console_login(request, *, site):
         login(request, form.get_user())
         if form.needs_enrollment:
             return redirect("admin:totp_enroll")
-        return redirect(_next_url(request))
+        response = redirect(_next_url(request))
+        # Past the password and the second factor: this browser may keep trying the account
+        # while strangers are braked (sluice/login_throttle.py).
+        device_remember(request=request, response=response,
+                        username=form.get_user().get_username())
+        return response
     return render(request, "console/login.html", {
         **site.each_context(request), "form": form, "next": _next_url(request),
     })

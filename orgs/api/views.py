@@ -3,7 +3,6 @@
 Views parse input, call one selector or service, render. Business rules live in the services.
 """
 
-from django.contrib.auth import get_user_model
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.response import Response
@@ -124,30 +123,53 @@ class MemberOutput(serializers.Serializer):
     created_at = serializers.DateTimeField()
 
 
+class InvitationOutput(serializers.Serializer):
+    id = serializers.IntegerField()
+    email = serializers.EmailField()
+    role = serializers.CharField()
+    created_at = serializers.DateTimeField()
+    expires_at = serializers.DateTimeField()
+    accepted_at = serializers.DateTimeField(allow_null=True)
+    revoked_at = serializers.DateTimeField(allow_null=True)
+
+
+class InvitationInput(serializers.Serializer):
+    email = serializers.EmailField()
+    role = serializers.ChoiceField(choices=Role.choices)
+
+
+def _invite(request, org_id: int):
+    """What `POST .../members/` and `POST .../invitations/` both do: one invitation."""
+    org = org_get_for_user(user=request.user, org_id=org_id)
+    org_require_role(user=request.user, org=org, roles=MEMBER_MANAGERS,
+                     perm="orgs.add_invitation")
+    data = validated_input(InvitationInput, request.data)
+    invitation, _token = services.invitation_create(org=org, actor=request.user, **data)
+    return invitation
+
+
+INVITATION_RULES = ("Inviting an owner takes an owner (403 `owner_required`); an address that "
+                    "is already a member: 409 `already_member`. At most "
+                    "SLUICE_INVITATION_RATE invitations per organization (default 50 a day): "
+                    "429 `rate_limited` with `Retry-After`.")
+
+
 class MemberListApi(PaginatedApi, APIView):
-    class InputSerializer(serializers.Serializer):
-        email = serializers.EmailField()
-        role = serializers.ChoiceField(choices=Role.choices)
 
     @extend_schema(responses=MemberOutput(many=True))
     def get(self, request, org_id: int):
         org = org_get_for_user(user=request.user, org_id=org_id)
         return paginate(request, self, org_members(org=org), MemberOutput)
 
-    @extend_schema(request=InputSerializer, responses={201: MemberOutput, **errors(409)},
-                   description="Add an existing user by email (operators and org owners/admins).")
+    @extend_schema(request=InvitationInput,
+                   responses={202: InvitationOutput, **errors(409, 429)},
+                   description="Invites the address: nobody joins an organization without "
+                   "accepting. The answer is the same whether or not the address has an "
+                   "account (202 and the invitation, as `POST .../invitations/`), so it tells "
+                   "nothing about who uses Sluice. " + INVITATION_RULES)
     def post(self, request, org_id: int):
-        org = org_get_for_user(user=request.user, org_id=org_id)
-        org_require_role(user=request.user, org=org, roles=MEMBER_MANAGERS,
-                         perm="orgs.add_membership")
-        data = validated_input(self.InputSerializer, request.data)
-        user = get_user_model().objects.filter(email__iexact=data["email"]).first()
-        if user is None:
-            raise serializers.ValidationError(
-                {"email": ["No user with this email; send an invitation instead."]})
-        membership = services.membership_add(org=org, user=user, actor=request.user,
-                                             role=data["role"])
-        return Response(MemberOutput(membership).data, status=status.HTTP_201_CREATED)
+        return Response(InvitationOutput(_invite(request, org_id)).data,
+                        status=status.HTTP_202_ACCEPTED)
 
 
 class MemberDetailApi(APIView):
@@ -177,21 +199,7 @@ class MemberDetailApi(APIView):
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
-class InvitationOutput(serializers.Serializer):
-    id = serializers.IntegerField()
-    email = serializers.EmailField()
-    role = serializers.CharField()
-    created_at = serializers.DateTimeField()
-    expires_at = serializers.DateTimeField()
-    accepted_at = serializers.DateTimeField(allow_null=True)
-    revoked_at = serializers.DateTimeField(allow_null=True)
-
-
 class InvitationListApi(PaginatedApi, APIView):
-    class InputSerializer(serializers.Serializer):
-        email = serializers.EmailField()
-        role = serializers.ChoiceField(choices=Role.choices)
-
     @extend_schema(responses=InvitationOutput(many=True))
     def get(self, request, org_id: int):
         org = org_get_for_user(user=request.user, org_id=org_id)
@@ -199,18 +207,13 @@ class InvitationListApi(PaginatedApi, APIView):
                          perm="orgs.view_invitation")
         return paginate(request, self, org_invitations(org=org), InvitationOutput)
 
-    @extend_schema(request=InputSerializer, responses={201: InvitationOutput, **errors(409)},
+    @extend_schema(request=InvitationInput,
+                   responses={201: InvitationOutput, **errors(409, 429)},
                    description="Emails an invitation link that expires; the token is not "
-                   "returned and is stored only as a hash. Inviting an owner takes an owner "
-                   "(403 `owner_required`).")
+                   "returned and is stored only as a hash. " + INVITATION_RULES)
     def post(self, request, org_id: int):
-        org = org_get_for_user(user=request.user, org_id=org_id)
-        org_require_role(user=request.user, org=org, roles=MEMBER_MANAGERS,
-                         perm="orgs.add_invitation")
-        data = validated_input(self.InputSerializer, request.data)
-        invitation, _token = services.invitation_create(org=org, actor=request.user,
-                                                        **data)
-        return Response(InvitationOutput(invitation).data, status=status.HTTP_201_CREATED)
+        return Response(InvitationOutput(_invite(request, org_id)).data,
+                        status=status.HTTP_201_CREATED)
 
 
 class InvitationRevokeApi(APIView):
@@ -282,7 +285,11 @@ class ApiKeyListApi(PaginatedApi, APIView):
         org = org_get_for_principal(user=request.user, org_id=org_id)
         return paginate(request, self, org_api_keys(org=org), ApiKeyOutput)
 
-    @extend_schema(request=InputSerializer, responses={201: ApiKeyCreatedOutput, **errors(409)})
+    @extend_schema(request=InputSerializer, responses={201: ApiKeyCreatedOutput, **errors(409)},
+                   description="Owners, admins and developers (and admin keys with such a "
+                   "creator). A member whose email address is not confirmed gets 403 "
+                   "`email_unverified`; only active organizations create keys (409 "
+                   "`org_not_active`).")
     def post(self, request, org_id: int):
         org = org_get_for_principal(user=request.user, org_id=org_id)
         org_require_role(user=request.user, org=org, roles=KEY_MANAGERS, perm="orgs.add_apikey")

@@ -4,6 +4,7 @@ shown once, stored as a SHA-256 digest (sluice/secrets.py), audited."""
 from django.db import transaction
 from django.utils import timezone
 
+from orgs.events import key_creating
 from orgs.models import AdminKey, Organization, OrgStatus
 from orgs.services.audit import Actor, audit_record
 from sluice.errors import Conflict, DomainError
@@ -23,6 +24,7 @@ def admin_key_create(*, org: Organization, name: str, actor: Actor) -> tuple[Adm
     name = name.strip()
     if not name:
         raise DomainError("An admin key needs a name.", code="invalid_name")
+    key_creating.emit(org=org, actor=actor)
     issued = secret_issue(kind=ADMIN_KEY_KIND)
     key = AdminKey.objects.create(org=org, name=name, lookup=issued.lookup,
                                   digest=issued.digest,

@@ -5,7 +5,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from orgs.events import api_key_slice_checking, api_keys_changed
+from orgs.events import api_key_slice_checking, api_keys_changed, key_creating
 from orgs.models import ApiKey, Organization, OrgStatus, ServiceTier
 from orgs.services.audit import Actor, audit_record
 from sluice.errors import Conflict, DomainError
@@ -33,6 +33,7 @@ def api_key_create(
     name = name.strip()
     if not name:
         raise DomainError("An API key needs a name.", code="invalid_name")
+    key_creating.emit(org=org, actor=actor)
     issued = secret_issue(kind=API_KEY_KIND)
     key = ApiKey.objects.create(
         org=org, name=name, lookup=issued.lookup, digest=issued.digest,

@@ -3,19 +3,18 @@ from datetime import timedelta
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
-from django.db.models import Q
+from django.db.models import Count, Min, Q
 from django.utils import timezone
 
-from orgs.models import Invitation, Membership, Organization, Role
-from orgs.notifications import invitation_email_queue
+from orgs.models import AdminKey, Invitation, Membership, Organization, Role
+from orgs.notifications import INVITATION_KIND, invitation_email_queue
 from orgs.operators import user_is_operator
 from orgs.services.audit import Actor, audit_record
-from sluice.errors import Conflict, NotFound, PermissionDenied
-from sluice.secrets import secret_issue, secret_matches, secret_parse_lookup
+from sluice.errors import Conflict, NotFound, PermissionDenied, RateLimited
+from sluice.secrets import secret_issue_derived, secret_matches, secret_parse_lookup
 from sluice.transactions import nestable
 
 User = get_user_model()
-INVITATION_KIND = "inv"
 
 
 def _lock_with_owners(*, org_id: int, membership_pk: int | None = None
@@ -98,26 +97,65 @@ def membership_remove(*, membership: Membership, actor: Actor) -> None:
                  org=membership.org,
                  before={"user": membership.user.get_username(), "role": membership.role})
     membership.delete()
+    _admin_keys_of_departed_revoke(membership=membership, actor=actor)
+
+
+def _admin_keys_of_departed_revoke(*, membership: Membership, actor: Actor) -> None:
+    """An admin key acts with its creator's rights: a creator who leaves takes them along.
+    Revoked (not only refused at authentication, which also happens) so the portal lists the
+    keys as revoked and a later return to the org does not bring them back to life."""
+    now = timezone.now()
+    for key in AdminKey.objects.select_for_update().filter(
+            org_id=membership.org_id, created_by_id=membership.user_id,
+            revoked_at__isnull=True).order_by("pk"):
+        key.revoked_at = now
+        key.save(update_fields=["revoked_at"])
+        audit_record(actor=actor, action="admin_key.revoke", target=key, org=membership.org,
+                     after={"revoked_at": now.isoformat()},
+                     reason="its creator left the organization")
+
+
+def _invitation_rate_check(*, org: Organization) -> None:
+    """At most SLUICE_INVITATION_RATE invitations per org in a sliding window: each one emails
+    an address the org chose, so an org (or a stolen session) cannot make Sluice a mailer."""
+    rate, now = settings.INVITATION_RATE, timezone.now()
+    recent = Invitation.objects.filter(org=org, created_at__gt=now - timedelta(
+        seconds=rate.seconds)).aggregate(count=Count("id"), oldest=Min("created_at"))
+    if recent["count"] >= rate.count:
+        wait = recent["oldest"] + timedelta(seconds=rate.seconds) - now
+        raise RateLimited(f"{org.name} has sent {recent['count']} invitations in the last "
+                          f"{timedelta(seconds=rate.seconds)}; the limit is {rate}.",
+                          retry_after_seconds=max(int(wait.total_seconds()) + 1, 1))
 
 
 @transaction.atomic(durable=True)
 def invitation_create(
     *, org: Organization, email: str, role: str, actor: Actor
 ) -> tuple[Invitation, str]:
-    """Returns the invitation and its token, which is emailed and never stored in clear."""
+    """Returns the invitation and its token, which is emailed and never stored in clear.
+    Whether the address has an account is neither asked nor told: whoever accepts joins."""
+    # The org first (the house's lock order): invitations counted under it cannot race past
+    # the rate.
+    org = Organization.objects.select_for_update().get(pk=org.pk)
     if role == Role.OWNER:
         _membership, owner_ids = _lock_with_owners(org_id=org.pk)
         _owner_rights_require(actor=actor, owner_ids=owner_ids)
-    issued = secret_issue(kind=INVITATION_KIND)
+    _invitation_rate_check(org=org)
+    email = email.strip().lower()
+    if Membership.objects.filter(org=org, user__email__iexact=email).exists():
+        raise Conflict(f"{email} is already a member of {org}.", code="already_member")
+    # Derived from the secret key, so the email built after the commit can make it again
+    # and it need not wait in the outbox in clear.
+    issued = secret_issue_derived(kind=INVITATION_KIND, key=settings.SECRET_KEY)
     invitation = Invitation.objects.create(
-        org=org, email=email.strip().lower(), role=role, lookup=issued.lookup,
+        org=org, email=email, role=role, lookup=issued.lookup,
         token_digest=issued.digest,
         invited_by=actor if isinstance(actor, User) else None,
         expires_at=timezone.now() + timedelta(hours=settings.INVITATION_TTL_HOURS),
     )
     audit_record(actor=actor, action="invitation.create", target=invitation, org=org,
                  after={"email": invitation.email, "role": role})
-    invitation_email_queue(invitation=invitation, token=issued.plaintext)
+    invitation_email_queue(invitation=invitation)
     return invitation, issued.plaintext
 
 

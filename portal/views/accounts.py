@@ -1,5 +1,6 @@
 """Sign-up, sign-in, email verification and invitations: the pages before an org is chosen."""
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import get_user_model, login
 from django.contrib.auth import views as auth_views
@@ -20,10 +21,22 @@ from portal.services import (
     email_verify,
     org_apply,
 )
+from sluice.client_address import request_client_address
 from sluice.errors import DomainError
+from sluice.login_throttle import device_remember
+from sluice.rate_limits import rate_limit_spend
 
 User = get_user_model()
 LAST_ORG_SESSION_KEY = "portal_org"
+
+
+def _rate_exceeded(request, form, *, scope: str, rate, what: str) -> bool:
+    """Counts one `scope` event of the client's address; over `rate`, the form says so."""
+    wait = rate_limit_spend(scope=scope, identity=request_client_address(request), rate=rate)
+    if wait:
+        form.add_error(None, f"Too many {what} from your network. Try again in "
+                             f"{-(-wait // 60)} minutes.")
+    return bool(wait)
 
 
 def signup(request):
@@ -31,6 +44,9 @@ def signup(request):
         return redirect("portal:home")
     form = SignUpForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
+        if _rate_exceeded(request, form, scope="signup", rate=settings.SIGNUP_RATE,
+                          what="sign-ups"):
+            return render(request, "portal/signup.html", {"form": form}, status=429)
         try:
             user, org = account_signup(email=form.cleaned_data["email"],
                                        password=form.cleaned_data["password"],
@@ -50,11 +66,23 @@ class LoginView(auth_views.LoginView):
     authentication_form = LoginForm
     redirect_authenticated_user = True
 
+    def form_valid(self, form):
+        response = super().form_valid(form)
+        device_remember(request=self.request, response=response,
+                        username=form.get_user().get_username())
+        return response
+
 
 class PasswordResetView(auth_views.PasswordResetView):
     template_name = "portal/password_reset.html"
     form_class = PasswordResetForm  # the email leaves after the response (portal/services.py)
     success_url = reverse_lazy("portal:password_reset_done")
+
+    def form_valid(self, form):
+        if _rate_exceeded(self.request, form, scope="password-reset",
+                          rate=settings.PASSWORD_RESET_RATE, what="password reset requests"):
+            return self.render_to_response(self.get_context_data(form=form), status=429)
+        return super().form_valid(form)
 
 
 class PasswordResetConfirmView(auth_views.PasswordResetConfirmView):
@@ -116,6 +144,9 @@ def invitation_accept_view(request, token: str):
     if request.method != "POST" or (form is not None and not form.is_valid()):
         return render(request, "portal/invitation.html", {"form": form},
                       status=400 if request.method == "POST" else 200)
+    if form is not None and _rate_exceeded(request, form, scope="signup",
+                                           rate=settings.SIGNUP_RATE, what="sign-ups"):
+        return render(request, "portal/invitation.html", {"form": form}, status=429)
     try:
         if form is None:
             membership = invitation_accept(token=token, user=request.user)

@@ -16,6 +16,7 @@ from billing.selectors import month_rated_lines
 from billing.services import discount_set, invoice_close_month
 from orgs.models import Role
 from orgs.services import admin_key_create
+from portal.models import VerifiedEmail
 from tests.billing.conftest import usage_add
 from tests.factories import MembershipFactory, OrganizationFactory, UserFactory
 from tests.openai_schemas import openai_validate
@@ -70,6 +71,15 @@ def reader(db):
     client = APIClient()
     client.force_authenticate(owner)
     return org, client
+
+
+def _owners_admin_key(org, name: str) -> str:
+    """An admin key made by an owner of `org` (a key carries its creator's rights: money needs
+    an owner's or a billing member's)."""
+    owner = UserFactory()
+    MembershipFactory(org=org, user=owner, role=Role.OWNER)
+    VerifiedEmail.objects.create(user=owner, email=owner.email)
+    return admin_key_create(org=org, name=name, actor=owner)[1]
 
 
 @pytest.mark.django_db
@@ -138,7 +148,7 @@ def test_costs_are_for_billing_readers_and_the_orgs_admin_key(reader, pool, prem
     client.force_authenticate(developer)
     params = {"start_time": _ts(OCT), "end_time": _ts(date(2026, 10, 3))}
     assert client.get(f"/api/v1/orgs/{org.pk}/costs", params).status_code == 404
-    _, secret = admin_key_create(org=org, name="finance", actor="test")
+    secret = _owners_admin_key(org, "finance")
     keyed = APIClient()
     keyed.credentials(HTTP_AUTHORIZATION=f"Bearer {secret}")
     assert keyed.get(f"/api/v1/orgs/{org.pk}/costs", params).status_code == 200
@@ -164,7 +174,7 @@ def test_usage_and_costs_over_http_with_an_admin_key(live_server, pool, premium_
     org = OrganizationFactory()
     usage_add(org=org, pool=pool, hour=datetime(2026, 10, 3, 9, tzinfo=UTC), i=1_000_000,
               o=1_000_000, pi=500_000, po=800_000)
-    _, secret = admin_key_create(org=org, name="curl", actor="test")
+    secret = _owners_admin_key(org, "curl")
     headers = {"Authorization": f"Bearer {secret}"}
     window = {"start_time": _ts(date(2026, 10, 3)), "end_time": _ts(date(2026, 10, 4))}
     with httpx.Client(base_url=f"{live_server.url}/api/v1/orgs/{org.pk}",
@@ -186,7 +196,7 @@ def test_openai_organization_paths_take_the_org_from_the_admin_key(live_server, 
     usage_add(org=org, pool=pool, hour=datetime(2026, 10, 3, 9, tzinfo=UTC), i=1_000_000,
               o=1_000_000, pi=500_000, po=800_000)
     usage_add(org=other, pool=pool, hour=datetime(2026, 10, 3, 9, tzinfo=UTC), i=7, o=7)
-    _, secret = admin_key_create(org=org, name="tools", actor="test")
+    secret = _owners_admin_key(org, "tools")
     window = {"start_time": _ts(date(2026, 10, 3)), "end_time": _ts(date(2026, 10, 4))}
     with httpx.Client(base_url=f"{live_server.url}/v1/organization", timeout=10) as http:
         auth = {"Authorization": f"Bearer {secret}"}

@@ -27,8 +27,10 @@ pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 
 @pytest.fixture
-def demo(site):
+def demo(site, settings):
+    settings.DEBUG = True  # seed_demo runs in development only
     call_command("seed_demo")
+    settings.DEBUG = False
     return site
 
 

@@ -1,5 +1,6 @@
 import pytest
-from django.core.management import call_command
+from django.contrib.auth import get_user_model
+from django.core.management import CommandError, call_command
 from rest_framework.test import APIClient
 
 from orgs.models import AuditEvent, Organization, OrgStatus
@@ -19,7 +20,16 @@ def snapshot():
     )
 
 
-def test_seed_demo_covers_every_state_and_is_idempotent():
+def test_seed_demo_refuses_to_run_outside_development(settings):
+    settings.DEBUG = False
+    with pytest.raises(CommandError, match="SLUICE_DEBUG=1"):
+        call_command("seed_demo")
+    assert not get_user_model().objects.exists()
+    assert not Organization.objects.exists()
+
+
+def test_seed_demo_covers_every_state_and_is_idempotent(settings):
+    settings.DEBUG = True  # development only
     call_command("seed_demo")
     first = snapshot()
     call_command("seed_demo")

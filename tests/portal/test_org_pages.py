@@ -85,7 +85,7 @@ def test_key_creation_needs_a_verified_email(orgs):
     developer = UserFactory()
     MembershipFactory(org=a.org, user=developer, role=Role.DEVELOPER)
     response = portal_client(developer).post(f"/portal/o/{a.org.slug}/keys/new/", {"name": "x"})
-    assert response.status_code == 400
+    assert response.status_code == 403
     assert "Confirm your email address" in response.content.decode()
     assert not ApiKey.objects.filter(org=a.org, name="x").exists()
 

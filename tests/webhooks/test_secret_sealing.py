@@ -103,7 +103,9 @@ def test_the_migration_seals_existing_secrets_and_unseals_them_backwards():
         executor.loader.build_graph()
         executor.migrate([sealed_migration])
         assert secret not in _stored_row(endpoint_id)
-        endpoint = WebhookEndpoint.objects.get(pk=endpoint_id)
+        # Only the columns 0002 knows (later migrations add more).
+        endpoint = WebhookEndpoint.objects.only("secret_sealed", "secret_hint").get(
+            pk=endpoint_id)
         assert endpoint.signing_secret() == secret and endpoint.secret_hint == secret[:10]
 
         executor.loader.build_graph()

@@ -16,9 +16,10 @@ import json
 from decimal import Decimal
 from pathlib import Path
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
 from console.management.demo_usage import seed_usage
 from console.management.seed_waitlist import seed_waitlist, vet
@@ -86,6 +87,10 @@ class Command(BaseCommand):
                             help="Keep a gateway token and an Acme Voice API key in this file.")
 
     def handle(self, *args, credentials: str = "", **options):
+        if not settings.DEBUG:
+            # It makes a superuser and an owner whose password is printed in the README.
+            raise CommandError("seed_demo makes accounts with a published password: it runs "
+                               "only in development (SLUICE_DEBUG=1).")
         # No transaction around the whole: every step is a service that commits on its own.
         operator = self._user(OPERATOR_EMAIL, staff=True)
         owner = self._user(OWNER_EMAIL, staff=False)
