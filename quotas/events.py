@@ -25,3 +25,19 @@ capacity_freed = Event(
     doc="An allocation in the pool ended or shrank, in this transaction: guarantees are free "
         "again. Rollout admits the next queued orgs of a pool with auto-admission, after the "
         "commit.")
+
+booking_cancelled = Event(
+    "quotas.booking_cancelled", payload=("booking",),
+    doc="A booking was cancelled in this transaction (by its org, by an operator, or because "
+        "its pool's capacity was lowered or its allocation ended: then "
+        "`booking.cancelled_by_operator`). Billing refunds it and tells the org.")
+
+booking_started = Event(
+    "quotas.booking_started", payload=("booking",),
+    doc="A booking's window began (recorded by bookings_advance within a minute; the limiter "
+        "applied it at its first second).")
+
+booking_ended = Event(
+    "quotas.booking_ended", payload=("booking",),
+    doc="A booking's window ended (recorded by bookings_advance within a minute; the limiter "
+        "stopped applying it at its last second).")

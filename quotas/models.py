@@ -149,3 +149,73 @@ class GatewayToken(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class BookingState(models.TextChoices):
+    CONFIRMED = "confirmed", "Confirmed"
+    ACTIVE = "active", "In force"
+    ENDED = "ended", "Ended"
+    CANCELLED = "cancelled", "Cancelled"
+
+
+# The states in which a booking holds capacity: the ledger counts it over its window.
+BOOKING_LIVE_STATES = (BookingState.CONFIRMED, BookingState.ACTIVE)
+
+
+class Booking(models.Model):
+    """Extra guaranteed tokens/s an org booked in a pool for the window [starts_at, ends_at),
+    UTC, on top of its allocation. It counts against the pool over its window until it is
+    cancelled (the ledger, quotas/bookings.py); its price and refund are billing's. `state`
+    follows the clock (bookings_advance); the limiter does not wait for it."""
+
+    org = models.ForeignKey(Organization, on_delete=models.PROTECT, related_name="bookings")
+    pool = models.ForeignKey(CapacityPool, on_delete=models.PROTECT, related_name="bookings")
+    starts_at = models.DateTimeField()
+    ends_at = models.DateTimeField()
+    output_tps = models.PositiveIntegerField()
+    # Only where the pool meters input apart (a prefill capacity); 0 elsewhere.
+    input_tps = models.PositiveIntegerField(default=0)
+    # Added to the allocation's daily tokens while the window is in force.
+    extra_daily_tokens = models.PositiveBigIntegerField(default=0)
+    state = models.CharField(max_length=16, choices=BookingState.choices,
+                             default=BookingState.CONFIRMED)
+    created_by = models.ForeignKey("auth.User", on_delete=models.SET_NULL, null=True,
+                                   blank=True, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    cancelled_at = models.DateTimeField(null=True, blank=True)
+    cancel_reason = models.CharField(max_length=500, blank=True, default="")
+    # Cancelled by an operator or by a change of the pool (capacity lowered, the allocation
+    # ended): the org is refunded in full, whatever the refund rule says.
+    cancelled_by_operator = models.BooleanField(default=False)
+
+    class Meta:
+        ordering = ["starts_at", "id"]
+        constraints = [
+            models.CheckConstraint(name="booking_window_ordered",
+                                   condition=Q(ends_at__gt=F("starts_at"))),
+            models.CheckConstraint(name="booking_output_positive", condition=Q(output_tps__gt=0)),
+            models.CheckConstraint(name="booking_state_valid",
+                                   condition=Q(state__in=BookingState.values)),
+        ]
+        indexes = [
+            # The ledger's read: a pool's live bookings overlapping a window.
+            models.Index(fields=["pool", "ends_at", "starts_at"], name="booking_pool_live",
+                         condition=Q(state__in=["confirmed", "active"])),
+            models.Index(fields=["org", "-starts_at"], name="booking_org_start"),
+        ]
+
+    def __str__(self) -> str:
+        return (f"{self.output_tps} tokens/s in {self.pool} "
+                f"{self.starts_at:%Y-%m-%d %H:%M}–{self.ends_at:%H:%M} UTC")
+
+    @property
+    def is_live(self) -> bool:
+        return self.state in BOOKING_LIVE_STATES
+
+    def phase_at(self, now) -> str:
+        """The state as the clock has it (the stored one follows within a minute)."""
+        if not self.is_live:
+            return self.state
+        if now >= self.ends_at:
+            return BookingState.ENDED
+        return BookingState.ACTIVE if now >= self.starts_at else BookingState.CONFIRMED

@@ -1,10 +1,11 @@
 """Every state change of pools and allocations.
 
-The capacity invariants — the sum of output guarantees in force never exceeds the pool's
-guaranteeable decode capacity, and, in a pool that declares a prefill capacity, the sum of
-input guarantees never exceeds its guaranteeable prefill capacity — are kept by locking the
-pool row before reading the sums. Every path that raises a guarantee or lowers a capacity takes
-that lock, so concurrent grants serialize on it and each sees the others' committed guarantees.
+The capacity invariants — at every instant, the output guarantees in force (allocations and
+bookings, quotas/ledger.py) never exceed the pool's guaranteeable decode capacity, and, in a
+pool that declares a prefill capacity, the input guarantees never exceed its guaranteeable
+prefill capacity — are kept by locking the pool row before reading the ledger. Every path that
+raises a guarantee at some instant or lowers a capacity takes that lock, so concurrent grants,
+bookings and capacity changes serialize on it and each sees the others' committed guarantees.
 
 Input is metered apart exactly where the pool declares a prefill capacity: then every
 allocation in force carries input TPS (given, or derived from its output TPS in the ratio of the
@@ -18,8 +19,8 @@ skips what it does not need:
     2. the pool (`pool_lock`)
     3. organizations, several in primary-key order
     4. rows that belong to one organization: its application and checklist, quota requests,
-       allocations, invoices, billing account, memberships; several of one table in
-       primary-key order
+       allocations, bookings and their charges, invoices, billing account, memberships;
+       several of one table in primary-key order
 
 Two transactions that take locks in one order cannot wait on each other in a circle, so none
 deadlocks. A wave opening shows why the order is this one: it holds the pool while it ranks the
@@ -28,6 +29,7 @@ its allocation. `select_for_update()` with `select_related()` locks the joined r
 order PostgreSQL chooses: always `of=("self",)`, and lock the org first where it is needed.
 """
 
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from decimal import Decimal
 
@@ -36,8 +38,10 @@ from django.utils import timezone
 
 from orgs.models import Organization, OrgStatus
 from orgs.services.audit import Actor, audit_record
-from quotas.errors import CapacityBelowGuarantees, CapacityExhausted
+from quotas.bookings import booking_cancel, bookings_cancel_for_allocation
+from quotas.errors import CapacityBelowBookings, CapacityBelowGuarantees, CapacityExhausted
 from quotas.events import capacity_freed
+from quotas.ledger import FOREVER, capacity_conflicts, window_free
 from quotas.models import Allocation, AllocationStatus, CapacityPool
 from quotas.publish import limits_publish_org_later, limits_publish_pool_later
 from quotas.selectors import allocations_in_force, pool_guaranteed_input_tps, pool_guaranteed_tps
@@ -119,20 +123,31 @@ def _input_limits(pool: CapacityPool, *, guaranteed_tps: int, burst_tps: int,
     return guaranteed_input_tps, burst_input_tps
 
 
-def _check_room(*, pool: CapacityPool, increase_tps: int, increase_input_tps: int = 0) -> None:
-    """Refuse a guarantee increase the pool cannot hold. The caller holds the pool lock."""
-    if increase_tps > 0:
-        guaranteed = pool_guaranteed_tps(pool=pool)
-        if guaranteed + increase_tps > pool.guaranteeable_tps:
-            raise CapacityExhausted(pool=pool, asked_tps=increase_tps,
-                                    guaranteeable_tps=pool.guaranteeable_tps,
-                                    guaranteed_tps=guaranteed)
-    if increase_input_tps > 0:
-        guaranteed = pool_guaranteed_input_tps(pool=pool)
-        if guaranteed + increase_input_tps > pool.guaranteeable_input_tps:
-            raise CapacityExhausted(pool=pool, asked_tps=increase_input_tps,
-                                    guaranteeable_tps=pool.guaranteeable_input_tps,
-                                    guaranteed_tps=guaranteed, limit="input")
+def _check_room(*, pool: CapacityPool, tps: int, input_tps: int | None,
+                until: datetime | None, allocation: Allocation | None = None) -> None:
+    """Refuse a standing guarantee of `tps` (and `input_tps`) from now until `until` (None:
+    without end) that the ledger cannot hold at some instant, bookings included; `allocation`
+    is the one it replaces. Only a guarantee that grows, or lasts longer, is checked. The
+    caller holds the pool lock."""
+    old_tps = allocation.guaranteed_tps if allocation else 0
+    old_input = (allocation.guaranteed_input_tps or 0) if allocation else 0
+    old_until = allocation.valid_until if allocation else None
+    longer = allocation is not None and old_until is not None and (
+        until is None or until > old_until)
+    if tps <= old_tps and (input_tps or 0) <= old_input and not longer:
+        return
+    now = timezone.now()
+    free = window_free(pool=pool, start=now, end=until or now + FOREVER,
+                       exclude_allocation_id=allocation.pk if allocation else None)
+    if tps > free.output_tps:
+        raise CapacityExhausted(pool=pool, asked_tps=tps - old_tps,
+                                guaranteeable_tps=pool.guaranteeable_tps,
+                                guaranteed_tps=pool.guaranteeable_tps - free.output_tps + old_tps)
+    if free.input_tps is not None and (input_tps or 0) > free.input_tps:
+        raise CapacityExhausted(pool=pool, asked_tps=(input_tps or 0) - old_input,
+                                guaranteeable_tps=pool.guaranteeable_input_tps,
+                                guaranteed_tps=pool.guaranteeable_input_tps - free.input_tps
+                                + old_input, limit="input")
 
 
 @nestable
@@ -188,14 +203,46 @@ def _allocations_input_set(*, pool: CapacityPool, actor: Actor) -> None:
                                           guaranteed_tps=guaranteed)
 
 
+def _bookings_break(*, pool: CapacityPool, guaranteeable_tps: int,
+                    guaranteeable_input_tps: int | None, named: Sequence[int], actor: Actor,
+                    reason: str) -> None:
+    """A capacity lower than confirmed bookings need is refused (422
+    `capacity_below_bookings`, the conflicting bookings in `details`) unless the operator names
+    bookings to break that leave the others room: those are cancelled, refunded in full, and
+    their orgs told. Naming a booking the change does not break is a mistake (400)."""
+    conflicts = capacity_conflicts(pool=pool, guaranteeable_tps=guaranteeable_tps,
+                                   guaranteeable_input_tps=guaranteeable_input_tps)
+    conflict_ids, named = {b.pk for b in conflicts.bookings}, set(named)
+    if named - conflict_ids:
+        message = "Name only bookings the new capacity breaks."
+        raise DomainError(message, code="booking_not_in_conflict",
+                          fields={"break_bookings": [message]},
+                          details={"not_in_conflict": sorted(named - conflict_ids),
+                                   "conflicts": sorted(conflict_ids)})
+    if not conflicts:
+        return
+    rest = capacity_conflicts(pool=pool, guaranteeable_tps=guaranteeable_tps,
+                              guaranteeable_input_tps=guaranteeable_input_tps,
+                              exclude_booking_ids=named) if named else conflicts
+    if rest:
+        raise CapacityBelowBookings(pool=pool, conflicts=rest.bookings,
+                                    excess_tps=rest.excess_tps,
+                                    excess_input_tps=rest.excess_input_tps)
+    why = "The pool's capacity was lowered" + (f": {reason}" if reason else ".")
+    for booking in sorted((b for b in conflicts.bookings if b.pk in named), key=lambda b: b.pk):
+        booking_cancel.nested(booking=booking, actor=actor, reason=why, by_operator=True)
+
+
 @nestable
 @transaction.atomic(durable=True)
 def pool_capacity_set(*, pool: CapacityPool, capacity_tps: int, actor: Actor,
                       guaranteeable_ratio: Decimal | None = None,
                       prefill_capacity_tps: int | None | object = _UNCHANGED,
-                      reason: str = "") -> CapacityPool:
+                      reason: str = "", break_bookings: Sequence[int] = ()) -> CapacityPool:
     """Set the decode capacity (output tokens/s), and the prefill capacity (input tokens/s;
-    None: input counts with output) when given. Refused below what is guaranteed."""
+    None: input counts with output) when given. Refused below what allocations guarantee, and
+    below what bookings need unless `break_bookings` names the bookings to cancel (see
+    `_bookings_break`)."""
     pool = pool_lock(pool_id=pool.pk)
     ratio = pool.guaranteeable_ratio if guaranteeable_ratio is None else guaranteeable_ratio
     prefill = (pool.prefill_capacity_tps if prefill_capacity_tps is _UNCHANGED
@@ -213,8 +260,12 @@ def pool_capacity_set(*, pool: CapacityPool, capacity_tps: int, actor: Actor,
                                           new_guaranteeable_tps=new_guaranteeable_input,
                                           guaranteed_tps=guaranteed_input)
     if (capacity_tps, ratio, prefill) == (pool.capacity_tps, pool.guaranteeable_ratio,
-                                          pool.prefill_capacity_tps):
+                                          pool.prefill_capacity_tps) and not break_bookings:
         return pool
+    _bookings_break(pool=pool, guaranteeable_tps=new_guaranteeable,
+                    guaranteeable_input_tps=None if prefill is None
+                    else CapacityPool.guaranteeable_for(prefill, ratio),
+                    named=break_bookings, actor=actor, reason=reason)
     before = {"capacity_tps": pool.capacity_tps, "ratio": str(pool.guaranteeable_ratio),
               "prefill_capacity_tps": pool.prefill_capacity_tps}
     apart_before = pool.meters_input_apart
@@ -291,7 +342,7 @@ def allocation_grant(*, org: Organization, pool: CapacityPool, guaranteed_tps: i
     if Allocation.objects.filter(org=org, pool=pool, status=AllocationStatus.ACTIVE).exists():
         raise Conflict(f"{org.name} already has an allocation in {pool}; change it instead.",
                        code="allocation_exists")
-    _check_room(pool=pool, increase_tps=guaranteed_tps, increase_input_tps=g_in or 0)
+    _check_room(pool=pool, tps=guaranteed_tps, input_tps=g_in, until=valid_until)
     allocation = Allocation.objects.create(
         org=org, pool=pool, guaranteed_tps=guaranteed_tps, burst_tps=burst_tps,
         guaranteed_input_tps=g_in, burst_input_tps=b_in,
@@ -326,8 +377,9 @@ def allocation_change(*, allocation: Allocation, actor: Actor, guaranteed_tps: i
                                burst_input_tps=b_in)
     _check_limits(guaranteed_tps=g, burst_tps=b, daily_tokens=d, max_concurrency=c, pool=pool,
                   guaranteed_input_tps=g_in, burst_input_tps=b_in)
-    _check_room(pool=pool, increase_tps=g - allocation.guaranteed_tps,
-                increase_input_tps=(g_in or 0) - (allocation.guaranteed_input_tps or 0))
+    _check_room(pool=pool, tps=g, input_tps=g_in,
+                until=allocation.valid_until if valid_until is None else valid_until,
+                allocation=allocation)
     if g < allocation.guaranteed_tps or (g_in or 0) < (allocation.guaranteed_input_tps or 0):
         _capacity_freed(pool_id=pool.pk)
     allocation.guaranteed_tps, allocation.burst_tps = g, b
@@ -357,6 +409,8 @@ def allocation_end(*, allocation: Allocation, actor: Actor, reason: str = "") ->
     allocation.save(update_fields=["status", "valid_until", "updated_at"])
     audit_record(actor=actor, action="allocation.end", target=allocation, org=allocation.org,
                  before=before, after=_allocation_snapshot(allocation), reason=reason)
+    bookings_cancel_for_allocation(allocation=allocation, actor=actor, now=now,
+                                   reason="The allocation this booking added to ended.")
     limits_publish_org_later(org_id=allocation.org_id)
     _capacity_freed(pool_id=allocation.pool_id)
     return allocation

@@ -2,6 +2,7 @@
 
 from celery import shared_task
 
+from quotas.bookings import bookings_advance as bookings_advance_service
 from quotas.limiter.connection import LimiterUnavailable
 from quotas.publish import (
     gateway_tokens_publish,
@@ -43,3 +44,10 @@ def allocations_expire() -> int:
     """Beat: end allocations past their valid_until (their capacity already stopped counting
     at that moment; this records it, audits it and republishes the org's limits)."""
     return allocations_expire_service()
+
+
+@shared_task
+def bookings_advance() -> int:
+    """Beat: record the bookings whose window began or ended (state, webhooks) and republish
+    their orgs, so the limiter holds the next change of their limits."""
+    return bookings_advance_service()

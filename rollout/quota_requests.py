@@ -12,8 +12,8 @@ from django.utils import timezone
 
 from orgs.models import Organization, OrgStatus
 from orgs.services.audit import Actor, audit_record
+from quotas.ledger import pool_standing_free
 from quotas.models import Allocation, AllocationStatus, CapacityPool
-from quotas.selectors import pool_guaranteed_tps
 from quotas.services import allocation_change, allocation_grant, pool_lock
 from rollout.models import PoolAdmission, QuotaRequest, QuotaRequestStatus
 from sluice.errors import Conflict, DomainError
@@ -75,7 +75,8 @@ def _auto_approvable(request: QuotaRequest) -> bool:
     if any(grown[d] + asked[d] > getattr(rules, rule) for d, rule in AUTO_APPROVAL_RULES):
         return False
     pool = request.pool
-    return (pool_guaranteed_tps(pool=pool) + asked["guaranteed_tps"] <= pool.guaranteeable_tps
+    # The ledger in time: the growth must fit at the busiest instant to come, bookings included.
+    return (asked["guaranteed_tps"] <= pool_standing_free(pool=pool).output_tps
             and request.burst_tps <= pool.capacity_tps)
 
 

@@ -15,8 +15,9 @@ from django.utils import timezone
 
 from metering.models import UsageHourly
 from orgs.models import Organization, OrgStatus
+from quotas.ledger import pool_standing_free
 from quotas.models import CapacityPool
-from quotas.selectors import allocations_in_force, pool_guaranteed_tps
+from quotas.selectors import allocations_in_force
 from rollout.models import Application, ApplicationState, RolloutWave, WaveState
 from rollout.scoring import ScoreBreakdown, rank_key, score_application
 
@@ -148,8 +149,10 @@ def waitlist_select(*, queue: list[QueueEntry], free_tps: int, guaranteed_tps: i
     return chosen, free_tps
 
 
-def pool_free_tps(*, pool: CapacityPool) -> int:
-    return max(pool.guaranteeable_tps - pool_guaranteed_tps(pool=pool), 0)
+def pool_free_tps(*, pool: CapacityPool, guaranteeable_tps: int | None = None) -> int:
+    """What a new standing allocation can still be guaranteed: free at the busiest instant to
+    come, confirmed bookings included (against `guaranteeable_tps` if given: after a wave)."""
+    return max(pool_standing_free(pool=pool, guaranteeable_tps=guaranteeable_tps).output_tps, 0)
 
 
 def waitlist_estimates(*, pool: CapacityPool) -> dict[int, WaitlistEstimate]:

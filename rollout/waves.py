@@ -91,6 +91,9 @@ class WavePlan:
     guaranteeable_tps_after: int
     guaranteed_tps_before: int
     guaranteed_tps_after: int
+    # Confirmed bookings at their busiest instant to come, on top of the allocations: the wave
+    # admits only into what they leave free.
+    booked_peak_tps: int
     guaranteed_utilization: float
     projected_tps: float
     projected_utilization: float
@@ -109,7 +112,8 @@ def wave_plan(*, wave: RolloutWave) -> WavePlan:
     guaranteeable_after = CapacityPool.guaranteeable_for(capacity_after, pool.guaranteeable_ratio)
     guaranteed = pool_guaranteed_tps(pool=pool)
     queue = waitlist_queue(pool=pool, wave=wave)
-    free_before = max(guaranteeable_after - guaranteed, 0)
+    free_before = pool_free_tps(pool=pool, guaranteeable_tps=guaranteeable_after)
+    booked_peak = max(guaranteeable_after - free_before - guaranteed, 0)
     chosen, free_after = waitlist_select(queue=queue, free_tps=free_before,
                                          guaranteed_tps=wave.guaranteed_tps,
                                          max_orgs=wave.max_orgs)
@@ -123,6 +127,7 @@ def wave_plan(*, wave: RolloutWave) -> WavePlan:
         wave=wave, admitted=chosen, capacity_tps_before=pool.capacity_tps,
         capacity_tps_after=capacity_after, guaranteeable_tps_after=guaranteeable_after,
         guaranteed_tps_before=guaranteed, guaranteed_tps_after=guaranteed_after,
+        booked_peak_tps=booked_peak,
         guaranteed_utilization=guaranteed_after / guaranteeable_after if guaranteeable_after
         else 0.0,
         projected_tps=projected,

@@ -316,6 +316,8 @@ CELERY_TASK_ROUTES = {
     "quotas.tasks.limits_publish_org": {"queue": "limits"},
     "quotas.tasks.limits_publish_pool": {"queue": "limits"},
     "quotas.tasks.gateway_tokens_publish_task": {"queue": "limits"},
+    # It also publishes each org's next scheduled change of limits (a booking's edge).
+    "quotas.tasks.bookings_advance": {"queue": "limits"},
     "sluice.tasks.*": {"queue": "email"},
     "billing.tasks.*": {"queue": "billing"},
     "webhooks.tasks.*": {"queue": "webhooks"},
@@ -328,6 +330,11 @@ CELERY_BEAT_SCHEDULE: dict = {}
 CELERY_BEAT_SCHEDULE["limiter-sync"] = {"task": "quotas.tasks.limiter_sync", "schedule": 300.0}
 CELERY_BEAT_SCHEDULE["allocations-expire"] = {
     "task": "quotas.tasks.allocations_expire", "schedule": 60.0,
+}
+# Bookings whose window began or ended: their state, webhooks, the next change the limiter
+# switches to (it switches at the edge itself: this only records it).
+CELERY_BEAT_SCHEDULE["bookings-advance"] = {
+    "task": "quotas.tasks.bookings_advance", "schedule": 60.0,
 }
 # Emails whose delivery task was lost (broker down at commit) or that wait for a retry.
 CELERY_BEAT_SCHEDULE["emails-drain"] = {"task": "sluice.tasks.emails_drain", "schedule": 60.0}

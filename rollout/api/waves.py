@@ -43,6 +43,9 @@ class WavePlanOutput(serializers.Serializer):
     guaranteeable_tps_after = serializers.IntegerField()
     guaranteed_tps_before = serializers.IntegerField()
     guaranteed_tps_after = serializers.IntegerField()
+    booked_peak_tps = serializers.IntegerField(
+        help_text="Confirmed bookings at their busiest instant to come: the wave admits only "
+        "into what they and the allocations leave free.")
     guaranteed_utilization = serializers.FloatField()
     projected_tps = serializers.FloatField()
     projected_utilization = serializers.FloatField()

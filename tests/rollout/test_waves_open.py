@@ -1,7 +1,7 @@
 """Opening waves: capacity added, best-ranked orgs that fit admitted, once, in one transaction."""
 
 import threading
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.db import connection
@@ -10,6 +10,8 @@ from django.utils import timezone
 from metering.models import UsageHourly
 from orgs.models import Organization, OrgStatus
 from orgs.services import org_offboard
+from quotas.bookings import BookingAsk, booking_create
+from quotas.errors import BookingNoRoom
 from quotas.models import Allocation, AllocationStatus
 from rollout.models import RolloutWave, WaveState
 from rollout.waves import (
@@ -214,3 +216,28 @@ def test_plan_projects_demand_from_observed_usage_of_similar_admitted_orgs(opera
     assert plan.projection_uses_observed_usage is True
     assert plan.projected_tps == pytest.approx(100 + 800 * 0.25)
     assert plan.projected_utilization == pytest.approx(300 / 10_000)
+
+
+@pytest.mark.django_db
+def test_the_planner_and_the_opening_see_bookings_and_never_count_the_wave_before_it_opens(
+        operator):
+    # 1,000 TPS at 0.9 = 900 guaranteeable today; the wave would bring 1,800.
+    pool = PoolFactory(region="us-east", capacity_tps=1_000)
+    holder = AllocationFactory(pool=pool, guaranteed_tps=100, burst_tps=100).org
+    start = (datetime.now(UTC) + timedelta(days=2)).replace(minute=0, second=0, microsecond=0)
+    window = BookingAsk(starts_at=start, ends_at=start + timedelta(hours=2), output_tps=800)
+    booking_create(org=holder, pool=pool, ask=window, actor="test")
+    # Capacity a scheduled wave will add is not sold before it is in the pool.
+    RolloutWaveFactory(pool=pool, capacity_tps=1_000, guaranteed_tps=500, max_orgs=10)
+    with pytest.raises(BookingNoRoom):
+        booking_create(org=holder, pool=pool, ask=BookingAsk(
+            starts_at=start, ends_at=start + timedelta(hours=1), output_tps=1), actor="test")
+    apps = _queue_of_five(operator, pool)
+    wave = RolloutWave.objects.get(pool=pool)
+    plan = wave_plan(wave=wave)
+    # 1,800 guaranteeable after; 100 allocated and 800 booked at the busiest instant: 900 free,
+    # so one guarantee of 500 fits where, without the booking, three would.
+    assert plan.booked_peak_tps == 800
+    assert [e.application.pk for e in plan.admitted] == [apps[0].pk]
+    wave_open(wave=wave, actor=operator)
+    assert _active_allocations(pool) == sorted([holder.name, apps[0].org.name])
