@@ -25,7 +25,8 @@ class PriceVersionAdmin(AddOnlyAdminMixin, admin.ModelAdmin):
     raw_id_fields = ["org"]
     fields = ["pool", "org", "effective_from", "input_micros_per_mtok",
               "cached_input_micros_per_mtok", "output_micros_per_mtok",
-              "premium_input_micros_per_mtok", "premium_output_micros_per_mtok", "note"]
+              "premium_input_micros_per_mtok", "premium_output_micros_per_mtok",
+              "booking_output_micros_per_tps_hour", "booking_input_micros_per_tps_hour", "note"]
 
     def service_save(self, *, request, obj, data):
         return services.price_version_create.nested(

@@ -14,8 +14,11 @@ changes once the day is over (a largest-remainder split of the month would move 
 usage accrues). The discount line is the same rule applied to the discount of the running
 subtotal. Days are UTC days; a month-to-date page rates the current month up to now.
 
-Everything comes from the same inputs as the invoice (hourly rollups, price versions, the org's
-discount): four queries for a page, whatever the months it spans.
+Booking charges and refunds are lines of their own (one per booking), on the UTC day they
+happened, like on the invoice.
+
+Everything comes from the same inputs as the invoice (hourly rollups, price versions, booking
+charges, the org's discount): six queries for a page, whatever the months it spans.
 """
 
 from collections import defaultdict
@@ -24,6 +27,7 @@ from datetime import UTC, date, datetime
 
 from billing.periods import month_bounds, month_of
 from billing.rating import (
+    BookingLine,
     Price,
     RatedLine,
     UsageRow,
@@ -31,15 +35,22 @@ from billing.rating import (
     rate_usage,
     round_pico_to_cents,
 )
-from billing.selectors import billing_discount_bps, price_list_for, usage_rows_for
+from billing.selectors import (
+    billing_discount_bps,
+    booking_lines_by_org,
+    price_list_for,
+    usage_rows_for,
+)
 from orgs.models import Organization
 from quotas.models import CapacityPool
 
 # Rating's line kinds as the Costs API names its line items (premium input and output are one).
 LINE_ITEMS = {"input": "input", "output": "output", "premium_input": "premium",
               "premium_output": "premium", "speed_credit": "speed credit",
+              "booking": "booked capacity", "booking_refund": "booking refunds",
               "discount": "discounts"}
-LineKey = tuple[str, int | None, int | None]  # kind, pool, price version: one invoice line
+# kind, pool, price version, booking: one invoice line
+LineKey = tuple[str, int | None, int | None, int | None]
 
 
 @dataclass(frozen=True)
@@ -51,15 +62,19 @@ class DayCost:
 
 
 def _line_key(line: RatedLine) -> LineKey:
-    return line.kind, line.pool_id, line.price_version_id
+    return line.kind, line.pool_id, line.price_version_id, line.booking_id
 
 
-def _month_days(rows: list[UsageRow], prices: list[Price], discount_bps: int
-                ) -> dict[date, dict[LineKey, tuple[int, int]]]:
+def _month_days(rows: list[UsageRow], prices: list[Price], discount_bps: int,
+                bookings: list[BookingLine]) -> dict[date, dict[LineKey, tuple[int, int]]]:
     """Day -> line -> (cents, tokens) for one month's rows, by the running-total rule."""
     by_day: dict[date, list[UsageRow]] = defaultdict(list)
     for row in rows:
         by_day[row.hour.astimezone(UTC).date()].append(row)
+    booked: dict[date, list[BookingLine]] = defaultdict(list)
+    for line in bookings:
+        booked[line.at.astimezone(UTC).date()].append(line)
+        by_day.setdefault(line.at.astimezone(UTC).date(), [])
     running: dict[LineKey, int] = defaultdict(int)
     subtotal, days = 0, {}
     for day in sorted(by_day):
@@ -67,7 +82,7 @@ def _month_days(rows: list[UsageRow], prices: list[Price], discount_bps: int
         discount_before = round_pico_to_cents(discount_pico(subtotal_pico=subtotal,
                                                             discount_bps=discount_bps))
         tokens = {}
-        for line in rate_usage(usage=by_day[day], prices=prices):
+        for line in rate_usage(usage=by_day[day], prices=prices, bookings=booked[day]):
             running[_line_key(line)] += line.amount_pico
             subtotal += line.amount_pico
             tokens[_line_key(line)] = line.quantity_tokens
@@ -75,7 +90,7 @@ def _month_days(rows: list[UsageRow], prices: list[Price], discount_bps: int
                  for key, pico in running.items()}
         discount = round_pico_to_cents(discount_pico(subtotal_pico=subtotal,
                                                      discount_bps=discount_bps))
-        cents[("discount", None, None)] = (discount - discount_before, 0)
+        cents[("discount", None, None, None)] = (discount - discount_before, 0)
         days[day] = {key: value for key, value in cents.items() if value[0] or value[1]}
     return days
 
@@ -86,19 +101,25 @@ def org_daily_costs(*, org: Organization, start: datetime, end: datetime) -> lis
     in it `start` falls."""
     month_start, _ = month_bounds(month_of(start))
     rows = usage_rows_for(org=org, start=month_start, end=end)
+    bookings = booking_lines_by_org(org_ids={org.pk}, start=month_start, end=end)[org.pk]
     prices = price_list_for(org_id=org.pk, pool_ids={row.pool_id for row in rows})
     discount_bps = billing_discount_bps(org=org)
-    models = dict(CapacityPool.objects.filter(pk__in={row.pool_id for row in rows})
-                  .values_list("pk", "model"))
+    models = dict(CapacityPool.objects.filter(
+        pk__in={row.pool_id for row in rows} | {b.pool_id for b in bookings})
+        .values_list("pk", "model"))
     months: dict[date, list[UsageRow]] = defaultdict(list)
+    booked: dict[date, list[BookingLine]] = defaultdict(list)
     for row in rows:
         months[month_of(row.hour)].append(row)
+    for line in bookings:
+        booked[month_of(line.at)].append(line)
     costs = []
-    for month in sorted(months):
-        for day, lines in _month_days(months[month], prices, discount_bps).items():
+    for month in sorted(set(months) | set(booked)):
+        for day, lines in _month_days(months[month], prices, discount_bps,
+                                      booked[month]).items():
             if not start.date() <= day < end.date():
                 continue
-            for (kind, pool_id, _), (cents, tokens) in lines.items():
+            for (kind, pool_id, _, _), (cents, tokens) in lines.items():
                 item = LINE_ITEMS[kind]
                 costs.append(DayCost(day=day, cents=cents,
                                      line_item=f"{models[pool_id]}, {item}" if pool_id else item,

@@ -21,3 +21,13 @@ spend_threshold_crossed = Event(
     payload=("org_id", "month", "threshold", "cost_micros", "cap_micros"),
     doc="The month's cost reached `threshold` percent of the org's spend cap; announced once per "
         "org, month and threshold (the SpendAlert row's unique constraint).")
+
+booking_confirmed = Event(
+    "billing.booking_confirmed", payload=("booking", "charge"),
+    doc="An org booked capacity and was charged for it (quotas.models.Booking, "
+        "billing.models.BookingCharge).")
+
+booking_cancelled = Event(
+    "billing.booking_cancelled", payload=("booking", "charge"),
+    doc="A booking was cancelled and its charge refunded by the rule (`charge` is None for a "
+        "booking that was never charged).")

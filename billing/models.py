@@ -7,8 +7,12 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
+from billing.rating import (
+    LIST_BOOKING_INPUT_MICROS_PER_TPS_HOUR,
+    LIST_BOOKING_OUTPUT_MICROS_PER_TPS_HOUR,
+)
 from orgs.models import Organization
-from quotas.models import CapacityPool
+from quotas.models import Booking, CapacityPool
 
 DEFAULT_ALERT_THRESHOLDS = [50, 80, 100]
 
@@ -34,6 +38,11 @@ class PriceVersion(models.Model):
     output_micros_per_mtok = models.PositiveBigIntegerField()
     premium_input_micros_per_mtok = models.PositiveBigIntegerField(default=0)
     premium_output_micros_per_mtok = models.PositiveBigIntegerField(default=0)
+    # Booked capacity, per token/s and hour of a booking's window (billing/bookings.py).
+    booking_output_micros_per_tps_hour = models.PositiveBigIntegerField(
+        default=LIST_BOOKING_OUTPUT_MICROS_PER_TPS_HOUR)
+    booking_input_micros_per_tps_hour = models.PositiveBigIntegerField(
+        default=LIST_BOOKING_INPUT_MICROS_PER_TPS_HOUR)
     note = models.CharField(max_length=200, blank=True, default="")
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT,
                                    null=True, blank=True, related_name="+")
@@ -163,6 +172,8 @@ class LineKind(models.TextChoices):
     PREMIUM_INPUT = "premium_input", "Fast-tier premium, input tokens"
     PREMIUM_OUTPUT = "premium_output", "Fast-tier premium, output tokens"
     SPEED_CREDIT = "speed_credit", "Speed credit"
+    BOOKING = "booking", "Booked capacity"
+    BOOKING_REFUND = "booking_refund", "Booking refund"
     DISCOUNT = "discount", "Discount"
 
 
@@ -174,6 +185,9 @@ class InvoiceLine(models.Model):
                              related_name="+")
     price_version = models.ForeignKey(PriceVersion, on_delete=models.PROTECT, null=True,
                                       blank=True, related_name="+")
+    # A booking's own line (its charge, or its refund): one per booking, never summed.
+    booking = models.ForeignKey(Booking, on_delete=models.PROTECT, null=True, blank=True,
+                                related_name="+")
     description = models.CharField(max_length=200)
     quantity_tokens = models.PositiveBigIntegerField(default=0)
     unit_micros_per_mtok = models.BigIntegerField(default=0)
@@ -187,6 +201,36 @@ class InvoiceLine(models.Model):
 
     def __str__(self) -> str:
         return f"{self.description}: {self.amount_cents}¢"
+
+
+class BookingCharge(models.Model):
+    """What a booking costs its org. Charged when confirmed, on the invoice of that month, and
+    counted against that month's spend cap; a refund is credited on the invoice of the month
+    the booking was cancelled in (billing/bookings.py says how much)."""
+
+    booking = models.OneToOneField(Booking, on_delete=models.PROTECT, primary_key=True,
+                                   related_name="charge")
+    org = models.ForeignKey(Organization, on_delete=models.PROTECT, related_name="+")
+    # The version in force at the window's start (None: list prices); an hour a later version
+    # covers is priced by it, like usage.
+    price_version = models.ForeignKey(PriceVersion, on_delete=models.PROTECT, null=True,
+                                      blank=True, related_name="+")
+    amount_micros = models.PositiveBigIntegerField()
+    charged_at = models.DateTimeField()
+    refund_micros = models.PositiveBigIntegerField(default=0)
+    refunded_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(name="booking_refund_at_most_charge",
+                                   condition=Q(refund_micros__lte=models.F("amount_micros"))),
+        ]
+        indexes = [models.Index(fields=["org", "charged_at"], name="booking_charge_org_at"),
+                   models.Index(fields=["org", "refunded_at"], name="booking_refund_org_at",
+                                condition=Q(refunded_at__isnull=False))]
+
+    def __str__(self) -> str:
+        return f"Booking {self.booking_id}: {self.amount_micros} micro-dollars"
 
 
 class OutboxKind(models.TextChoices):

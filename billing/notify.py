@@ -1,9 +1,11 @@
 """Emails to an org's billing members (owners and billing role), one message each, built by
 sluice.mail after the change that calls for them commits."""
 
-from billing.models import BillingAccount, Invoice
+from billing.bookings import BOOKING_READERS
+from billing.models import BillingAccount, BookingCharge, Invoice
 from billing.money import format_micros
 from orgs.models import BILLING_READERS, Membership, Organization
+from quotas.models import Booking
 from sluice.mail import Email, email_kind, email_queue
 
 
@@ -47,6 +49,28 @@ def _spend_alert(*, org_id: int, threshold: int, cost_micros: int,
         org_id=org_id, subject=f"{{org}} has used {threshold}% of its monthly spend cap",
         template="spend_alert", threshold=threshold, cost=format_micros(cost_micros),
         cap=format_micros(cap_micros))
+
+
+@email_kind("billing.booking_cancelled")
+def _booking_cancelled(*, org_id: int, booking_id: int) -> Email | None:
+    booking = Booking.objects.select_related("pool").get(pk=booking_id)
+    charge = BookingCharge.objects.filter(booking_id=booking_id).first()
+    recipients = sorted(set(
+        Membership.objects.filter(org_id=org_id, role__in=BOOKING_READERS)
+        .exclude(user__email="").values_list("user__email", flat=True)))
+    if not recipients:
+        return None
+    return Email(to=recipients, subject=f"Your booking in {booking.pool} was cancelled",
+                 template="billing/email/booking_cancelled",
+                 context={"org": Organization.objects.get(pk=org_id), "booking": booking,
+                          "refund": format_micros(charge.refund_micros) if charge else None},
+                 one_per_recipient=True)
+
+
+def booking_cancelled_email_queue(*, booking: Booking) -> None:
+    """The notice of a booking cancelled by an operator or by a change of its pool."""
+    email_queue(kind="billing.booking_cancelled", key=f"booking:{booking.pk}:cancelled",
+                params={"org_id": booking.org_id, "booking_id": booking.pk})
 
 
 def payment_failed_email_queue(*, invoice: Invoice) -> None:

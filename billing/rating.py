@@ -19,16 +19,27 @@ premium set on a standard pool is credited back in full.
 Cached input tokens (served from the upstream's prompt cache) are rated on their own line at
 the version's cached input price (the input price when the version sets none); the premium
 applies to them like to every input token.
+
+Bookings: a booking is priced per token/s and hour of its window, each quarter hour at the
+version in force at its start (`booking_price_pico`), rounded up to the micro-dollar once per
+booking. It is one line of the invoice of the month it was confirmed in, and its refund one
+line of the month it was cancelled in; the discount covers them like usage.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 
 LIST_INPUT_MICROS_PER_MTOK = 5_000_000
 LIST_OUTPUT_MICROS_PER_MTOK = 30_000_000
+# Booked capacity without a price version, per token/s and hour (the tokens used in the window
+# are billed as usage too).
+LIST_BOOKING_OUTPUT_MICROS_PER_TPS_HOUR = 20_000
+LIST_BOOKING_INPUT_MICROS_PER_TPS_HOUR = 4_000
+BOOKING_QUARTER = timedelta(minutes=15)
+PICO_PER_TPS_QUARTER = 250_000  # micro-dollars per TPS-hour x 1/4 hour, in pico-dollars
 PICO_PER_CENT = 10**10  # 1 cent = 1e4 micro-dollars; amounts carry a further 1e6 (per Mtok)
 PICO_PER_MICRO = 10**6
 
@@ -55,6 +66,8 @@ class Price:
     org_specific: bool = False
     version_id: int | None = None
     cached_input: int | None = None  # None: the input price
+    booking_output: int = LIST_BOOKING_OUTPUT_MICROS_PER_TPS_HOUR  # per token/s and hour
+    booking_input: int = LIST_BOOKING_INPUT_MICROS_PER_TPS_HOUR
 
     @property
     def cached_input_or_input(self) -> int:
@@ -69,6 +82,8 @@ class RatedLine:
     quantity_tokens: int
     unit_micros_per_mtok: int
     amount_pico: int  # exact, before rounding
+    booking_id: int | None = None  # a booking's charge or refund: a line of its own
+    description: str = ""  # what the invoice says, where the kind and pool do not say it all
 
     @property
     def amount_cents(self) -> int:
@@ -98,6 +113,43 @@ def price_for(*, pool_id: int, hour: datetime, prices: Sequence[Price]) -> Price
         if best is None or key > (best.org_specific, best.effective_from):
             best = price
     return best or list_price(pool_id)
+
+
+@dataclass(frozen=True)
+class BookingLine:
+    """A booking's charge (positive) or refund (negative), in micro-dollars, dated when it
+    happened (the month of its invoice, the day of the Costs API)."""
+    kind: str  # "booking" or "booking_refund"
+    booking_id: int
+    pool_id: int
+    price_version_id: int | None
+    amount_micros: int
+    at: datetime
+    description: str = ""
+
+
+def booking_price_pico(*, pool_id: int, starts_at: datetime, ends_at: datetime,
+                       output_tps: int, input_tps: int, prices: Sequence[Price]) -> int:
+    """The exact price of booking `output_tps` and `input_tps` over [starts_at, ends_at), a
+    window on the quarter-hour grid: each quarter hour at the version in force at its start."""
+    total, at = 0, starts_at
+    while at < ends_at:
+        price = price_for(pool_id=pool_id, hour=at, prices=prices)
+        total += (output_tps * price.booking_output + input_tps * price.booking_input) \
+            * PICO_PER_TPS_QUARTER
+        at += BOOKING_QUARTER
+    return total
+
+
+def micros_rounded_up(pico: int) -> int:
+    return -(-pico // PICO_PER_MICRO)
+
+
+def _booking_rated(line: BookingLine) -> RatedLine:
+    return RatedLine(kind=line.kind, pool_id=line.pool_id,
+                     price_version_id=line.price_version_id, quantity_tokens=0,
+                     unit_micros_per_mtok=0, amount_pico=line.amount_micros * PICO_PER_MICRO,
+                     booking_id=line.booking_id, description=line.description)
 
 
 @dataclass
@@ -154,13 +206,16 @@ def discount_pico(*, subtotal_pico: int, discount_bps: int) -> int:
 
 
 def rate_usage(*, usage: Iterable[UsageRow], prices: Sequence[Price],
-               discount_bps: int = 0) -> list[RatedLine]:
+               discount_bps: int = 0, bookings: Iterable[BookingLine] = ()) -> list[RatedLine]:
     """Invoice lines for `usage`: per pool and price version, input, output, the premium on
-    all tokens and the speed credit; then one discount line over the exact subtotal."""
+    all tokens and the speed credit; then one line per booking charge or refund; then one
+    discount line over the exact subtotal."""
     buckets = _bucket_usage(usage, prices)
     lines: list[RatedLine] = []
     for price in sorted(buckets, key=_sort_key):
         lines.extend(_lines_for(price, buckets[price]))
+    lines.extend(_booking_rated(b) for b in sorted(bookings, key=lambda b: (b.at, b.kind,
+                                                                           b.booking_id)))
     return _discounted(lines, discount_bps)
 
 
@@ -176,14 +231,14 @@ def _discounted(lines: list[RatedLine], discount_bps: int) -> list[RatedLine]:
 
 
 def usage_billed(lines: Iterable) -> dict[tuple, tuple[int, int]]:
-    """(kind, pool, price version) -> (tokens, cents) of invoice lines or rated lines, summed
-    (a month's invoice and its supplements): what was used and billed for it, the discount
-    aside (the invoice does not record its rate, which may have changed since)."""
+    """(kind, pool, price version, booking) -> (tokens, cents) of invoice lines or rated lines,
+    summed (a month's invoice and its supplements): what was used and billed for it, the
+    discount aside (the invoice does not record its rate, which may have changed since)."""
     billed: dict[tuple, tuple[int, int]] = {}
     for ln in lines:
         if str(ln.kind) == "discount":
             continue
-        key = (str(ln.kind), ln.pool_id, ln.price_version_id)
+        key = (str(ln.kind), ln.pool_id, ln.price_version_id, ln.booking_id)
         tokens, cents = billed.get(key, (0, 0))
         billed[key] = (tokens + ln.quantity_tokens, cents + ln.amount_cents)
     return billed
@@ -202,14 +257,15 @@ def lines_not_yet_billed(*, rated: Sequence[RatedLine], billed: Iterable,
     for ln in rated:  # one line per kind, pool and price version
         if ln.kind == "discount":
             continue
-        tokens, cents = done.pop((str(ln.kind), ln.pool_id, ln.price_version_id), (0, 0))
+        tokens, cents = done.pop((str(ln.kind), ln.pool_id, ln.price_version_id,
+                                  ln.booking_id), (0, 0))
         if (ln.quantity_tokens, ln.amount_cents) != (tokens, cents):
             lines.append(replace(ln, quantity_tokens=ln.quantity_tokens - tokens,
                                  amount_pico=(ln.amount_cents - cents) * PICO_PER_CENT))
-    for (kind, pool_id, version_id), (tokens, cents) in done.items():  # billed, now gone
+    for (kind, pool_id, version_id, booking_id), (tokens, cents) in done.items():  # now gone
         lines.append(RatedLine(kind=kind, pool_id=pool_id, price_version_id=version_id,
                                quantity_tokens=-tokens, unit_micros_per_mtok=0,
-                               amount_pico=-cents * PICO_PER_CENT))
+                               amount_pico=-cents * PICO_PER_CENT, booking_id=booking_id))
     return _discounted(lines, discount_bps)
 
 

@@ -1,13 +1,14 @@
 """Reads of billing data, always scoped to an org or an operator's view."""
 
 from collections import defaultdict
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 
 from django.db import connection
 from django.db.models import Prefetch, Q, QuerySet, Sum
 
 from billing.models import (
     BillingAccount,
+    BookingCharge,
     Invoice,
     InvoiceLine,
     InvoiceStatus,
@@ -20,6 +21,7 @@ from billing.models import (
 from billing.periods import month_bounds, month_of
 from billing.rating import (
     PICO_PER_MICRO,
+    BookingLine,
     Price,
     RatedLine,
     UsageRow,
@@ -78,6 +80,8 @@ def _price(v: PriceVersion) -> Price:
                  cached_input=v.cached_input_micros_per_mtok,
                  premium_input=v.premium_input_micros_per_mtok,
                  premium_output=v.premium_output_micros_per_mtok,
+                 booking_output=v.booking_output_micros_per_tps_hour,
+                 booking_input=v.booking_input_micros_per_tps_hour,
                  org_specific=v.org_id is not None, version_id=v.pk)
 
 
@@ -94,6 +98,34 @@ def usage_rows_for(*, org: Organization, start: datetime, end: datetime) -> list
                      premium_output_tokens=r["po"], cached_input_tokens=r["ci"]) for r in rows]
 
 
+def booking_description(booking) -> str:
+    return (f"{booking.pool} · {booking.starts_at:%Y-%m-%d %H:%M}–"
+            f"{booking.ends_at:%Y-%m-%d %H:%M} UTC · {booking.output_tps:,} tokens/s"
+            + (f", {booking.input_tps:,} input tokens/s" if booking.input_tps else ""))
+
+
+def booking_lines_by_org(*, org_ids: set[int], start: datetime, end: datetime
+                         ) -> dict[int, list[BookingLine]]:
+    """The booking charges and refunds of these orgs dated in [start, end): one query."""
+    lines: dict[int, list[BookingLine]] = defaultdict(list)
+    charged = Q(charged_at__gte=start, charged_at__lt=end)
+    refunded = Q(refunded_at__gte=start, refunded_at__lt=end, refund_micros__gt=0)
+    for charge in (BookingCharge.objects.select_related("booking__pool")
+                   .filter(charged | refunded, org_id__in=org_ids)):
+        booking, line = charge.booking, {"booking_id": charge.booking_id,
+                                         "pool_id": charge.booking.pool_id,
+                                         "price_version_id": charge.price_version_id}
+        if start <= charge.charged_at < end:
+            lines[charge.org_id].append(BookingLine(
+                kind="booking", amount_micros=charge.amount_micros, at=charge.charged_at,
+                description=booking_description(booking), **line))
+        if charge.refund_micros and start <= charge.refunded_at < end:
+            lines[charge.org_id].append(BookingLine(
+                kind="booking_refund", amount_micros=-charge.refund_micros,
+                at=charge.refunded_at, description=booking_description(booking), **line))
+    return lines
+
+
 def month_rated_lines(*, org: Organization, month: date,
                       until: datetime | None = None) -> list[RatedLine]:
     """The lines of `month` so far: the month-to-date view and the monthly close both call
@@ -103,7 +135,9 @@ def month_rated_lines(*, org: Organization, month: date,
         end = min(end, until)
     usage = usage_rows_for(org=org, start=start, end=end)
     prices = price_list_for(org_id=org.pk, pool_ids={row.pool_id for row in usage})
-    return rate_usage(usage=usage, prices=prices, discount_bps=billing_discount_bps(org=org))
+    bookings = booking_lines_by_org(org_ids={org.pk}, start=start, end=end)[org.pk]
+    return rate_usage(usage=usage, prices=prices, discount_bps=billing_discount_bps(org=org),
+                      bookings=bookings)
 
 
 def month_invoiced_lines(*, org: Organization, month: date) -> list[InvoiceLine]:
@@ -235,12 +269,18 @@ def _price_lists(org_ids: set[int], pool_ids: set[int]) -> tuple[list[Price], di
 
 
 def _month_to_date(usage: dict[int, list[UsageRow]], org_ids: set[int], public: list[Price],
-                   negotiated: dict) -> dict[int, int]:
+                   negotiated: dict, now: datetime) -> dict[int, int]:
+    """Usage and booking charges (less refunds) of the month so far, discounted."""
     discounts = dict(BillingAccount.objects.filter(org_id__in=org_ids)
                      .values_list("org_id", "discount_bps"))
+    start, _ = month_bounds(month_of(now))
+    # Up to and including `now`: a booking charged this very instant is spent.
+    bookings = booking_lines_by_org(org_ids=org_ids, start=start,
+                                    end=now + timedelta(microseconds=1))
     return {org_id: max(0, -(-sum(ln.amount_pico for ln in rate_usage(
                 usage=usage.get(org_id, []), prices=public + negotiated[org_id],
-                discount_bps=discounts.get(org_id, 0))) // PICO_PER_MICRO))
+                discount_bps=discounts.get(org_id, 0), bookings=bookings.get(org_id, [])))
+                // PICO_PER_MICRO))
             for org_id in org_ids}
 
 
@@ -265,7 +305,7 @@ def month_to_date_micros_by_org(*, org_ids: set[int], now: datetime) -> dict[int
         return {}
     usage = _usage_by_org(org_ids, now)
     public, negotiated = _price_lists(org_ids, {u.pool_id for us in usage.values() for u in us})
-    return _month_to_date(usage, org_ids, public, negotiated)
+    return _month_to_date(usage, org_ids, public, negotiated, now)
 
 
 def _reservation_prices(org_ids: set[int], pool_ids: set[int], public: list[Price],
@@ -297,5 +337,5 @@ def capped_spend_micros(*, org_ids: set[int], pool_ids: set[int], now: datetime
     usage = _usage_by_org(org_ids, now)
     public, negotiated = _price_lists(
         org_ids, set(pool_ids) | {u.pool_id for us in usage.values() for u in us})
-    return (_month_to_date(usage, org_ids, public, negotiated),
+    return (_month_to_date(usage, org_ids, public, negotiated, now),
             _reservation_prices(org_ids, set(pool_ids), public, negotiated, now))

@@ -5,6 +5,10 @@ from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django_otp import match_token, user_has_device
 
+from billing.rating import (
+    LIST_BOOKING_INPUT_MICROS_PER_TPS_HOUR,
+    LIST_BOOKING_OUTPUT_MICROS_PER_TPS_HOUR,
+)
 from orgs.services.lifecycle import TRANSITIONS
 from quotas.models import CapacityPool, LimiterFailurePolicy
 from rollout.models import ApplicationState, CheckItem, Decision, UseCase
@@ -173,7 +177,23 @@ class PriceVersionForm(forms.Form):
         label="Fast-tier premium on input, $ per million tokens", initial=0)
     premium_output_micros_per_mtok = DollarsPerMtokField(
         label="Fast-tier premium on output, $ per million tokens", initial=0)
+    booking_output_micros_per_tps_hour = DollarsPerMtokField(
+        label="Booked capacity, $ per output token/s and hour", required=False,
+        initial=Decimal(LIST_BOOKING_OUTPUT_MICROS_PER_TPS_HOUR) / 1_000_000,
+        help_text="Empty: the list price.")
+    booking_input_micros_per_tps_hour = DollarsPerMtokField(
+        label="Booked capacity, $ per input token/s and hour", required=False,
+        initial=Decimal(LIST_BOOKING_INPUT_MICROS_PER_TPS_HOUR) / 1_000_000,
+        help_text="Empty: the list price.")
     note = forms.CharField(label="Note", required=False, max_length=200)
+
+    def clean_booking_output_micros_per_tps_hour(self) -> int:
+        value = self.cleaned_data["booking_output_micros_per_tps_hour"]
+        return LIST_BOOKING_OUTPUT_MICROS_PER_TPS_HOUR if value is None else value
+
+    def clean_booking_input_micros_per_tps_hour(self) -> int:
+        value = self.cleaned_data["booking_input_micros_per_tps_hour"]
+        return LIST_BOOKING_INPUT_MICROS_PER_TPS_HOUR if value is None else value
 
 
 class PoolSettingsForm(forms.Form):

@@ -61,4 +61,5 @@ class PriceVersionSerializer(serializers.ModelSerializer):
         fields = ["id", "pool", "org", "effective_from", "input_micros_per_mtok",
                   "cached_input_micros_per_mtok", "output_micros_per_mtok",
                   "premium_input_micros_per_mtok",
-                  "premium_output_micros_per_mtok", "note", "created_at"]
+                  "premium_output_micros_per_mtok", "booking_output_micros_per_tps_hour",
+                  "booking_input_micros_per_tps_hour", "note", "created_at"]

@@ -17,6 +17,10 @@ from billing.api.serializers import (
 )
 from billing.models import Invoice, InvoiceStatus, OutboxMessage, PriceVersion, StripeEvent
 from billing.periods import month_parse
+from billing.rating import (
+    LIST_BOOKING_INPUT_MICROS_PER_TPS_HOUR,
+    LIST_BOOKING_OUTPUT_MICROS_PER_TPS_HOUR,
+)
 from orgs.models import Organization
 from orgs.permissions import operator_access
 from quotas.models import CapacityPool
@@ -169,6 +173,13 @@ class OperatorPriceListView(OperatorView):
         output_micros_per_mtok = serializers.IntegerField(min_value=0)
         premium_input_micros_per_mtok = serializers.IntegerField(min_value=0, default=0)
         premium_output_micros_per_mtok = serializers.IntegerField(min_value=0, default=0)
+        booking_output_micros_per_tps_hour = serializers.IntegerField(
+            min_value=0, default=LIST_BOOKING_OUTPUT_MICROS_PER_TPS_HOUR,
+            help_text="Booked capacity: micro-dollars per output token/s and hour of a "
+                      "booking's window.")
+        booking_input_micros_per_tps_hour = serializers.IntegerField(
+            min_value=0, default=LIST_BOOKING_INPUT_MICROS_PER_TPS_HOUR,
+            help_text="Per input token/s and hour (pools with a prefill capacity).")
         note = serializers.CharField(max_length=200, required=False, default="")
 
     @extend_schema(responses=PriceVersionSerializer(many=True))

@@ -1,6 +1,7 @@
 """Every state change of billing. Views, admin actions, tasks and commands call these."""
 
 from billing.services.accounts import billing_account_for, discount_set, spend_cap_set
+from billing.services.bookings import booking_confirm, booking_refund
 from billing.services.caps import (
     SpendCapReached,
     spend_alerts_evaluate,
@@ -29,6 +30,8 @@ from billing.services.webhooks import (
 __all__ = [
     "SpendCapReached",
     "billing_account_for",
+    "booking_confirm",
+    "booking_refund",
     "discount_set",
     "dunning_enforce",
     "invoice_bill_late_usage",

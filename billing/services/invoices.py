@@ -29,6 +29,8 @@ _KIND_LABELS = dict(LineKind.choices)
 
 def _describe(line: RatedLine, pools: dict[int, str]) -> str:
     label = _KIND_LABELS[line.kind]
+    if line.description:
+        return f"{label} · {line.description}"[:200]
     if line.pool_id is None:
         return label
     return f"{label} · {pools.get(line.pool_id, line.pool_id)}"
@@ -39,7 +41,8 @@ def _lines_create(invoice: Invoice, lines: list[RatedLine]) -> None:
         pk__in={ln.pool_id for ln in lines if ln.pool_id})}
     InvoiceLine.objects.bulk_create(
         InvoiceLine(invoice=invoice, position=n, kind=ln.kind, pool_id=ln.pool_id,
-                    price_version_id=ln.price_version_id, description=_describe(ln, pools),
+                    price_version_id=ln.price_version_id, booking_id=ln.booking_id,
+                    description=_describe(ln, pools),
                     quantity_tokens=ln.quantity_tokens,
                     unit_micros_per_mtok=ln.unit_micros_per_mtok,
                     amount_cents=ln.amount_cents)

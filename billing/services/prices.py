@@ -6,6 +6,10 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from billing.models import BillingAccount, PriceVersion
+from billing.rating import (
+    LIST_BOOKING_INPUT_MICROS_PER_TPS_HOUR,
+    LIST_BOOKING_OUTPUT_MICROS_PER_TPS_HOUR,
+)
 from orgs.models import Organization
 from orgs.services.audit import Actor, audit_record
 from quotas.models import Allocation, CapacityPool
@@ -43,11 +47,13 @@ def price_version_create(
     premium_output_micros_per_mtok: int = 0, org: Organization | None = None,
     note: str = "", actor: Actor, now: datetime | None = None,
     cached_input_micros_per_mtok: int | None = None,
+    booking_output_micros_per_tps_hour: int = LIST_BOOKING_OUTPUT_MICROS_PER_TPS_HOUR,
+    booking_input_micros_per_tps_hour: int = LIST_BOOKING_INPUT_MICROS_PER_TPS_HOUR,
 ) -> PriceVersion:
     """A new version from `effective_from`, which must be a whole hour (so an hourly rollup is
     never split between two prices) and not before the current hour (history is not rewritten:
     hours already metered keep the price they were metered at). Cached input tokens get their
-    own price (None: the input price)."""
+    own price (None: the input price); booked capacity is priced per token/s and hour."""
     now = now or timezone.now()
     if effective_from != _hour_floor(effective_from):
         _refuse_start("A price version starts on a whole hour (minutes and seconds 0).",
@@ -64,6 +70,8 @@ def price_version_create(
                 output_micros_per_mtok=output_micros_per_mtok,
                 premium_input_micros_per_mtok=premium_input_micros_per_mtok,
                 premium_output_micros_per_mtok=premium_output_micros_per_mtok,
+                booking_output_micros_per_tps_hour=booking_output_micros_per_tps_hour,
+                booking_input_micros_per_tps_hour=booking_input_micros_per_tps_hour,
                 note=note, created_by=actor if not isinstance(actor, str | None) else None)
     except IntegrityError:
         raise Conflict("A version of these prices already starts at that hour.",
@@ -74,6 +82,8 @@ def price_version_create(
                         "cached_input": cached_input_micros_per_mtok,
                         "output": output_micros_per_mtok,
                         "premium_input": premium_input_micros_per_mtok,
-                        "premium_output": premium_output_micros_per_mtok})
+                        "premium_output": premium_output_micros_per_mtok,
+                        "booking_output": booking_output_micros_per_tps_hour,
+                        "booking_input": booking_input_micros_per_tps_hour})
     _capped_orgs_publish_later(pool=pool, org=org)
     return version

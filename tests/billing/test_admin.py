@@ -30,7 +30,9 @@ def test_admin_adds_price_versions_through_the_service(admin_client, pool):
     response = admin_client.post("/admin/billing/priceversion/add/", {
         "pool": pool.pk, "effective_from_0": "2099-01-01", "effective_from_1": "00:00:00",
         "input_micros_per_mtok": 5_000_000, "output_micros_per_mtok": 30_000_000,
-        "premium_input_micros_per_mtok": 0, "premium_output_micros_per_mtok": 0, "note": "x"})
+        "premium_input_micros_per_mtok": 0, "premium_output_micros_per_mtok": 0,
+        "booking_output_micros_per_tps_hour": 20_000, "booking_input_micros_per_tps_hour": 4_000,
+        "note": "x"})
     assert response.status_code == 302
     version = PriceVersion.objects.get()
     assert version.created_by is not None

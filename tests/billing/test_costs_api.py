@@ -162,8 +162,8 @@ def test_costs_cost_a_fixed_number_of_queries(reader, pool, premium_price,
                                               django_assert_num_queries):
     org, client = reader
     _october(org, pool)
-    # membership, usage, prices, discount, pool names
-    with django_assert_num_queries(5):
+    # membership, usage, booking charges, prices, discount, pool names
+    with django_assert_num_queries(6):
         client.get(f"/api/v1/orgs/{org.pk}/costs",
                    {"start_time": _ts(date(2026, 9, 20)), "end_time": _ts(date(2026, 11, 1)),
                     "limit": 60, "group_by": ["line_item"]})

@@ -43,7 +43,7 @@ def test_publishing_capped_orgs_costs_the_same_queries_for_one_or_ten(
         BillingAccount.objects.create(org=org, spend_cap_micros=10**9)
     spend: dict = {}
     prices: dict = {}
-    with django_assert_max_num_queries(4):  # caps, usage, prices, discounts
+    with django_assert_max_num_queries(5):  # caps, usage, prices, discounts, booking charges
         limits_publishing_received(org_ids=frozenset(o.pk for o in orgs),
                                    pool_ids=frozenset({pool.pk}), now=NOW, spend=spend,
                                    prices=prices)
