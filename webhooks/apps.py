@@ -9,6 +9,7 @@ class WebhooksConfig(AppConfig):
         from billing import events as billing_events
         from metering import events as metering_events
         from orgs import events as orgs_events
+        from quotas import events as quotas_events
         from rollout import events as rollout_events
         from webhooks import receivers
 
@@ -21,3 +22,7 @@ class WebhooksConfig(AppConfig):
             receivers.invoice_payment_failed_received)
         billing_events.spend_threshold_crossed.subscribe(
             receivers.spend_threshold_crossed_received)
+        billing_events.booking_confirmed.subscribe(receivers.booking_confirmed_received)
+        billing_events.booking_cancelled.subscribe(receivers.booking_cancelled_received)
+        quotas_events.booking_started.subscribe(receivers.booking_started_received)
+        quotas_events.booking_ended.subscribe(receivers.booking_ended_received)

@@ -26,6 +26,10 @@ class EventType(models.TextChoices):
     ORG_RESTORED = "organization.restored", "Organization restored"
     WAITLIST_POSITION = "waitlist.position_changed", "Waitlist position changed"
     WAVE_ADMITTED = "waitlist.wave_admitted", "Admitted in a rollout wave"
+    BOOKING_CONFIRMED = "booking.confirmed", "Booking confirmed"
+    BOOKING_STARTED = "booking.started", "Booked window started"
+    BOOKING_ENDED = "booking.ended", "Booked window ended"
+    BOOKING_CANCELLED = "booking.cancelled", "Booking cancelled"
 
 
 def event_id_new() -> str:

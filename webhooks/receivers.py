@@ -3,9 +3,11 @@ WebhooksConfig.ready()). Each receiver records its event in the announcing trans
 
 from datetime import date
 
-from billing.models import Invoice
+from billing.models import BookingCharge, Invoice
 from metering.events import UsageCell
+from metering.usage_report import SERVICE_TIERS
 from orgs.models import Organization
+from quotas.models import Booking
 from rollout.models import RolloutWave
 from webhooks.models import EventType
 from webhooks.producers import daily_quota_thresholds_announce
@@ -71,6 +73,49 @@ def spend_threshold_crossed_received(*, org_id: int, month: date, threshold: int
         data={"threshold_percent": threshold, "month": f"{month:%Y-%m}",
               "cost": {"value": cost_micros / 1_000_000, "currency": "usd"},
               "spend_cap": {"value": cap_micros / 1_000_000, "currency": "usd"}})
+
+
+def _money(micros: int | None) -> dict | None:
+    return None if micros is None else {"value": micros / 1_000_000, "currency": "usd"}
+
+
+def _booking(booking: Booking, charge: BookingCharge | None) -> dict:
+    pool = booking.pool
+    return {"booking": {
+        "id": booking.pk, "state": booking.state,
+        "pool": {"id": pool.pk, "model": pool.model, "region": pool.region,
+                 "service_tier": SERVICE_TIERS.get(pool.tier)},
+        "starts_at": booking.starts_at.isoformat(), "ends_at": booking.ends_at.isoformat(),
+        "output_tps": booking.output_tps, "input_tps": booking.input_tps,
+        "extra_daily_tokens": booking.extra_daily_tokens,
+        "cost": _money(charge.amount_micros if charge else None),
+        "refund": _money(charge.refund_micros if charge and charge.refunded_at else None),
+        "cancelled_by": (None if booking.cancelled_at is None
+                         else "operator" if booking.cancelled_by_operator else "organization"),
+        "cancel_reason": booking.cancel_reason or None}}
+
+
+def _booking_event(event_type: str, booking: Booking, charge: BookingCharge | None) -> None:
+    webhook_event_record(org_id=booking.org_id, type=event_type,
+                         key=f"{event_type}:{booking.pk}", data=_booking(booking, charge))
+
+
+def booking_confirmed_received(*, booking: Booking, charge: BookingCharge) -> None:
+    _booking_event(EventType.BOOKING_CONFIRMED, booking, charge)
+
+
+def booking_cancelled_received(*, booking: Booking, charge: BookingCharge | None) -> None:
+    _booking_event(EventType.BOOKING_CANCELLED, booking, charge)
+
+
+def booking_started_received(*, booking: Booking) -> None:
+    _booking_event(EventType.BOOKING_STARTED, booking,
+                   BookingCharge.objects.filter(booking=booking).first())
+
+
+def booking_ended_received(*, booking: Booking) -> None:
+    _booking_event(EventType.BOOKING_ENDED, booking,
+                   BookingCharge.objects.filter(booking=booking).first())
 
 
 def usage_recorded_received(*, cells: list[UsageCell]) -> None:
