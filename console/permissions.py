@@ -1,5 +1,5 @@
 """Console roles. `support` staff read everything; `operator` staff also change lifecycle,
-capacity, allocations, vetting decisions, waves, quota requests and money. Superusers have
+capacity, allocations, vetting decisions, waves, quota requests, bookings and money. Superusers have
 every permission.
 
 The groups are created by migration 0001 through `groups_sync`; a later change to these lists
@@ -34,6 +34,8 @@ CHANGE_INVOICES = "billing.change_invoice"  # void, re-issue, close a month
 VIEW_GATEWAY_TOKENS = "quotas.view_gatewaytoken"
 ADD_GATEWAY_TOKEN = "quotas.add_gatewaytoken"  # noqa: S105 - a permission name
 REVOKE_GATEWAY_TOKEN = "quotas.change_gatewaytoken"  # noqa: S105 - a permission name
+VIEW_BOOKINGS = "quotas.view_booking"
+CANCEL_BOOKING = "quotas.change_booking"
 
 SUPPORT_PERMISSIONS = [
     "orgs.view_organization", "orgs.view_membership", "orgs.view_invitation",
@@ -43,7 +45,8 @@ SUPPORT_PERMISSIONS = [
     # Waitlist, waves, quota requests, gateway tokens, billing.
     "rollout.view_application", "rollout.view_applicationcheck", "rollout.view_applicationnote",
     "rollout.view_rolloutwave", "rollout.view_pooladmission", "rollout.view_orgpoolpreference",
-    "rollout.view_quotarequest", "quotas.view_gatewaytoken",
+    "rollout.view_quotarequest", "quotas.view_gatewaytoken", "quotas.view_booking",
+    "billing.view_bookingcharge",
     "billing.view_priceversion", "billing.view_billingaccount", "billing.view_spendalert",
     "billing.view_invoice", "billing.view_invoiceline", "billing.view_outboxmessage",
     "billing.view_stripeevent",
@@ -56,7 +59,7 @@ OPERATOR_PERMISSIONS = SUPPORT_PERMISSIONS + [
     "rollout.change_orgpoolpreference", DECIDE_QUOTA_REQUESTS,
     "quotas.add_gatewaytoken", "quotas.change_gatewaytoken",
     "billing.add_priceversion", "billing.change_outboxmessage", "billing.change_stripeevent",
-    "billing.change_billingaccount", CHANGE_INVOICES,
+    "billing.change_billingaccount", CHANGE_INVOICES, CANCEL_BOOKING,
 ]
 GROUP_PERMISSIONS = {"support": SUPPORT_PERMISSIONS, "operator": OPERATOR_PERMISSIONS}
 

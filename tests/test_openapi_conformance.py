@@ -20,11 +20,12 @@ absent and trimming whitespace before `maxLength`), and the checks that are not 
 """
 
 from dataclasses import dataclass
-from datetime import date
+from datetime import date, timedelta
 
 import pytest
 import schemathesis
 from django.test import Client
+from django.utils import timezone
 from hypothesis import HealthCheck, settings
 from schemathesis.checks import (
     content_type_conformance,
@@ -43,10 +44,12 @@ from billing.models import (
     OutboxMessage,
     OutboxStatus,
 )
+from billing.services import booking_confirm
 from orgs.models import Role
 from orgs.services import admin_key_create, api_key_create
 from orgs.services.operator_tokens import operator_token_create
 from portal.models import VerifiedEmail
+from quotas.bookings import BookingAsk
 from quotas.hook.gateway_tokens import gateway_token_cache_clear, gateway_token_create
 from quotas.hook.routing import pool_routes_reload
 from quotas.limiter.connection import limiter_reset
@@ -120,6 +123,9 @@ def world(live_server, redis_client, stripe) -> World:
         org=org, pool=pool, guaranteed_tps=2_000, burst_tps=3_000, daily_tokens=10**8,
         max_concurrency=30, reason="launch")
     invoice, dead_letter = _billing_records(org, pool)
+    start = (timezone.now() + timedelta(days=2)).replace(minute=0, second=0, microsecond=0)
+    booking = booking_confirm(org=org, pool=pool, actor="test", ask=BookingAsk(
+        starts_at=start, ends_at=start + timedelta(hours=2), output_tps=100))
     _, op_secret = operator_token_create(user=OperatorFactory(), name="fuzz", actor="test")
     _, gw_secret = gateway_token_create(name="fuzz", actor="test")
     limiter_sync_pool(pool_id=pool.pk)
@@ -131,6 +137,7 @@ def world(live_server, redis_client, stripe) -> World:
         parameters={"org_id": org.pk, "pool_id": pool.pk, "allocation_id": allocation.pk,
                     "key_id": key.pk, "member_id": member.pk, "slug": org.slug,
                     "invoice_id": invoice.pk, "message_id": dead_letter.pk,
+                    "booking_id": booking.pk,
                     "path.request_id": quota_request.pk},
         # `{id}` names an application, a wave or a pool depending on the path.
         operations=[

@@ -1,5 +1,6 @@
 from django.urls import path
 
+from billing.api import views_bookings as bookings
 from billing.api import views_costs
 from billing.api import views_operator as op
 from billing.api import views_org as org
@@ -24,6 +25,20 @@ urlpatterns = [
          name="billing-spend-cap"),
     path("orgs/<int:org_id>/billing/payment-method-session",
          org.PaymentMethodSessionView.as_view(), name="billing-payment-method-session"),
+    path("orgs/<int:org_id>/bookings/", bookings.OrgBookingListApi.as_view(),
+         name="api-org-bookings"),
+    path("orgs/<int:org_id>/bookings/quote/", bookings.OrgBookingQuoteApi.as_view(),
+         name="api-org-booking-quote"),
+    path("orgs/<int:org_id>/bookings/<int:booking_id>/", bookings.OrgBookingDetailApi.as_view(),
+         name="api-org-booking"),
+    path("orgs/<int:org_id>/bookings/<int:booking_id>/cancel/",
+         bookings.OrgBookingCancelApi.as_view(), name="api-org-booking-cancel"),
+    path("orgs/<int:org_id>/pools/<int:pool_id>/availability/",
+         bookings.OrgPoolAvailabilityApi.as_view(), name="api-org-pool-availability"),
+    path("operator/bookings/", bookings.OperatorBookingListApi.as_view(),
+         name="api-operator-bookings"),
+    path("operator/bookings/<int:booking_id>/cancel/",
+         bookings.OperatorBookingCancelApi.as_view(), name="api-operator-booking-cancel"),
     path("operator/billing/invoices", op.OperatorInvoiceListView.as_view(),
          name="operator-invoices"),
     path("operator/billing/invoices/close", op.OperatorInvoiceCloseView.as_view(),

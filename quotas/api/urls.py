@@ -7,6 +7,8 @@ urlpatterns = [
     path("pools/<int:pool_id>/", views.PoolDetailApi.as_view(), name="api-pool"),
     path("pools/<int:pool_id>/capacity/", views.PoolCapacityApi.as_view(),
          name="api-pool-capacity"),
+    path("pools/<int:pool_id>/capacity/conflicts/", views.PoolCapacityConflictsApi.as_view(),
+         name="api-pool-capacity-conflicts"),
     path("allocations/", views.AllocationListApi.as_view(), name="api-allocations"),
     path("allocations/<int:allocation_id>/", views.AllocationDetailApi.as_view(),
          name="api-allocation"),

@@ -11,6 +11,7 @@ from rest_framework.views import APIView
 from orgs.models import Organization
 from orgs.selectors import operator_require, user_is_operator
 from quotas import services
+from quotas.ledger import capacity_conflicts
 from quotas.models import Allocation, AllocationStatus, CapacityPool, LimiterFailurePolicy, Tier
 from quotas.selectors import allocation_get_for_user, pool_capacity_summaries, pool_capacity_summary
 from sluice.api import validated_input
@@ -18,6 +19,8 @@ from sluice.errors import NotFound
 from sluice.openapi import errors
 from sluice.pagination import PaginatedApi, paginate
 
+# A pool's capacities are PostgreSQL integers: larger input is malformed, not a server error.
+CAPACITY_TPS_MAX = 2**31 - 1
 PREFILL_HELP = ("Input (prefill) tokens/s, metered apart from output; null: input tokens count "
                 "with output against capacity_tps.")
 
@@ -76,12 +79,13 @@ class PoolListApi(APIView):
         model = serializers.CharField(max_length=100)
         region = serializers.CharField(max_length=50)
         tier = serializers.ChoiceField(choices=Tier.choices, default=Tier.FAST)
-        capacity_tps = serializers.IntegerField(min_value=1)
+        capacity_tps = serializers.IntegerField(min_value=1, max_value=CAPACITY_TPS_MAX)
         guaranteeable_ratio = serializers.DecimalField(
             max_digits=4, decimal_places=3, min_value=Decimal("0.001"), max_value=Decimal("1"))
         limiter_failure_policy = serializers.ChoiceField(
             choices=LimiterFailurePolicy.choices, required=False)
-        prefill_capacity_tps = serializers.IntegerField(min_value=1, required=False,
+        prefill_capacity_tps = serializers.IntegerField(min_value=1, max_value=CAPACITY_TPS_MAX,
+                                                        required=False,
                                                         allow_null=True, help_text=PREFILL_HELP)
         output_estimate_default = serializers.IntegerField(min_value=1, required=False)
         output_estimate_floor = serializers.IntegerField(min_value=0, required=False)
@@ -109,26 +113,77 @@ class PoolDetailApi(APIView):
 
 class PoolCapacityApi(APIView):
     class InputSerializer(serializers.Serializer):
-        capacity_tps = serializers.IntegerField(min_value=1)
+        capacity_tps = serializers.IntegerField(min_value=1, max_value=CAPACITY_TPS_MAX)
         guaranteeable_ratio = serializers.DecimalField(
             max_digits=4, decimal_places=3, min_value=Decimal("0.001"), max_value=Decimal("1"),
             required=False)
         prefill_capacity_tps = serializers.IntegerField(
-            min_value=1, required=False, allow_null=True,
+            min_value=1, max_value=CAPACITY_TPS_MAX, required=False, allow_null=True,
             help_text=PREFILL_HELP + " Absent: unchanged. Declaring it gives the pool's "
             "allocations input TPS in proportion to their output TPS.")
         reason = serializers.CharField(max_length=2000, required=False, default="")
+        break_bookings = serializers.ListField(
+            child=serializers.IntegerField(min_value=1, max_value=2**63 - 1), required=False,
+            default=list,
+            max_length=10_000, help_text="Bookings this change breaks, cancelled with a full "
+            "refund and a notice: the conflicts a lower capacity answered.")
 
     @extend_schema(request=InputSerializer, responses={200: PoolSummaryOutput, **errors(422)},
                    description="Change capacity. Lowering it below what is guaranteed answers "
                    "422 `capacity_below_guarantees` with the excess (`details.limit` is "
-                   "`input` for the prefill capacity).")
+                   "`input` for the prefill capacity); below what confirmed bookings need at "
+                   "some instant, 422 `capacity_below_bookings` with `details.conflicts` (the "
+                   "booking ids) unless `break_bookings` names bookings whose cancellation "
+                   "leaves the others room (a booking it does not break: 400 "
+                   "`booking_not_in_conflict`).")
     def post(self, request, pool_id: int):
         operator_require(user=request.user, perm="quotas.change_capacitypool")
         pool = _pool_get(pool_id)
         data = validated_input(self.InputSerializer, request.data)
         pool = services.pool_capacity_set(pool=pool, actor=request.user, **data)
         return Response(PoolSummaryOutput(pool_capacity_summary(pool=pool)).data)
+
+
+class ConflictOutput(serializers.Serializer):
+    id = serializers.IntegerField()
+    org = serializers.IntegerField(source="org_id")
+    org_name = serializers.CharField(source="org.name")
+    starts_at = serializers.DateTimeField()
+    ends_at = serializers.DateTimeField()
+    output_tps = serializers.IntegerField()
+    input_tps = serializers.IntegerField()
+
+
+class CapacityConflictsOutput(serializers.Serializer):
+    conflicts = ConflictOutput(many=True, source="bookings")
+    excess_tps = serializers.IntegerField()
+    excess_input_tps = serializers.IntegerField()
+
+
+class PoolCapacityConflictsApi(APIView):
+    class FilterSerializer(serializers.Serializer):
+        capacity_tps = serializers.IntegerField(min_value=1, max_value=CAPACITY_TPS_MAX)
+        guaranteeable_ratio = serializers.DecimalField(
+            max_digits=4, decimal_places=3, min_value=Decimal("0.001"), max_value=Decimal("1"),
+            required=False)
+        prefill_capacity_tps = serializers.IntegerField(min_value=1, max_value=CAPACITY_TPS_MAX,
+                                                        required=False)
+
+    @extend_schema(parameters=[FilterSerializer], responses=CapacityConflictsOutput,
+                   description="The confirmed bookings a capacity would break (none: it "
+                   "holds them all), before changing anything.")
+    def get(self, request, pool_id: int):
+        operator_require(user=request.user, perm="quotas.view_capacitypool")
+        pool = _pool_get(pool_id)
+        data = validated_input(self.FilterSerializer, request.query_params)
+        ratio = data.get("guaranteeable_ratio", pool.guaranteeable_ratio)
+        prefill = data.get("prefill_capacity_tps", pool.prefill_capacity_tps)
+        found = capacity_conflicts(
+            pool=pool, guaranteeable_tps=CapacityPool.guaranteeable_for(data["capacity_tps"],
+                                                                        ratio),
+            guaranteeable_input_tps=None if prefill is None
+            else CapacityPool.guaranteeable_for(prefill, ratio))
+        return Response(CapacityConflictsOutput(found).data)
 
 
 class AllocationOutput(serializers.Serializer):

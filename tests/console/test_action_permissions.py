@@ -5,18 +5,20 @@ later is covered without touching this file; a model that gains an action needs 
 `one_row_of_each` (the test says which)."""
 
 import re
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 
 import pytest
 from django.contrib import admin
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 
 from billing.models import OutboxMessage, OutboxStatus, StripeEvent
-from billing.services import invoice_close_month
+from billing.services import booking_confirm, invoice_close_month
 from orgs.models import AuditEvent, OrgStatus, Role
 from orgs.services import api_key_create, invitation_create
 from orgs.services.operator_tokens import operator_token_create
+from quotas.bookings import BookingAsk
 from quotas.hook.gateway_tokens import gateway_token_create
+from quotas.models import Booking
 from quotas.services import allocation_grant
 from rollout.quota_requests import quota_request_create
 from tests.billing.conftest import usage_add
@@ -57,6 +59,9 @@ def one_row_of_each(redis_client):
     OutboxMessage.objects.create(kind="customer_sync", org=org, status=OutboxStatus.DEAD)
     StripeEvent.objects.create(event_id="evt_1", type="invoice.paid", payload={},
                                status="failed", error="unknown invoice")
+    start = (datetime.now(UTC) + timedelta(days=2)).replace(minute=0, second=0, microsecond=0)
+    booking_confirm(org=org, pool=pool, actor=actor, ask=BookingAsk(
+        starts_at=start, ends_at=start + timedelta(hours=1), output_tps=10))
 
 
 def every_action():
@@ -133,7 +138,8 @@ def console_urls():
            "invoice_id": Invoice.objects.first().pk,
            "token_id": GatewayToken.objects.first().pk,
            "message_id": OutboxMessage.objects.first().pk,
-           "event_id": StripeEvent.objects.first().pk}
+           "event_id": StripeEvent.objects.first().pk,
+           "booking_id": Booking.objects.first().pk}
     slugs = {"op": list(APPLICATION_OPS), "decision": ["approve", "deny"]}
     for pattern in admin.site.get_urls():
         name = getattr(pattern, "name", None) or ""
@@ -177,7 +183,8 @@ def api_writes():
            "invitation_id": Invitation.objects.first(), "key_id": ApiKey.objects.first(),
            "pool_id": CapacityPool.objects.first(), "allocation_id": Allocation.objects.first(),
            "request_id": QuotaRequest.objects.first(), "invoice_id": Invoice.objects.first(),
-           "message_id": OutboxMessage.objects.first(), "event_pk": StripeEvent.objects.first()}
+           "message_id": OutboxMessage.objects.first(), "event_pk": StripeEvent.objects.first(),
+           "booking_id": Booking.objects.first()}
     ids = {k: getattr(v, "pk", v) for k, v in ids.items()}
     by_route = {"applications": Application, "waves": RolloutWave, "pools": CapacityPool}
 
