@@ -10,6 +10,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import Http404
 from django.urls import reverse
 
+from billing.bookings import BOOKING_READERS
 from orgs.models import (
     BILLING_READERS,
     KEY_LIMIT_MANAGERS,
@@ -37,6 +38,7 @@ PORTAL_NAV = [
     NavItem("quotas", "Quotas"),
     NavItem("usage", "Usage"),
     NavItem("quota_requests", "Ask for more"),
+    NavItem("bookings", "Book capacity", roles=BOOKING_READERS),
     NavItem("billing", "Billing", roles=BILLING_READERS),
     NavItem("admin_keys", "Admin keys", roles=MEMBER_MANAGERS),
     NavItem("webhooks", "Webhooks", roles=MEMBER_MANAGERS),

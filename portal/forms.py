@@ -5,6 +5,7 @@ from django_countries import countries
 
 from orgs.models import Role, ServiceTier
 from portal.services import PASSWORD_RESET_EMAILS_PER_ADDRESS, password_reset_email_queue
+from quotas.bookings import BOOKING_DAILY_TOKENS_MAX, BOOKING_TPS_MAX, BookingAsk
 from quotas.models import CapacityPool
 from quotas.selectors import pool_regions
 from rollout.applications import APPLICANT_FIELDS
@@ -211,3 +212,34 @@ class SpendCapForm(forms.Form):
         if not values or any(v < 1 or v > 100 for v in values):
             raise forms.ValidationError("Each threshold is a percentage between 1 and 100.")
         return values
+
+
+class BookingForm(forms.Form):
+    """A window to book in one pool (the input TPS field only where the pool meters input)."""
+
+    starts_at = forms.DateTimeField(
+        label="Starts (UTC)", widget=forms.DateTimeInput(
+            attrs={"type": "datetime-local", "step": 900}, format="%Y-%m-%dT%H:%M"),
+        help_text="On the quarter hour, at least a minute and at most 60 days ahead.")
+    ends_at = forms.DateTimeField(
+        label="Ends (UTC)", widget=forms.DateTimeInput(
+            attrs={"type": "datetime-local", "step": 900}, format="%Y-%m-%dT%H:%M"),
+        help_text="1 hour to 7 days after the start.")
+    output_tps = forms.IntegerField(label="Extra guaranteed output tokens/s", min_value=1,
+                                    max_value=BOOKING_TPS_MAX)
+    input_tps = forms.IntegerField(label="Extra guaranteed input tokens/s", min_value=0,
+                                   max_value=BOOKING_TPS_MAX, initial=0, required=False)
+    extra_daily_tokens = forms.IntegerField(
+        label="Extra daily tokens", min_value=0, max_value=BOOKING_DAILY_TOKENS_MAX, initial=0,
+        required=False, help_text="Added to the day's quota while the window is in force.")
+
+    def __init__(self, *args, pool: CapacityPool, **kwargs):
+        super().__init__(*args, **kwargs)
+        if not pool.meters_input_apart:
+            del self.fields["input_tps"]
+
+    def ask(self) -> BookingAsk:
+        data = self.cleaned_data
+        return BookingAsk(starts_at=data["starts_at"], ends_at=data["ends_at"],
+                          output_tps=data["output_tps"], input_tps=data.get("input_tps") or 0,
+                          extra_daily_tokens=data.get("extra_daily_tokens") or 0)

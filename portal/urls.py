@@ -1,7 +1,16 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from portal.views import accounts, application, billing, org, programs, quota_requests, usage
+from portal.views import (
+    accounts,
+    application,
+    billing,
+    bookings,
+    org,
+    programs,
+    quota_requests,
+    usage,
+)
 
 app_name = "portal"
 
@@ -54,6 +63,11 @@ urlpatterns = [
          name="quota_request_new"),
     path("o/<slug:slug>/quota-requests/<int:request_id>/cancel/",
          quota_requests.quota_request_cancel_view, name="quota_request_cancel"),
+    path("o/<slug:slug>/bookings/", bookings.bookings, name="bookings"),
+    path("o/<slug:slug>/bookings/pools/<int:pool_id>/", bookings.booking_pool,
+         name="booking_pool"),
+    path("o/<slug:slug>/bookings/<int:booking_id>/cancel/", bookings.booking_cancel_view,
+         name="booking_cancel"),
     path("o/<slug:slug>/billing/", billing.billing, name="billing"),
     path("o/<slug:slug>/billing/spend-cap/", billing.spend_cap, name="billing_spend_cap"),
     path("o/<slug:slug>/billing/payment-method/", billing.payment_method,
