@@ -36,7 +36,7 @@ class ConsoleSite(OTPAdminSite):
         return dashboard(request, site=self)
 
     def get_urls(self):
-        from console.views import auth, gateway_tokens, money, pages, rollout
+        from console.views import auth, bookings, gateway_tokens, money, pages, rollout
 
         def page(view):
             return self.admin_view(lambda request, **kw: view(request, site=self, **kw))
@@ -60,6 +60,16 @@ class ConsoleSite(OTPAdminSite):
                  name="console_pool_settings"),
             path("console/pools/<int:pool_id>/admission/", page(pages.pool_admission),
                  name="console_pool_admission"),
+            path("console/pools/<int:pool_id>/calendar/", page(bookings.pool_calendar),
+                 name="console_pool_calendar"),
+            path("console/pools/<int:pool_id>/calendar/capacity/",
+                 page(bookings.pool_calendar_capacity), name="console_pool_calendar_capacity"),
+            path("console/pools/<int:pool_id>/capacity/conflicts/",
+                 page(bookings.capacity_conflicts_preview),
+                 name="console_pool_capacity_conflicts"),
+            path("console/bookings/", page(bookings.booking_list), name="console_bookings"),
+            path("console/bookings/<int:booking_id>/cancel/", page(bookings.booking_cancel_view),
+                 name="console_booking_cancel"),
             path("console/audit/", page(pages.audit_search), name="console_audit"),
             path("console/applications/", page(rollout.vetting_queue_page),
                  name="console_vetting"),

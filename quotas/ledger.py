@@ -30,10 +30,12 @@ FOREVER = timedelta(days=3650)
 
 @dataclass(frozen=True)
 class LedgerStep:
-    """Guaranteed tokens/s from `at` until the next step (the last: until the window's end)."""
+    """Guaranteed tokens/s from `at` until the next step (the last: until the window's end),
+    allocations and bookings together; `booked_tps`: the bookings' part of `output_tps`."""
     at: datetime
     output_tps: int
     input_tps: int
+    booked_tps: int = 0
 
 
 def bookings_live(*, pool_id: int, start: datetime, end: datetime) -> QuerySet[Booking]:
@@ -46,16 +48,15 @@ def ledger_steps(*, pool: CapacityPool, start: datetime, end: datetime,
                  exclude_allocation_id: int | None = None,
                  exclude_booking_ids=()) -> list[LedgerStep]:
     """What the pool guarantees over [start, end), as steps."""
-    base = [0, 0]
-    edges: dict[datetime, list[int]] = defaultdict(lambda: [0, 0])
+    base = [0, 0, 0]
+    edges: dict[datetime, list[int]] = defaultdict(lambda: [0, 0, 0])
 
-    def add(first: datetime, last: datetime, output: int, input_: int) -> None:
+    def add(first: datetime, last: datetime, output: int, input_: int, booked: int = 0) -> None:
         at = edges[first] if first > start else base
-        at[0] += output
-        at[1] += input_
-        if last < end:
-            edges[last][0] -= output
-            edges[last][1] -= input_
+        for i, value in enumerate((output, input_, booked)):
+            at[i] += value
+            if last < end:
+                edges[last][i] -= value
 
     allocations = allocations_in_force(now=start).filter(pool_id=pool.pk)
     if exclude_allocation_id is not None:
@@ -68,13 +69,13 @@ def ledger_steps(*, pool: CapacityPool, start: datetime, end: datetime,
         bookings = bookings.exclude(pk__in=list(exclude_booking_ids))
     for first, last, output, input_ in bookings.values_list("starts_at", "ends_at",
                                                             "output_tps", "input_tps"):
-        add(max(first, start), last, output, input_)
-    steps = [LedgerStep(start, base[0], base[1])]
-    output, input_ = base
+        add(max(first, start), last, output, input_, output)
+    steps = [LedgerStep(start, *base)]
+    levels = base
     for at in sorted(edges):
-        output, input_ = output + edges[at][0], input_ + edges[at][1]
+        levels = [level + change for level, change in zip(levels, edges[at], strict=True)]
         if at < end:
-            steps.append(LedgerStep(at, output, input_))
+            steps.append(LedgerStep(at, *levels))
     return steps
 
 
@@ -115,9 +116,13 @@ def pool_standing_free(*, pool: CapacityPool, guaranteeable_tps: int | None = No
 
 @dataclass(frozen=True)
 class FreePoint:
+    """One bucket: free at its busiest instant, and what allocations and bookings guarantee
+    then."""
     at: datetime
     output_tps: int
     input_tps: int | None
+    standing_tps: int = 0
+    booked_tps: int = 0
 
 
 def pool_free_series(*, pool: CapacityPool, start: datetime, end: datetime,
@@ -132,13 +137,16 @@ def pool_free_series(*, pool: CapacityPool, start: datetime, end: datetime,
         bucket_end = min(at + step, end)
         while i + 1 < len(steps) and steps[i + 1].at <= at:
             i += 1
-        j, peak_out, peak_in = i, 0, 0
+        j, busiest, peak_in = i, steps[i], 0
         while j < len(steps) and steps[j].at < bucket_end:
-            peak_out = max(peak_out, steps[j].output_tps)
+            if steps[j].output_tps > busiest.output_tps:
+                busiest = steps[j]
             peak_in = max(peak_in, steps[j].input_tps)
             j += 1
-        points.append(FreePoint(at, max(g - peak_out, 0),
-                                None if g_in is None else max(g_in - peak_in, 0)))
+        points.append(FreePoint(at, max(g - busiest.output_tps, 0),
+                                None if g_in is None else max(g_in - peak_in, 0),
+                                standing_tps=busiest.output_tps - busiest.booked_tps,
+                                booked_tps=busiest.booked_tps))
         at = bucket_end
     return points
 

@@ -65,6 +65,7 @@ CONSOLE_NAV = [
     ("admin:console_waves", "Waves", perm.VIEW_WAVES),
     ("admin:console_quota_requests", "Quota requests", perm.VIEW_QUOTA_REQUESTS),
     ("admin:console_pools", "Pools", perm.VIEW_POOLS),
+    ("admin:console_bookings", "Bookings", perm.VIEW_BOOKINGS),
     ("admin:console_prices", "Price book", perm.VIEW_PRICES),
     ("admin:console_gateway_tokens", "Gateway tokens", perm.VIEW_GATEWAY_TOKENS),
     ("admin:console_billing_problems", "Billing problems", perm.VIEW_BILLING_PROBLEMS),
