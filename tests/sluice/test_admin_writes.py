@@ -81,7 +81,8 @@ def test_price_version_refused_by_the_service_shows_on_the_form(admin_client):
     r = admin_client.post("/admin/billing/priceversion/add/", {
         "pool": pool.pk, "effective_from_0": "2020-01-01", "effective_from_1": "00:00:00",
         "input_micros_per_mtok": 5_000_000, "output_micros_per_mtok": 30_000_000,
-        "premium_input_micros_per_mtok": 0, "premium_output_micros_per_mtok": 0})
+        "premium_input_micros_per_mtok": 0, "premium_output_micros_per_mtok": 0,
+        "booking_output_micros_per_tps_hour": 20_000, "booking_input_micros_per_tps_hour": 4_000})
     assert r.status_code == 200 and "cannot start in an hour that has begun" in r.content.decode()
     assert not PriceVersion.objects.exists()
 
