@@ -17,7 +17,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet, Sum
 from django.utils import timezone
 
 from quotas.models import BOOKING_LIVE_STATES, Booking, CapacityPool
@@ -61,9 +61,14 @@ def ledger_steps(*, pool: CapacityPool, start: datetime, end: datetime,
     allocations = allocations_in_force(now=start).filter(pool_id=pool.pk)
     if exclude_allocation_id is not None:
         allocations = allocations.exclude(pk=exclude_allocation_id)
-    for g, g_in, until in allocations.values_list("guaranteed_tps", "guaranteed_input_tps",
-                                                  "valid_until"):
-        add(start, until or end, g, g_in or 0)
+    # Those in force over the whole window are one sum (a pool holds hundreds); only those
+    # ending inside it are steps.
+    whole = allocations.filter(Q(valid_until__isnull=True) | Q(valid_until__gte=end)).aggregate(
+        g=Sum("guaranteed_tps"), g_in=Sum("guaranteed_input_tps"))
+    add(start, end, whole["g"] or 0, whole["g_in"] or 0)
+    for g, g_in, until in allocations.filter(valid_until__lt=end).values_list(
+            "guaranteed_tps", "guaranteed_input_tps", "valid_until"):
+        add(start, until, g, g_in or 0)
     bookings = bookings_live(pool_id=pool.pk, start=start, end=end)
     if exclude_booking_ids:
         bookings = bookings.exclude(pk__in=list(exclude_booking_ids))
