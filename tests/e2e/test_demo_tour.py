@@ -16,7 +16,7 @@ from playwright.sync_api import expect
 from billing.models import Invoice
 from console.management.commands.seed_demo import DEMO_PASSWORD, OPERATOR_EMAIL, OWNER_EMAIL
 from orgs.models import ApiKey, Organization, OrgStatus, Role
-from quotas.models import GatewayToken
+from quotas.models import Booking, GatewayToken
 from rollout.models import QuotaRequest, RolloutWave
 from rollout.quota_requests import quota_request_create
 from tests.e2e.conftest import main_page, screenshot
@@ -175,6 +175,17 @@ def _prices_and_tokens(page):
     main_page(page, "console-audit")
 
 
+def _calendar(page):
+    _nav(page, "Pools")
+    page.get_by_role("link", name="Calendar: guarantees, bookings and free capacity").click()
+    booking = Booking.objects.filter(org__slug="acme-voice", state="confirmed").get()
+    expect(page.locator(f"[data-booking='{booking.pk}']")).to_contain_text("Acme Voice")
+    expect(page.locator("[data-chart^='calendar'] canvas")).to_have_count(1)
+    main_page(page, "console-pool-calendar-demo")
+    _nav(page, "Bookings")
+    main_page(page, "console-bookings-demo")
+
+
 def test_console_tour(demo, new_page):
     page = new_page()
     _operator_signs_in(page)
@@ -184,6 +195,7 @@ def test_console_tour(demo, new_page):
     _waves(page)
     _quota_inbox(page)
     _prices_and_tokens(page)
+    _calendar(page)
 
 
 def _signs_in(page, email: str, password: str):
@@ -241,6 +253,27 @@ def test_landing_and_portal_tour(demo, new_page):
     expect(page.locator('tr[data-kind="premium_output"]')).to_be_visible()
     expect(page.locator('tr[data-kind="speed_credit"]')).to_be_visible()
     main_page(page, "portal-billing")
+    _books_a_window(page)
+
+
+def _books_a_window(page):
+    """The demo owner books a window on the portal; it takes its place beside the demo's."""
+    _nav(page, "Book capacity")
+    acme = Organization.objects.get(slug="acme-voice")
+    expect(page.locator("[data-booking]")).to_have_count(2)  # last month's, and one ahead
+    page.locator("a[data-pool]").first.click()
+    expect(page.locator("figure[data-chart='free'] canvas")).to_have_count(1)
+    start = (timezone.now() + timedelta(days=2)).replace(hour=16, minute=0, second=0,
+                                                         microsecond=0)
+    page.get_by_label("Starts (UTC)").fill(start.strftime("%Y-%m-%dT%H:%M"))
+    page.get_by_label("Ends (UTC)").fill((start + timedelta(hours=2)).strftime("%Y-%m-%dT%H:%M"))
+    page.get_by_label("Extra guaranteed output tokens/s").fill("4000")
+    page.get_by_role("button", name="Get a quote").click()
+    expect(page.locator("[data-quote-amount]")).to_have_text("$160.00")
+    page.get_by_role("button", name=re.compile("Confirm the booking")).click()
+    booking = Booking.objects.get(org=acme, starts_at=start)
+    expect(page.locator(f"[data-booking='{booking.pk}'] [data-state]")).to_have_text(
+        "Confirmed")
 
 
 def test_portal_before_admission(demo, new_page):
@@ -293,3 +326,8 @@ def test_demo_is_alive_after_seeding(demo):
     assert UsageHourly.objects.filter(org=acme, hour__lt=now - timedelta(days=28)).exists()
     owner = get_user_model().objects.get(username=OWNER_EMAIL)
     assert owner.verified_emails.filter(email=OWNER_EMAIL).exists()
+    # Bookings: last month's window is a line of last month's invoice; one is ahead.
+    invoice = Invoice.objects.get(org=acme)
+    assert invoice.lines.filter(kind="booking", booking__state="ended").count() == 1
+    assert Booking.objects.filter(org=acme, state="confirmed", starts_at__gt=now).count() == 1
+    assert Booking.objects.filter(state="confirmed").count() == 3

@@ -1,10 +1,12 @@
 import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
+from django.utils import timezone
 from rest_framework.test import APIClient
 
 from orgs.models import AuditEvent, Organization, OrgStatus
-from quotas.models import Allocation, CapacityPool
+from quotas.ledger import FOREVER, ledger_steps
+from quotas.models import Allocation, Booking, CapacityPool
 from quotas.selectors import pool_capacity_summary
 from rollout.models import RolloutWave
 from tests.factories import OperatorFactory
@@ -42,6 +44,12 @@ def test_seed_demo_covers_every_state_and_is_idempotent(settings):
     assert summary.guaranteed_tps <= summary.guaranteeable_tps
     active = Organization.objects.filter(status=OrgStatus.ACTIVE)
     assert all(Allocation.objects.filter(org=o, status="active").exists() for o in active)
+    # Bookings: once each, on the ledger (never over at any instant), one of them ended.
+    assert Booking.objects.count() == 4
+    assert Booking.objects.filter(state="ended").count() == 1
+    now = timezone.now()
+    steps = ledger_steps(pool=pool, start=now, end=now + FOREVER)
+    assert max(s.output_tps for s in steps) <= pool.guaranteeable_tps
 
 
 def test_operator_token_authenticates_scripts(capsys):

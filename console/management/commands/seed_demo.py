@@ -1,7 +1,8 @@
 """Demo data for a fresh install: one fast-tier pool, ~20 organizations across every lifecycle
 state (each with its application, vetted through the same services as in the console),
 allocations for the active ones, an operator and an org owner whose email is confirmed, prices
-with the fast-tier premium, and a month of usage with last month's invoices (demo_usage.py).
+with the fast-tier premium, bookings of capacity (demo_bookings.py), and a month of usage with
+last month's invoices (demo_usage.py).
 
 Idempotent: every object is looked up by a natural key first, and orgs are walked through the
 services only up to their target state, so a second run changes nothing.
@@ -21,6 +22,7 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
+from console.management.demo_bookings import seed_bookings
 from console.management.demo_usage import seed_usage
 from console.management.seed_waitlist import seed_waitlist, vet
 from orgs import services
@@ -113,7 +115,9 @@ class Command(BaseCommand):
         self.stdout.write(f"Demo data ready ({created} new organizations).")
 
     def _extensions(self, *, pool, operator) -> None:
-        """Seed data of the other domains, each idempotent on its own."""
+        """Seed data of the other domains, each idempotent on its own. Bookings first: last
+        month's is a line of the invoice seed_usage closes."""
+        seed_bookings(pool=pool)
         seed_usage(pool=pool, operator=operator, actor=ACTOR)
 
     def _user(self, email: str, *, staff: bool):
