@@ -8,13 +8,12 @@ gen_ai_client_operation_duration_seconds{error_type}                whole reques
 gen_ai_gateway_requests_total{outcome}    completed, cancelled, failed, refused,
                                           upstream_error, upstream_timeout
 
-Each app has its own registry: N gateway processes are N scrape targets.
+gen_ai_request_model is a model some pool serves, else "other" (the client's model string is
+any text). Each app has its own registry: N gateway processes are N scrape targets.
 """
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
-from starlette.requests import Request
-from starlette.responses import Response
 
 LABELS = ("gen_ai_operation_name", "gen_ai_request_model", "gen_ai_provider_name")
 PROVIDER = "sluice"
@@ -61,5 +60,6 @@ class GatewayMetrics:
         if decode_s is not None and output_tokens > 1:
             self.tpot.labels(*labels).observe(decode_s / (output_tokens - 1))
 
-    async def endpoint(self, request: Request) -> Response:
-        return Response(generate_latest(self.registry), media_type=CONTENT_TYPE_LATEST)
+    def exposition(self) -> tuple[bytes, bytes]:
+        """The page and its content type."""
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST.encode()
