@@ -4,17 +4,22 @@ No tokenizer runs on the request path (the gateway serves any model, and a token
 more CPU than the whole proxying): text counts one token per 4 characters (rounded up, once
 per request), OpenAI's rule of thumb for English. Per content type:
 
-| what | counted as |
-| --- | --- |
-| a chat message, a Responses input item | 4 tokens, plus what it carries; 3 for the reply's priming |
-| text (a string content, `text` / `input_text` / `output_text` parts, `refusal`, `name`) | its characters |
-| a tool call in an assistant message (`tool_calls`, legacy `function_call`) | its function's name and arguments, as characters |
-| a Responses `function_call` item | its name and arguments, as characters |
-| a Responses `function_call_output` item, a chat `tool` message | its output, as characters (a list of parts: each part by this table) |
-| an image (`image_url`, `input_image`) | 85 tokens at `detail: low`, 765 otherwise (OpenAI's tile rule for a 768x768 image at high detail: 4 tiles of 170, plus 85); the URL or base64 data is not text |
-| audio (`input_audio`) | one token per 100 ms of 16 kHz 16-bit mono audio (3,200 bytes, of its base64 data decoded) |
-| any other part or item (files, reasoning, tool items) | its JSON's characters |
-| `tools`, `functions`, `response_format`, `text.format` (Responses) | their JSON's characters |
+- a chat message or a Responses input item: 4 tokens plus what it carries; the reply's
+  priming: 3 tokens;
+- text (string content; `text`, `input_text`, `output_text` and `refusal` parts; `name`):
+  its characters;
+- a tool call in an assistant message (`tool_calls`, legacy `function_call`) and a Responses
+  `function_call` item: the function's name and arguments, as characters;
+- a Responses `function_call_output` item and a chat `tool` message: the output, as
+  characters (a list of parts: each part by these rules);
+- an image (`image_url`, `input_image`): 85 tokens at `detail: low`, else 765 (OpenAI's
+  tile rule for a 768x768 image at high detail: 4 tiles of 170, plus 85); its URL or base64
+  data is not text;
+- audio (`input_audio`): one token per 100 ms of 16 kHz 16-bit mono audio (3,200 bytes of
+  its base64 data, decoded);
+- any other part or item (files, reasoning, tool items): its JSON's characters;
+- `tools`, `functions`, `response_format`, and a Responses `text.format`: their JSON's
+  characters.
 
 The reservation is settled with the upstream's exact `usage`, so an estimate that is off only
 shifts tokens between the reservation and the refund. When the upstream's usage never arrives
