@@ -12,8 +12,8 @@ end, so its connection goes back to the pool instead of being closed.
 
 import asyncio
 
-import aiohttp
 import anyio
+from sluice_client.http1 import HttpError, Response
 
 from gateway.attempt import Attempt
 from gateway.errors import sse_error
@@ -30,7 +30,7 @@ HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"),
 
 
 class StreamRelay:
-    def __init__(self, *, gateway, attempt: Attempt, upstream: aiohttp.ClientResponse,
+    def __init__(self, *, gateway, attempt: Attempt, upstream: Response,
                  client_wants_usage: bool, headers: dict):
         self.gateway, self.attempt, self.upstream = gateway, attempt, upstream
         self.headers = headers
@@ -69,10 +69,10 @@ class StreamRelay:
         scope.cancel()
 
     async def _pump(self, send) -> None:
-        content, meter, attempt = self.upstream.content, self.meter, self.attempt
+        upstream, meter, attempt = self.upstream, self.meter, self.attempt
         pending = b""
         try:
-            while chunk := await content.readany():
+            while chunk := await upstream.readany():
                 pending += chunk
                 if b"\r" in pending:  # servers may end SSE lines with CRLF
                     pending = pending.replace(b"\r\n", b"\n")
@@ -92,10 +92,10 @@ class StreamRelay:
                 if out:
                     await send({"type": "http.response.body", "body": out, "more_body": True})
                     self.sent = meter.deltas
-        except TimeoutError:  # aiohttp's read timeouts are also ClientErrors
+        except TimeoutError:
             return await self._fail(send, "upstream_timeout",
                                     "The upstream stopped sending tokens.")
-        except aiohttp.ClientError:
+        except HttpError:
             return await self._fail(send, "upstream_error", "The upstream broke the stream.")
         if not meter.usage:
             return await self._fail(send, "upstream_error",
@@ -125,8 +125,8 @@ class StreamRelay:
         try:
             async with asyncio.timeout(DRAIN_SECONDS):
                 for _ in range(16):
-                    if not await self.upstream.content.readany():
+                    if not await self.upstream.readany():
                         return True
-        except (TimeoutError, aiohttp.ClientError):
+        except (TimeoutError, HttpError):
             pass
         return False
