@@ -183,10 +183,10 @@ class Simulator:
                         raise ConnectionAbortedError("simulated disconnect mid-stream")
                     self._finish(entry, "stalled")
                     await asyncio.Event().wait()
-                # Until the next tick, or the next token if that comes later: a fast stream
-                # writes what fell due in one burst per tick, as a batching server does.
-                await asyncio.sleep(max(tick, (sent + 1) / rate - (
-                    time.perf_counter() - first)))
+                # Until the next tick, or the next token (the one of index `sent`, due at
+                # sent / rate) if that comes later: a fast stream writes what fell due in one
+                # burst per tick, as a batching server does.
+                await asyncio.sleep(max(tick, sent / rate - (time.perf_counter() - first)))
             tail = _chunk(base, {}, finish_reason="length" if total else "stop")
             if include_usage:
                 tail += _chunk(base, {}, usage=usage)
