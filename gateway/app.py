@@ -20,7 +20,6 @@ gateway read a large body.
 """
 
 import asyncio
-import contextlib
 import hashlib
 import os
 import time
@@ -119,6 +118,9 @@ class Gateway:
         self.keys = KeyVerdicts()
         self._models: tuple[float, list[str]] | None = None
         self.served_models: set[str] = set()  # the models pools were seen serving
+        # Admitted attempts not finished yet, by request id: what a heartbeat renewing their
+        # reservations would carry (each one's progress is its delivered_tokens).
+        self.in_flight: dict[str, Attempt] = {}
         self._spool_lock = None
         self.routes = {
             "/v1/chat/completions": ("POST", self.chat_completions),
@@ -279,6 +281,7 @@ class Gateway:
             self._observe(attempt, "refused")
             return self._refusal(grant, ids)
         attempt.grant = grant
+        self.in_flight[attempt.request_id] = attempt
         if grant.pool and grant.pool.get("model"):
             self.served_models.add(grant.pool["model"])
         upstream = self.config.upstream_for(grant.pool or {})
@@ -293,7 +296,7 @@ class Gateway:
             forwarded["stream_options"] = {**(body.get("stream_options") or {}),
                                            "include_usage": True}
         headers = {**{k: str(v) for k, v in (grant.headers or {}).items()}, **ids}
-        async with _client_watched(request) as watch:
+        async with _ClientWatched(request) as watch:
             try:
                 response = await self._upstream_send(upstream, path, forwarded, attempt)
                 if stream and response.status == 200 and response.headers.get(
@@ -387,6 +390,7 @@ class Gateway:
     def attempt_finish(self, attempt: Attempt, *, status: str, outcome: str) -> None:
         """Queue the attempt's usage (never waits: batches leave in the background)."""
         finished = now()
+        self.in_flight.pop(attempt.request_id, None)
         event = attempt.usage_event(status=status, finished_at=finished)
         if attempt.grant is not None:
             self.sluice.report_usage(event)
@@ -480,29 +484,30 @@ class Gateway:
         return found
 
 
-class _Watch:
-    gone = False
-
-
-@contextlib.asynccontextmanager
-async def _client_watched(request: Request):
+class _ClientWatched:
     """While the body is in: if the client disconnects, cancel this task (and with it the
     upstream request it awaits); `gone` then says why it was cancelled."""
-    task, watch = asyncio.current_task(), _Watch()
 
-    async def watch_receive() -> None:
-        while (await request.receive())["type"] != "http.disconnect":
+    __slots__ = ("receive", "task", "watcher", "gone")
+
+    def __init__(self, request: Request):
+        self.receive, self.gone = request.receive, False
+
+    async def __aenter__(self) -> "_ClientWatched":
+        self.task = asyncio.current_task()
+        self.watcher = asyncio.create_task(self._watch())
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        self.watcher.cancel()
+        if self.gone:
+            self.task.uncancel()
+
+    async def _watch(self) -> None:
+        while (await self.receive())["type"] != "http.disconnect":
             pass
-        watch.gone = True
-        task.cancel()
-
-    watcher = asyncio.create_task(watch_receive())
-    try:
-        yield watch
-    finally:
-        watcher.cancel()
-        if watch.gone:
-            task.uncancel()
+        self.gone = True
+        self.task.cancel()
 
 
 def _bearer(request: Request) -> str | None:

@@ -44,21 +44,38 @@ class GatewayMetrics:
         self.requests = Counter("gen_ai_gateway_requests", "Requests by outcome.",
                                 [*LABELS, "outcome"], registry=self.registry)
 
+        # (operation, model, outcome) -> its children: labels() takes a lock and builds a key
+        # on every call; the label sets are few (models a pool serves, a handful of outcomes).
+        self._children: dict[tuple[str, str, str], tuple] = {}
+
+    def _children_of(self, operation: str, model: str, outcome: str) -> tuple:
+        children = self._children.get((operation, model, outcome))
+        if children is None:
+            labels = (operation, model, PROVIDER)
+            error = "" if outcome in ("completed", "cancelled") else outcome
+            counted = (self.requests.labels(*labels, outcome),
+                       self.duration.labels(*labels, error))
+            served = () if outcome == "refused" else (
+                self.tokens.labels(*labels, "input"), self.tokens.labels(*labels, "output"),
+                self.ttft.labels(*labels), self.tpot.labels(*labels))
+            children = self._children[(operation, model, outcome)] = (*counted, *served)
+        return children
+
     def observe(self, *, operation: str, model: str, outcome: str, duration_s: float,
                 input_tokens: int = 0, output_tokens: int = 0, ttft_s: float | None = None,
                 decode_s: float | None = None) -> None:
-        labels = (operation, model, PROVIDER)
-        self.requests.labels(*labels, outcome).inc()
-        error = "" if outcome in ("completed", "cancelled") else outcome
-        self.duration.labels(*labels, error).observe(duration_s)
-        if outcome in ("refused",):
+        children = self._children_of(operation, model, outcome)
+        children[0].inc()
+        children[1].observe(duration_s)
+        if outcome == "refused":
             return
-        self.tokens.labels(*labels, "input").observe(input_tokens)
-        self.tokens.labels(*labels, "output").observe(output_tokens)
+        tokens_in, tokens_out, ttft, tpot = children[2:]
+        tokens_in.observe(input_tokens)
+        tokens_out.observe(output_tokens)
         if ttft_s is not None:
-            self.ttft.labels(*labels).observe(ttft_s)
+            ttft.observe(ttft_s)
         if decode_s is not None and output_tokens > 1:
-            self.tpot.labels(*labels).observe(decode_s / (output_tokens - 1))
+            tpot.observe(decode_s / (output_tokens - 1))
 
     def exposition(self) -> tuple[bytes, bytes]:
         """The page and its content type."""

@@ -40,7 +40,6 @@ class StreamRelay:
                                  else None, keep_usage=client_wants_usage)
         self.status = "cancelled"   # until the pump says otherwise
         self.outcome = "cancelled"
-        self.sent = 0               # output deltas in the writes that went out
 
     async def __call__(self, scope, receive, send) -> None:
         try:
@@ -91,7 +90,7 @@ class StreamRelay:
                     return await self._complete(send, out)
                 if out:
                     await send({"type": "http.response.body", "body": out, "more_body": True})
-                    self.sent = meter.deltas
+                    attempt.delivered_tokens = meter.deltas  # the request's progress
         except TimeoutError:
             return await self._fail(send, "upstream_timeout",
                                     "The upstream stopped sending tokens.")
@@ -107,7 +106,7 @@ class StreamRelay:
     async def _complete(self, send, out: bytes) -> None:
         self.status = self.outcome = "completed"
         await send({"type": "http.response.body", "body": out, "more_body": False})
-        self.sent = self.meter.deltas
+        self.attempt.delivered_tokens = self.meter.deltas
 
     async def _fail(self, send, code: str, message: str) -> None:
         self.status, self.outcome = "failed", code
@@ -115,10 +114,10 @@ class StreamRelay:
                     "more_body": False})
 
     def _metered(self) -> None:
-        """What the attempt reports: the upstream's usage if it came; else the output deltas
-        written to the client, one token each (each carries one or more: a lower bound)."""
+        """What the attempt reports: the upstream's usage if it came; else its progress, the
+        output deltas written to the client, one token each (each carries one or more: a
+        lower bound)."""
         self.attempt.usage = self.meter.usage
-        self.attempt.delivered_tokens = self.sent
 
     async def _drained(self) -> bool:
         """Read the upstream's answer to its end (after [DONE] only its terminator is left)."""
