@@ -22,6 +22,7 @@ import orjson
 
 EVENT_END = b"\n\n"
 
+_CHAT_TEXT_KEYS = (b"content", b"refusal", b"reasoning_content")
 _CHAT_TEXT = re.compile(rb'"(?:content|refusal|reasoning_content)"\s*:\s*"(?!")')
 _CHAT_TOOL_CALLS = re.compile(rb'"tool_calls"\s*:\s*\[\s*\{')
 _RESPONSES_DELTA = re.compile(
@@ -51,7 +52,7 @@ class StreamMeter:
             self._tier_first = b'data: {"service_tier":' + tier + b","
 
     def feed(self, block: bytes) -> bytes:
-        done = _DONE.search(block)
+        done = _DONE.search(block) if b"[DONE]" in block else None
         if done:
             end = block.find(EVENT_END, done.end())
             block = block[:len(block) if end < 0 else end + 2]
@@ -62,8 +63,14 @@ class StreamMeter:
 
     # --- chat completions --------------------------------------------------------------------
     def _chat(self, block: bytes) -> bytes:
-        self.deltas += len(_CHAT_TEXT.findall(block)) + len(_CHAT_TOOL_CALLS.findall(block))
-        if _USAGE.search(block):
+        if b'": ' in block:  # keys written with a space (or such text): the general pattern
+            self.deltas += len(_CHAT_TEXT.findall(block))
+        else:  # compact JSON, as most servers write it: bytes.count is a memchr-fast scan
+            self.deltas += sum(block.count(b'"%s":"' % key) - block.count(b'"%s":""' % key)
+                               for key in _CHAT_TEXT_KEYS)
+        if b'"tool_calls"' in block:
+            self.deltas += len(_CHAT_TOOL_CALLS.findall(block))
+        if b'"usage"' in block and _USAGE.search(block):
             block = self._chat_usage(block)
         if self.service_tier is not None:
             block = self._chat_tier(block)
@@ -88,7 +95,14 @@ class StreamMeter:
     def _chat_tier(self, block: bytes) -> bytes:
         named = block.count(b'"service_tier"')
         if not named:
-            return _DATA_OBJECT.sub(self._tier_first, block)
+            if b"data:{" in block:
+                return _DATA_OBJECT.sub(self._tier_first, block)
+            # Every event starts a line (the block starts with one, the others follow a
+            # newline): "data: {" elsewhere is inside a string, where JSON escapes newlines.
+            tiered = block.replace(b"\ndata: {", b"\n" + self._tier_first)
+            if tiered.startswith(b"data: {"):
+                tiered = self._tier_first + tiered[7:]
+            return tiered
         if named == len(_DATA_OBJECT.findall(block)):
             return _TIER.sub(self._tier_field, block)
         return b"".join(self._chat_tier(event) for event in _events(block))

@@ -87,3 +87,17 @@ def test_responses_events_count_output_deltas_and_take_the_usage_from_the_respon
     assert completed.startswith(b"event: response.completed\ndata: ")
     assert orjson.loads(completed.split(b"data: ", 1)[1])["response"]["service_tier"] == \
         "priority"
+
+
+def test_compact_chunks_take_the_fast_path_with_the_same_result():
+    text = 'data: {"no": "event"} said the model\n'  # "data: {" inside a string stays text
+    compact = b"".join(event(c, space=False) for c in (
+        chunk({"role": "assistant", "content": ""}), chunk({"content": text}),
+        chunk({"reasoning_content": "hm"}), chunk({"refusal": ""}),
+        chunk({"tool_calls": [{"index": 0, "function": {"arguments": "{}"}}]})))
+    meter = chat_meter(service_tier="priority")
+    out = meter.feed(compact)
+    assert meter.deltas == 3
+    chunks = [orjson.loads(line[6:]) for line in out.split(b"\n") if line.startswith(b"data:")]
+    assert [c["service_tier"] for c in chunks] == ["priority"] * 5
+    assert chunks[1]["choices"][0]["delta"]["content"] == text

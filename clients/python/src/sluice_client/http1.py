@@ -103,6 +103,11 @@ class _Connection(asyncio.Protocol):
             self.transport.close()
 
 
+def _expire(waiter: asyncio.Future) -> None:
+    if not waiter.done():
+        waiter.set_exception(TimeoutError("no answer from the server in time"))
+
+
 class Response:
     """One answer: `status` and `headers` once the request returns; the body with `read()`
     (whole) or `readany()` (what has come, b"" at its end). Then `release()` (back to the pool
@@ -125,11 +130,14 @@ class Response:
             self._waiter.set_result(None)
 
     async def _wait(self) -> None:
-        self._waiter = asyncio.get_running_loop().create_future()
+        # A timer handle per wait, not asyncio.timeout(): this runs once per read of a stream.
+        loop = asyncio.get_running_loop()
+        waiter = self._waiter = loop.create_future()
+        timer = loop.call_later(self.read_timeout, _expire, waiter)
         try:
-            async with asyncio.timeout(self.read_timeout):
-                await self._waiter
+            await waiter
         finally:
+            timer.cancel()
             self._waiter = None
 
     async def _headers(self) -> None:
