@@ -237,11 +237,14 @@ class Http1Pool:
         raise AssertionError("unreachable")
 
     async def _take(self) -> tuple[_Connection, bool]:
-        try:
-            async with asyncio.timeout(self.connect_timeout):
-                await self._slots.acquire()
-        except TimeoutError:
-            raise TimeoutError("no free connection in time") from None
+        if self._slots.locked():  # every connection in use: wait for one, within bounds
+            try:
+                async with asyncio.timeout(self.connect_timeout):
+                    await self._slots.acquire()
+            except TimeoutError:
+                raise TimeoutError("no free connection in time") from None
+        else:
+            await self._slots.acquire()  # free: at once, without a timer
         while self._idle:
             connection = self._idle.pop()
             if not connection.closed and not connection.transport.is_closing():
