@@ -158,12 +158,43 @@ def ok_rps(result: wrk.Result) -> float:
     return (result.requests - result.errors) / result.seconds
 
 
+ADMISSION = re.compile(r'^gen_ai_gateway_admission_duration_seconds_bucket\{le="([^"]+)"\} '
+                       r'([0-9.e+]+)$', re.M)
+
+
+def admission_buckets(target: Target) -> dict[float, float] | None:
+    """The gateway's histogram of Sluice's authorize durations (None: a gateway without it,
+    or another path)."""
+    import httpx
+
+    if "proxy" not in target.pids:
+        return None
+    try:
+        text = httpx.get(f"http://127.0.0.1:{target.port}/metrics", timeout=5).text
+    except httpx.HTTPError:
+        return None
+    found = {float(le): float(n) for le, n in ADMISSION.findall(text)}
+    return found or None
+
+
+def admission_p50_ms(before: dict | None, after: dict | None) -> float:
+    """The median authorize duration between two snapshots (the bucket's upper bound)."""
+    if not before or not after:
+        return float("nan")
+    counts = sorted((le, after[le] - before.get(le, 0.0)) for le in after)
+    total = counts[-1][1]
+    return next((1000 * le for le, n in counts if n >= total / 2), float("nan")) if total \
+        else float("nan")
+
+
 def completions(target: Target, args, model: str) -> dict:
     url = f"http://127.0.0.1:{target.port}/v1/chat/completions"
     script = _completion_script(target, model, args.completion_tokens)
     wrk.run(url, connections=4, seconds=2, script=script)  # warm up
+    admitted = admission_buckets(target)
     light = wrk.run(url, connections=args.latency_connections, seconds=args.seconds,
                     script=script)
+    admission = admission_p50_ms(admitted, admission_buckets(target))
     sweep = []
     for connections in (int(c) for c in args.connections.split(",")):
         before = {k: process_tree_cpu_seconds(p) for k, p in target.pids.items()}
@@ -172,7 +203,7 @@ def completions(target: Target, args, model: str) -> dict:
                for k, p in target.pids.items()}
         sweep.append((result, cpu))
     peak, cpu = max(sweep, key=lambda rc: ok_rps(rc[0]))
-    return {"light": light, "peak": peak, "cpu": cpu}
+    return {"light": light, "peak": peak, "cpu": cpu, "admission_ms": admission}
 
 
 # --- (b) concurrent streams ------------------------------------------------------------------
@@ -258,6 +289,7 @@ def streams(target: Target, args, model: str, *, warm: bool = True) -> dict:
     if warm:
         run(min(10, args.streams), 1)
     before = {k: process_tree_cpu_seconds(p) for k, p in target.pids.items()}
+    admitted = admission_buckets(target)
     began = time.perf_counter()
     results = run(args.streams, args.seconds)
     elapsed = time.perf_counter() - began
@@ -270,7 +302,8 @@ def streams(target: Target, args, model: str, *, warm: bool = True) -> dict:
     rates = sorted((r[2] - 1) / r[3] for r in results if r[3] > 0)
     return {"started": len(results), "complete": len(complete), "ttft": ttft, "rates": rates,
             "no_token": sum(r[1] is None for r in results),
-            "tokens_per_s": sum(r[2] for r in results) / elapsed, "cpu": cpu}
+            "tokens_per_s": sum(r[2] for r in results) / elapsed, "cpu": cpu,
+            "admission_ms": admission_p50_ms(admitted, admission_buckets(target))}
 
 
 def pct(values: list[float], p: float) -> float:
@@ -418,14 +451,15 @@ def report(args, a: list, b: list, litellm_missing: str, load: list[str]) -> Non
                 f"{light.p50_ms:.2f}", f"{light.p99_ms:.2f}",
                 f"{light.p50_ms - direct['light'].p50_ms:+.2f}" if direct else "-",
                 f"{light.p99_ms - direct['light'].p99_ms:+.2f}" if direct else "-",
-                f"{peak.errors} / {light.errors}",
+                fmt(r["admission_ms"], ".2f"), f"{peak.errors} / {light.errors}",
                 " ".join(f"{k} {v:,.0f}" for k, v in r["cpu"].items())])
     if rows:
         table(f"(a) small completions ({args.completion_tokens} output tokens), wrk: successful "
               f"req/s, best of {args.connections} connections; latency at "
               f"{args.latency_connections} connections; {args.seconds:.0f} s each; {where}",
               ["round", "path", "req/s", "conns", "÷ direct", "p50 ms", "p99 ms", "added p50",
-               "added p99", "errors (sat. / light)", "CPU µs per request at saturation"], rows)
+               "added p99", "of which authorize p50 ≤", "errors (sat. / light)",
+               "CPU µs per request at saturation"], rows)
     rows = []
     for n, results in b:
         direct = results.get("direct")
@@ -435,7 +469,8 @@ def report(args, a: list, b: list, litellm_missing: str, load: list[str]) -> Non
                 n, name, f"{r['complete']}/{r['started']}", r["no_token"],
                 fmt(pct(ttft, 50), ".1f"), fmt(pct(ttft, 99), ".1f"),
                 fmt(pct(ttft, 50) - pct(direct["ttft"], 50), "+.2f") if direct else "-",
-                fmt(pct(rates, 50), ".0f"), fmt(pct(rates, 5), ".0f"),
+                fmt(r["admission_ms"], ".2f"), fmt(pct(rates, 50), ".0f"),
+                fmt(pct(rates, 5), ".0f"),
                 fmt(min(rates or [float("nan")]), ".0f"),
                 fmt(pct(rates, 5) / args.rate, ".3f"), r["tokens_per_s"],
                 " ".join(f"{k} {v:,.2f}" for k, v in r["cpu"].items() if k != "Sluice")])
@@ -445,7 +480,8 @@ def report(args, a: list, b: list, litellm_missing: str, load: list[str]) -> Non
               f"{args.seconds:.0f} s (streams unfinished {args.stream_grace:.0f} s later cut, "
               f"counted as delivered); {where}",
               ["round", "path", "complete", "no token", "TTFT p50 ms", "TTFT p99 ms",
-               "added TTFT p50", "tok/s p50", "tok/s p5", "tok/s min", "p5 ÷ rate",
+               "added TTFT p50", "of which authorize p50 ≤", "tok/s p50", "tok/s p5",
+               "tok/s min", "p5 ÷ rate",
                "tok/s delivered, all", "CPU µs per token"], rows)
     if litellm_missing:
         print(f"\nLiteLLM rows missing: {litellm_missing}")

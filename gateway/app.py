@@ -269,10 +269,12 @@ class Gateway:
         attempt = Attempt(operation=operation, model=body["model"],
                           input_estimate=estimate(body))
         ids = {"x-request-id": attempt.request_id}
+        asked = time.perf_counter()
         grant = await self._authorize_or_none(
             request_id=attempt.request_id, api_key=api_key, model=attempt.model,
             input_tokens=attempt.input_estimate, max_output_tokens=max_output_tokens(body),
             service_tier=body.get("service_tier"))
+        self.metrics.admission.observe(time.perf_counter() - asked)
         if grant is None:
             self._observe(attempt, "refused")
             return _sluice_down({**ids, "x-should-retry": "true"})

@@ -7,6 +7,7 @@ gen_ai_server_time_per_output_token_seconds                         after the fi
 gen_ai_client_operation_duration_seconds{error_type}                whole request
 gen_ai_gateway_requests_total{outcome}    completed, cancelled, failed, refused,
                                           upstream_error, upstream_timeout
+gen_ai_gateway_admission_duration_seconds Sluice's authorize, as the gateway waited for it
 
 gen_ai_request_model is a model some pool serves, else "other" (the client's model string is
 any text). Each app has its own registry: N gateway processes are N scrape targets.
@@ -22,6 +23,8 @@ TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75
                 5.0, 7.5, 10.0)
 TPOT_BUCKETS = (0.0005, 0.001, 0.0015, 0.002, 0.003, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1,
                 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5)
+ADMISSION_BUCKETS = (0.00025, 0.0005, 0.00075, 0.001, 0.0015, 0.002, 0.003, 0.005, 0.0075,
+                     0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 DURATION_BUCKETS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48,
                     40.96, 81.92)
 
@@ -43,6 +46,9 @@ class GatewayMetrics:
                                   buckets=DURATION_BUCKETS, registry=self.registry)
         self.requests = Counter("gen_ai_gateway_requests", "Requests by outcome.",
                                 [*LABELS, "outcome"], registry=self.registry)
+        self.admission = Histogram("gen_ai_gateway_admission_duration_seconds",
+                                   "Sluice's authorize, from the call to its answer.",
+                                   buckets=ADMISSION_BUCKETS, registry=self.registry)
 
         # (operation, model, outcome) -> its children: labels() takes a lock and builds a key
         # on every call; the label sets are few (models a pool serves, a handful of outcomes).

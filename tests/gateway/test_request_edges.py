@@ -143,6 +143,7 @@ def test_metrics_label_only_models_a_pool_serves(stack):
     assert "made-up-model-7f3a9c" not in text
     assert 'gen_ai_request_model="other",outcome="refused"' in text
     assert f'gen_ai_request_model="{stack.model}",outcome="completed"' in text
+    assert "gen_ai_gateway_admission_duration_seconds_count 2.0" in text  # both asked Sluice
 
 
 def test_a_non_streaming_client_that_leaves_cancels_the_upstream(stack):
