@@ -203,3 +203,17 @@ def test_the_upstream_connection_is_kept_after_done(stack):
                                             stream=True))
     pools = stack.app._upstream_pools
     assert wait_for(lambda: sum(len(p._idle) for p in pools.values()) == 1)
+
+
+def test_a_stream_that_stalls_mid_way_ends_with_an_error_after_the_read_timeout(stack):
+    raw = stack.client(max_retries=0).chat.completions.with_raw_response.create(
+        model=stack.model, messages=HELLO, max_tokens=50, stream=True,
+        extra_body={"sim": {"fault": "stall", "after_tokens": 3}})
+    received = []
+    with pytest.raises(openai.APIError) as broken:  # the stack's upstream timeout: 2 s
+        for c in raw.parse():
+            received.append(c.choices[0].delta.content if c.choices else None)
+    assert "stopped sending" in broken.value.message
+    assert len([t for t in received if t]) == 3
+    event = stored_event(raw.headers["x-request-id"])
+    assert (event.status, event.output_tokens) == ("failed", 3)

@@ -103,11 +103,6 @@ class _Connection(asyncio.Protocol):
             self.transport.close()
 
 
-def _expire(waiter: asyncio.Future) -> None:
-    if not waiter.done():
-        waiter.set_exception(TimeoutError("no answer from the server in time"))
-
-
 class Response:
     """One answer: `status` and `headers` once the request returns; the body with `read()`
     (whole) or `readany()` (what has come, b"" at its end). Then `release()` (back to the pool
@@ -123,6 +118,8 @@ class Response:
         self.received = self.paused = False
         self.error: Exception | None = None
         self._waiter: asyncio.Future | None = None
+        self._waiting_since = 0.0
+        self._timer: asyncio.TimerHandle | None = None
         self._done = False
 
     def _wake(self) -> None:
@@ -130,15 +127,37 @@ class Response:
             self._waiter.set_result(None)
 
     async def _wait(self) -> None:
-        # A timer handle per wait, not asyncio.timeout(): this runs once per read of a stream.
+        """Until the protocol has something for us, at most read_timeout. One timer for the
+        whole answer, checked when it fires, not one per wait: a stream waits once per read."""
         loop = asyncio.get_running_loop()
+        self._waiting_since = loop.time()
+        if self._timer is None:
+            self._timer = loop.call_at(self._waiting_since + self.read_timeout, self._check)
         waiter = self._waiter = loop.create_future()
-        timer = loop.call_later(self.read_timeout, _expire, waiter)
         try:
             await waiter
         finally:
-            timer.cancel()
             self._waiter = None
+
+    def _check(self) -> None:
+        loop = asyncio.get_running_loop()
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            due = self._waiting_since + self.read_timeout
+            if loop.time() >= due:
+                self._timer = None
+                waiter.set_exception(TimeoutError("no answer from the server in time"))
+                return
+            self._timer = loop.call_at(due, self._check)
+        elif self.complete or self.error is not None:
+            self._timer = None  # nothing more to wait for
+        else:  # not waiting now: a wait that starts later gets its own full read_timeout
+            self._timer = loop.call_at(loop.time() + self.read_timeout, self._check)
+
+    def _stop_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
     async def _headers(self) -> None:
         while not self.headers_done:
@@ -173,6 +192,7 @@ class Response:
         if self._done:
             return
         self._done = True
+        self._stop_timer()
         connection = self.connection
         connection.response = None
         reusable = (self.complete and self.keep_alive and not self.buffer
@@ -183,6 +203,7 @@ class Response:
         if self._done:
             return
         self._done = True
+        self._stop_timer()
         self.connection.response = None
         self.connection.pool._give_back(self.connection, reusable=False)
 
