@@ -22,7 +22,7 @@ import orjson
 
 EVENT_END = b"\n\n"
 
-_CHAT_TEXT_KEYS = (b"content", b"refusal", b"reasoning_content")
+_CHAT_RARE_KEYS = (b'"refusal":', b'"reasoning_content":')
 _CHAT_TEXT = re.compile(rb'"(?:content|refusal|reasoning_content)"\s*:\s*"(?!")')
 _CHAT_TOOL_CALLS = re.compile(rb'"tool_calls"\s*:\s*\[\s*\{')
 _RESPONSES_DELTA = re.compile(
@@ -66,8 +66,10 @@ class StreamMeter:
         if b'": ' in block:  # keys written with a space (or such text): the general pattern
             self.deltas += len(_CHAT_TEXT.findall(block))
         else:  # compact JSON, as most servers write it: bytes.count is a memchr-fast scan
-            self.deltas += sum(block.count(b'"%s":"' % key) - block.count(b'"%s":""' % key)
-                               for key in _CHAT_TEXT_KEYS)
+            self.deltas += block.count(b'"content":"') - block.count(b'"content":""')
+            for key in _CHAT_RARE_KEYS:
+                if key in block:
+                    self.deltas += block.count(key + b'"') - block.count(key + b'""')
         if b'"tool_calls"' in block:
             self.deltas += len(_CHAT_TOOL_CALLS.findall(block))
         if b'"usage"' in block and _USAGE.search(block):
