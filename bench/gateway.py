@@ -1,6 +1,7 @@
-"""Benchmark (issue 11): the reference gateway against the upstream it fronts, and LiteLLM's proxy.
+"""Benchmark: the reference gateway against the upstream it fronts, and LiteLLM's proxy.
 
     DATABASE_URL=... REDIS_URL=redis://127.0.0.1:6379/4 python bench/gateway.py [--litellm PATH]
+        [--baseline CHECKOUT] [--rounds N]
 
 One run, one simulated upstream (`python -m gateway.sim`, 750 tokens/s, 20 ms to the first
 token), three ways to reach it:
@@ -20,6 +21,13 @@ its next stream when the last ended, slots staggered over one stream's length) f
 --processes asyncio processes with a raw HTTP/1.1 client: time to first token (from the connect
 to the first content token) and delivered tokens/s per stream (tokens after the first over the
 time from the first to the last).
+
+--baseline CHECKOUT adds "baseline": the same gateway command run from another checkout (a
+`git worktree add --detach /tmp/gw-main main`), against the same Sluice and upstream, so the
+code before and after a change is measured in one run; --rounds N repeats every measurement N
+times, the paths alternated within each round, each round a row. On a machine shared with other
+work, compare the ratios and the CPU columns, which the neighbours' load disturbs least: CPU µs
+per request (a) and per streamed token (b) are the gateway process's own CPU over what it served.
 
 LiteLLM is a benchmark-only extra (`bench`, in a venv of its own): its executable is
 --litellm, else `litellm` on PATH, else .venv/bin/litellm; without it the LiteLLM rows say why
@@ -150,12 +158,43 @@ def ok_rps(result: wrk.Result) -> float:
     return (result.requests - result.errors) / result.seconds
 
 
+ADMISSION = re.compile(r'^gen_ai_gateway_admission_duration_seconds_bucket\{le="([^"]+)"\} '
+                       r'([0-9.e+]+)$', re.M)
+
+
+def admission_buckets(target: Target) -> dict[float, float] | None:
+    """The gateway's histogram of Sluice's authorize durations (None: a gateway without it,
+    or another path)."""
+    import httpx
+
+    if "proxy" not in target.pids:
+        return None
+    try:
+        text = httpx.get(f"http://127.0.0.1:{target.port}/metrics", timeout=5).text
+    except httpx.HTTPError:
+        return None
+    found = {float(le): float(n) for le, n in ADMISSION.findall(text)}
+    return found or None
+
+
+def admission_p50_ms(before: dict | None, after: dict | None) -> float:
+    """The median authorize duration between two snapshots (the bucket's upper bound)."""
+    if not before or not after:
+        return float("nan")
+    counts = sorted((le, after[le] - before.get(le, 0.0)) for le in after)
+    total = counts[-1][1]
+    return next((1000 * le for le, n in counts if n >= total / 2), float("nan")) if total \
+        else float("nan")
+
+
 def completions(target: Target, args, model: str) -> dict:
     url = f"http://127.0.0.1:{target.port}/v1/chat/completions"
     script = _completion_script(target, model, args.completion_tokens)
     wrk.run(url, connections=4, seconds=2, script=script)  # warm up
+    admitted = admission_buckets(target)
     light = wrk.run(url, connections=args.latency_connections, seconds=args.seconds,
                     script=script)
+    admission = admission_p50_ms(admitted, admission_buckets(target))
     sweep = []
     for connections in (int(c) for c in args.connections.split(",")):
         before = {k: process_tree_cpu_seconds(p) for k, p in target.pids.items()}
@@ -164,7 +203,7 @@ def completions(target: Target, args, model: str) -> dict:
                for k, p in target.pids.items()}
         sweep.append((result, cpu))
     peak, cpu = max(sweep, key=lambda rc: ok_rps(rc[0]))
-    return {"light": light, "peak": peak, "cpu": cpu}
+    return {"light": light, "peak": peak, "cpu": cpu, "admission_ms": admission}
 
 
 # --- (b) concurrent streams ------------------------------------------------------------------
@@ -226,7 +265,7 @@ def _stream_worker(port, request, slots, offset, total_slots, period, start, sec
     queue.put(asyncio.run(main()))
 
 
-def streams(target: Target, args, model: str) -> dict:
+def streams(target: Target, args, model: str, *, warm: bool = True) -> dict:
     request = _stream_request(target, model, args.stream_tokens)
     ctx = mp.get_context("fork")
     period = args.stream_tokens / args.rate  # one stream's length: the slots' stagger
@@ -247,17 +286,24 @@ def streams(target: Target, args, model: str) -> dict:
             p.join()
         return results
 
-    run(min(10, args.streams), 1)  # warm up
+    if warm:
+        run(min(10, args.streams), 1)
+    before = {k: process_tree_cpu_seconds(p) for k, p in target.pids.items()}
+    admitted = admission_buckets(target)
     began = time.perf_counter()
     results = run(args.streams, args.seconds)
     elapsed = time.perf_counter() - began
+    tokens = max(sum(r[2] for r in results), 1)
+    cpu = {k: 1e6 * (process_tree_cpu_seconds(p) - before[k]) / tokens
+           for k, p in target.pids.items()}
     complete = [r for r in results if r[0] == 200 and r[2] >= args.stream_tokens]
     # Over every stream that delivered, cut ones included (what they delivered, while they did)
     ttft = sorted(1000 * r[1] for r in results if r[1] is not None)
     rates = sorted((r[2] - 1) / r[3] for r in results if r[3] > 0)
     return {"started": len(results), "complete": len(complete), "ttft": ttft, "rates": rates,
             "no_token": sum(r[1] is None for r in results),
-            "tokens_per_s": sum(r[2] for r in results) / elapsed}
+            "tokens_per_s": sum(r[2] for r in results) / elapsed, "cpu": cpu,
+            "admission_ms": admission_p50_ms(admitted, admission_buckets(target))}
 
 
 def pct(values: list[float], p: float) -> float:
@@ -283,11 +329,16 @@ def main() -> None:
     parser.add_argument("--stream-tokens", type=int, default=1500)
     parser.add_argument("--rate", type=float, default=750.0, help="the upstream's tokens/s")
     parser.add_argument("--ttft-ms", type=float, default=20.0, help="the upstream's TTFT")
+    parser.add_argument("--tick-ms", type=float, default=10.0,
+                        help="the upstream writes the tokens due every tick (0: each token)")
+    parser.add_argument("--baseline", help="a checkout whose gateway to measure too")
+    parser.add_argument("--rounds", type=int, default=1, help="measure every path N times")
     parser.add_argument("--processes", type=int, default=2, help="(b) load processes")
     parser.add_argument("--stream-grace", type=float, default=20,
                         help="(b) seconds after the run before unfinished streams are cut")
     parser.add_argument("--litellm", help="the litellm executable")
-    parser.add_argument("--skip", default="", help="comma-separated: direct,gateway,litellm")
+    parser.add_argument("--skip", default="",
+                        help="comma-separated: direct,gateway,litellm,a,b")
     args = parser.parse_args()
     if not wrk.available():
         sys.exit("bench/gateway.py needs wrk on PATH (https://github.com/wg/wrk)")
@@ -306,7 +357,8 @@ def main() -> None:
         sim_port, gateway_port, litellm_port = free_port(), free_port(), free_port()
         sim = stack.enter_context(_process(
             [sys.executable, "-m", "gateway.sim", "--port", str(sim_port), "--rate",
-             str(args.rate), "--ttft-ms", str(args.ttft_ms), "--api-key", UPSTREAM_KEY,
+             str(args.rate), "--ttft-ms", str(args.ttft_ms), "--tick-ms", str(args.tick_ms),
+             "--api-key", UPSTREAM_KEY,
              "--models", pool.model],
             env=env, cwd=str(tmp), log=tmp / "sim.log", what="the simulated upstream",
             ready_url=f"http://127.0.0.1:{sim_port}/v1/models", ready_seconds=60))
@@ -322,22 +374,30 @@ def main() -> None:
                 stdout=(tmp / "litellm.log").open("wb"), stderr=subprocess.STDOUT,
                 start_new_session=True)
             stack.callback(_stop, litellm_process)
-        gateway = stack.enter_context(_process(
-            [sys.executable, "-m", "gateway", "--port", str(gateway_port), "--workers",
-             str(args.workers)],
-            env={**env, "SLUICE_URL": f"http://127.0.0.1:{sluice_port}",
-                 "SLUICE_GATEWAY_TOKEN": gateway_token,
-                 "GATEWAY_UPSTREAM_URL": f"http://127.0.0.1:{sim_port}/v1",
-                 "GATEWAY_UPSTREAM_API_KEY": UPSTREAM_KEY},
-            cwd=str(tmp), log=tmp / "gateway.log", what="the gateway",
-            ready_url=f"http://127.0.0.1:{gateway_port}/healthz", ready_seconds=60))
+        gateways = {"gateway": ROOT}
+        if args.baseline:
+            gateways["baseline"] = Path(args.baseline).resolve()
         if "direct" not in skip:
             paths.append(Target("direct", sim_port, f"Bearer {UPSTREAM_KEY}",
                                {"upstream": sim.pid}))
-        if "gateway" not in skip:
-            paths.append(Target("gateway", gateway_port, f"Bearer {api_key}",
-                               {"proxy": gateway.pid, "Sluice": SERVER_PIDS[sluice_port],
-                                "upstream": sim.pid}))
+        for name, root in gateways.items():
+            if name in skip:
+                continue
+            port = gateway_port if name == "gateway" else free_port()
+            process = stack.enter_context(_process(
+                [sys.executable, "-m", "gateway", "--port", str(port), "--workers",
+                 str(args.workers)],
+                env={**env, "PYTHONPATH": str(root),
+                     "SLUICE_URL": f"http://127.0.0.1:{sluice_port}",
+                     "SLUICE_GATEWAY_TOKEN": gateway_token,
+                     "GATEWAY_UPSTREAM_URL": f"http://127.0.0.1:{sim_port}/v1",
+                     "GATEWAY_UPSTREAM_API_KEY": UPSTREAM_KEY,
+                     "GATEWAY_SPOOL_PATH": str(tmp / f"usage-{name}.jsonl")},
+                cwd=str(tmp), log=tmp / f"{name}.log", what=f"the {name} gateway",
+                ready_url=f"http://127.0.0.1:{port}/healthz", ready_seconds=60))
+            paths.append(Target(name, port, f"Bearer {api_key}",
+                                {"proxy": process.pid, "Sluice": SERVER_PIDS[sluice_port],
+                                 "upstream": sim.pid}))
         if litellm:
             try:
                 _wait_http(f"http://127.0.0.1:{litellm_port}/health/liveliness", seconds=300,
@@ -348,10 +408,16 @@ def main() -> None:
                 log = (tmp / "litellm.log").read_text(errors="replace")[-2000:]
                 litellm_missing = f"{exc}; its log ends:\n{log}"
         load.append(f"servers up: {_uptime()}")
-        a = {p.name: completions(p, args, pool.model) for p in paths}
-        load.append(f"after (a): {_uptime()}")
-        b = {p.name: streams(p, args, pool.model) for p in paths}
-        load.append(f"after (b): {_uptime()}")
+        a: list[tuple[int, dict]] = []
+        b: list[tuple[int, dict]] = []
+        for n in range(1, args.rounds + 1):
+            if "a" not in skip:
+                a.append((n, {p.name: completions(p, args, pool.model) for p in paths}))
+                load.append(f"after (a) round {n}: {_uptime()}")
+            if "b" not in skip:
+                b.append((n, {p.name: streams(p, args, pool.model, warm=n == 1)
+                              for p in paths}))
+                load.append(f"after (b) round {n}: {_uptime()}")
     report(args, a, b, litellm_missing, load)
 
 
@@ -369,67 +435,92 @@ def _uptime() -> str:
     return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
 
 
-def report(args, a: dict, b: dict, litellm_missing: str, load: list[str]) -> None:
+def report(args, a: list, b: list, litellm_missing: str, load: list[str]) -> None:
     where = (f"gateway {args.workers} process(es) and LiteLLM --num_workers {args.workers}; "
              f"Sluice {args.sluice_workers} worker(s); one simulated upstream "
-             f"({args.rate:.0f} tok/s, TTFT {args.ttft_ms:.0f} ms)")
-    direct_a = a.get("direct")
+             f"({args.rate:.0f} tok/s, TTFT {args.ttft_ms:.0f} ms, a write every "
+             f"{args.tick_ms:g} ms)")
     rows = []
-    for name, r in a.items():
-        light, peak = r["light"], r["peak"]
-        rows.append([
-            name, ok_rps(peak), peak.connections,
-            f"{ok_rps(peak) / ok_rps(direct_a['peak']):.2f}" if direct_a else "-",
-            f"{light.p50_ms:.2f}", f"{light.p99_ms:.2f}",
-            f"{light.p50_ms - direct_a['light'].p50_ms:+.2f}" if direct_a else "-",
-            f"{light.p99_ms - direct_a['light'].p99_ms:+.2f}" if direct_a else "-",
-            f"{peak.errors} / {light.errors}",
-            " ".join(f"{k} {v:,.0f}" for k, v in r["cpu"].items())])
-    table(f"(a) small completions ({args.completion_tokens} output tokens), wrk: successful "
-          f"req/s, best of {args.connections} connections; latency at "
-          f"{args.latency_connections} connections; {args.seconds:.0f} s each; {where}",
-          ["path", "req/s", "conns", "÷ direct", "p50 ms", "p99 ms", "added p50", "added p99",
-           "errors (sat. / light)", "CPU µs per request at saturation"], rows)
-    direct_b = b.get("direct")
+    for n, results in a:
+        direct = results.get("direct")
+        for name, r in results.items():
+            light, peak = r["light"], r["peak"]
+            rows.append([
+                n, name, ok_rps(peak), peak.connections,
+                f"{ok_rps(peak) / ok_rps(direct['peak']):.2f}" if direct else "-",
+                f"{light.p50_ms:.2f}", f"{light.p99_ms:.2f}",
+                f"{light.p50_ms - direct['light'].p50_ms:+.2f}" if direct else "-",
+                f"{light.p99_ms - direct['light'].p99_ms:+.2f}" if direct else "-",
+                fmt(r["admission_ms"], ".2f"), f"{peak.errors} / {light.errors}",
+                " ".join(f"{k} {v:,.0f}" for k, v in r["cpu"].items())])
+    if rows:
+        table(f"(a) small completions ({args.completion_tokens} output tokens), wrk: successful "
+              f"req/s, best of {args.connections} connections; latency at "
+              f"{args.latency_connections} connections; {args.seconds:.0f} s each; {where}",
+              ["round", "path", "req/s", "conns", "÷ direct", "p50 ms", "p99 ms", "added p50",
+               "added p99", "of which authorize p50 ≤", "errors (sat. / light)",
+               "CPU µs per request at saturation"], rows)
     rows = []
-    for name, r in b.items():
-        ttft, rates = r["ttft"], r["rates"]
-        rows.append([
-            name, f"{r['complete']}/{r['started']}", r["no_token"], fmt(pct(ttft, 50), ".1f"),
-            fmt(pct(ttft, 99), ".1f"),
-            fmt(pct(ttft, 50) - pct(direct_b["ttft"], 50), "+.2f") if direct_b else "-",
-            fmt(pct(rates, 50), ".0f"), fmt(pct(rates, 5), ".0f"),
-            fmt(min(rates or [float("nan")]), ".0f"), fmt(pct(rates, 5) / args.rate, ".3f"),
-            r["tokens_per_s"]])
-    table(f"(b) {args.streams} concurrent streams of {args.stream_tokens} tokens at "
-          f"{args.rate:.0f} tok/s, {args.processes} asyncio load processes, {args.seconds:.0f} s "
-          f"(streams unfinished {args.stream_grace:.0f} s later cut, counted as delivered); "
-          f"{where}",
-          ["path", "complete", "no token", "TTFT p50 ms", "TTFT p99 ms", "added TTFT p50",
-           "tok/s p50", "tok/s p5", "tok/s min", "p5 ÷ rate", "tok/s delivered, all"], rows)
+    for n, results in b:
+        direct = results.get("direct")
+        for name, r in results.items():
+            ttft, rates = r["ttft"], r["rates"]
+            rows.append([
+                n, name, f"{r['complete']}/{r['started']}", r["no_token"],
+                fmt(pct(ttft, 50), ".1f"), fmt(pct(ttft, 99), ".1f"),
+                fmt(pct(ttft, 50) - pct(direct["ttft"], 50), "+.2f") if direct else "-",
+                fmt(r["admission_ms"], ".2f"), fmt(pct(rates, 50), ".0f"),
+                fmt(pct(rates, 5), ".0f"),
+                fmt(min(rates or [float("nan")]), ".0f"),
+                fmt(pct(rates, 5) / args.rate, ".3f"), r["tokens_per_s"],
+                " ".join(f"{k} {v:,.2f}" for k, v in r["cpu"].items() if k != "Sluice")])
+    if rows:
+        table(f"(b) {args.streams} concurrent streams of {args.stream_tokens} tokens at "
+              f"{args.rate:.0f} tok/s, {args.processes} asyncio load processes, "
+              f"{args.seconds:.0f} s (streams unfinished {args.stream_grace:.0f} s later cut, "
+              f"counted as delivered); {where}",
+              ["round", "path", "complete", "no token", "TTFT p50 ms", "TTFT p99 ms",
+               "added TTFT p50", "of which authorize p50 ≤", "tok/s p50", "tok/s p5",
+               "tok/s min", "p5 ÷ rate",
+               "tok/s delivered, all", "CPU µs per token"], rows)
     if litellm_missing:
         print(f"\nLiteLLM rows missing: {litellm_missing}")
     print()
-    gateway_a, gateway_b = a.get("gateway"), b.get("gateway")
-    if gateway_a and gateway_b and direct_a and direct_b:
-        added = pct(gateway_b["ttft"], 50) - pct(direct_b["ttft"], 50)
-        p5 = pct(gateway_b["rates"], 5)
-        ratio = ok_rps(gateway_a["peak"]) / ok_rps(direct_a["peak"])
-        print(f"target: added TTFT p50 <= 2 ms: {added:+.2f} ms "
-              f"({'met' if added <= 2 else 'not met'})")
-        print(f"target: each stream >= 95% of the upstream's rate: p5 {p5:.0f} tok/s = "
-              f"{p5 / args.rate:.1%} of {args.rate:.0f}, min "
-              f"{min(gateway_b['rates'] or [0]) / args.rate:.1%} "
-              f"({'met' if p5 >= 0.95 * args.rate else 'not met'} at p5); direct's p5 "
-              f"{pct(direct_b['rates'], 5):.0f}")
-        print(f"target: gateway >= 0.5x direct req/s: {ratio:.2f}x "
-              f"({'met' if ratio >= 0.5 else 'not met'})")
-        if "LiteLLM" in a:
-            vs = ok_rps(gateway_a["peak"]) / max(ok_rps(a["LiteLLM"]["peak"]), 1e-9)
-            print(f"target: gateway >= 2x LiteLLM req/s: {vs:.2f}x "
-                  f"({'met' if vs >= 2 else 'not met'})")
+    targets(args, a, b)
     for line in load:
         print(line)
+
+
+def targets(args, a: list, b: list) -> None:
+    """Each round's figures against the targets."""
+    for n, results in a:
+        direct, gateway = results.get("direct"), results.get("gateway")
+        if not (direct and gateway):
+            continue
+        ratio = ok_rps(gateway["peak"]) / ok_rps(direct["peak"])
+        added = gateway["light"].p50_ms - direct["light"].p50_ms
+        print(f"round {n}: small completions {ratio:.2f}x direct req/s (target >= 0.6: "
+              f"{'met' if ratio >= 0.6 else 'not met'}); added p50 at "
+              f"{args.latency_connections} connections {added:+.2f} ms (target <= 1.5: "
+              f"{'met' if added <= 1.5 else 'not met'})")
+        if "baseline" in results:
+            cpu = gateway["cpu"]["proxy"] / results["baseline"]["cpu"]["proxy"]
+            print(f"round {n}: gateway CPU per request {cpu:.2f}x the baseline's")
+    for n, results in b:
+        direct, gateway = results.get("direct"), results.get("gateway")
+        if not (direct and gateway):
+            continue
+        added = pct(gateway["ttft"], 50) - pct(direct["ttft"], 50)
+        p5 = pct(gateway["rates"], 5)
+        print(f"round {n}: {args.streams} streams: added TTFT p50 {added:+.2f} ms (target "
+              f"<= 2: {'met' if added <= 2 else 'not met'}); p5 {p5:.0f} tok/s = "
+              f"{p5 / args.rate:.1%} of {args.rate:.0f} (target >= 95%: "
+              f"{'met' if p5 >= 0.95 * args.rate else 'not met'}); direct's p5 "
+              f"{pct(direct['rates'], 5):.0f}")
+        if "baseline" in results:
+            cpu = gateway["cpu"]["proxy"] / results["baseline"]["cpu"]["proxy"]
+            print(f"round {n}: gateway CPU per streamed token {cpu:.2f}x the baseline's "
+                  f"(target <= 0.5: {'met' if cpu <= 0.5 else 'not met'})")
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
-# The Sluice client is its own package (clients/python: httpx, aiohttp). Installed, it is used as
+# The Sluice client is its own package (clients/python: httpx, httptools). Installed, it is used as
 # is; run from this repository, the gateway uses it from source, like the tests and demo do.
 if importlib.util.find_spec("sluice_client") is None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "clients" / "python" / "src"))

@@ -19,7 +19,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     GatewayConfig.from_env()  # fail now, with a clear message, on a bad setting
     uvicorn.run("gateway.app:create_app", factory=True, host=args.host, port=args.port,
-                workers=args.workers, log_level="warning", access_log=False)
+                workers=args.workers, log_level="warning", access_log=False,
+                # No X-Forwarded-* rewriting: the gateway never looks at the client's address.
+                proxy_headers=False)
 
 
 if __name__ == "__main__":

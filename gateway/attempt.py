@@ -6,15 +6,17 @@ and back to the caller as `x-request-id`.
 """
 
 import dataclasses
+import random
 import time
-import uuid
 from datetime import UTC, datetime
 
 from sluice_client import AuthorizeResult, UsageEvent
 
 
 def request_id_new() -> str:
-    return f"req_{uuid.uuid4().hex}"
+    # 128 random bits, as uuid4 has, without a getrandom() call per request: unique is all a
+    # request id must be (each process seeds its generator from the OS at start).
+    return f"req_{random.getrandbits(128):032x}"
 
 
 def now() -> datetime:
@@ -32,7 +34,9 @@ class Attempt:
     grant: AuthorizeResult | None = None
     first_token_at: datetime | None = None
     first_token_clock: float | None = None
-    delivered_tokens: int = 0       # output tokens the client was sent (content chunks)
+    # Output tokens written to the client so far (one per output delta), as the stream goes:
+    # the request's progress, and what it bills when the upstream's usage never comes.
+    delivered_tokens: int = 0
     usage: dict | None = None       # the upstream's exact usage, when it gave it
 
     def first_token(self) -> None:

@@ -14,12 +14,16 @@ GATEWAY_UPSTREAM_TIMEOUT   seconds without a byte from the upstream before givin
 GATEWAY_CONNECT_TIMEOUT    seconds to connect to the upstream (5)
 GATEWAY_USAGE_FLUSH_INTERVAL  seconds between usage batches (0.5)
 GATEWAY_REGION             optional: the region to ask Sluice for (models served in several)
+GATEWAY_MAX_BODY_BYTES     the largest request body accepted, declared or read (32 MiB: a
+                           few base64 images); larger ones answer 413 without being read
 """
 
 import dataclasses
 import os
 
 import orjson
+
+MAX_BODY_BYTES = 32 * 2 ** 20
 
 
 class ConfigError(Exception):
@@ -42,6 +46,7 @@ class GatewayConfig:
     connect_timeout: float = 5.0
     usage_flush_interval: float = 0.5
     region: str | None = None
+    max_body_bytes: int = MAX_BODY_BYTES
 
     def upstream_for(self, pool: dict) -> Upstream | None:
         """The upstream serving one of Sluice's pools ({"id", "model", "region", "tier"})."""
@@ -72,6 +77,7 @@ class GatewayConfig:
             connect_timeout=_seconds(env, "GATEWAY_CONNECT_TIMEOUT", 5.0),
             usage_flush_interval=_seconds(env, "GATEWAY_USAGE_FLUSH_INTERVAL", 0.5),
             region=env.get("GATEWAY_REGION") or None,
+            max_body_bytes=_bytes(env, "GATEWAY_MAX_BODY_BYTES", MAX_BODY_BYTES),
         )
 
 
@@ -92,6 +98,15 @@ def _seconds(env, name: str, default: float) -> float:
     if value <= 0:
         raise ConfigError(f"{name} must be positive")
     return value
+
+
+def _bytes(env, name: str, default: int) -> int:
+    raw = env.get(name)
+    if raw in (None, ""):
+        return default
+    if not raw.isdigit() or int(raw) <= 0:
+        raise ConfigError(f"{name} must be a positive number of bytes, not {raw!r}")
+    return int(raw)
 
 
 def _upstreams(raw: str) -> dict[str, Upstream]:

@@ -5,12 +5,13 @@ so a client can tell the limits apart; `type` is OpenAI's class for the status.
 """
 
 import orjson
-from starlette.responses import Response
+
+from gateway.asgi import Answer
 
 TYPES = {400: "invalid_request_error", 401: "invalid_request_error",
-         403: "permission_error", 404: "invalid_request_error", 409: "invalid_request_error",
-         429: "rate_limit_error", 502: "server_error", 503: "server_error",
-         504: "server_error"}
+         403: "permission_error", 404: "invalid_request_error", 405: "invalid_request_error",
+         409: "invalid_request_error", 413: "invalid_request_error", 429: "rate_limit_error",
+         502: "server_error", 503: "server_error", 504: "server_error"}
 # Refusals that say the caller is out of money or quota rather than rate.
 QUOTA_CODES = {"daily_quota_exhausted", "spend_cap_reached"}
 
@@ -22,10 +23,10 @@ def error_body(*, status: int, message: str, code: str | None, param: str | None
 
 
 def error_response(*, status: int, message: str, code: str | None, param: str | None = None,
-                   headers: dict | None = None) -> Response:
-    return Response(orjson.dumps(error_body(status=status, message=message, code=code,
-                                            param=param)),
-                    status_code=status, headers=headers, media_type="application/json")
+                   headers: dict | None = None) -> Answer:
+    return Answer(orjson.dumps(error_body(status=status, message=message, code=code,
+                                          param=param)),
+                  status=status, headers=headers)
 
 
 def sse_error(*, message: str, code: str) -> bytes:

@@ -1,42 +1,50 @@
-"""Relaying an upstream's SSE stream to the client, token by token, while watching both ends.
+"""Relaying an upstream's SSE stream to the client while watching both ends.
 
 The relay is a raw ASGI response so that it sees the client leave at once: a task waits on
 `receive()` for `http.disconnect` and cancels the pump, which closes the upstream connection
-(the upstream stops generating) and reports the request `cancelled` with the tokens sent.
+(the upstream stops generating) and reports the request `cancelled` with what was sent.
 
-The upstream's SSE is read line by line (aiohttp's `response.content` iteration) and passed on
-one event at a time, as soon as its blank line arrives. Each chat completion chunk, and each
-Responses API event that carries the response, says the tier Sluice served it on
-(`service_tier`, as OpenAI's do), whatever the upstream wrote there.
+Whatever one read from the upstream brings (its complete events) goes to the client in one
+write, the bytes as they came: the upstream's own batching is the relay's, and no chunk is
+decoded (gateway/sse.py meters the bytes). After `[DONE]` the upstream's answer is read to its
+end, so its connection goes back to the pool instead of being closed.
 """
 
+import asyncio
 
-import aiohttp
 import anyio
-import orjson
-from aiohttp.http_exceptions import HttpProcessingError
+from sluice_client.http1 import HttpError, Response
 
 from gateway.attempt import Attempt
 from gateway.errors import sse_error
+from gateway.sse import EVENT_END, StreamMeter
+
+# One event larger than this (a Responses `response.completed` carries the whole answer) is
+# a broken upstream, not a long answer.
+EVENT_MAX_BYTES = 8 * 2 ** 20
+# After [DONE], how long the rest of the upstream's answer (its chunked terminator) may take
+# before the connection is closed rather than reused.
+DRAIN_SECONDS = 1.0
+HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"),
+           (b"cache-control", b"no-cache")]
 
 
 class StreamRelay:
-    def __init__(self, *, gateway, attempt: Attempt, upstream: aiohttp.ClientResponse,
+    def __init__(self, *, gateway, attempt: Attempt, upstream: Response,
                  client_wants_usage: bool, headers: dict):
         self.gateway, self.attempt, self.upstream = gateway, attempt, upstream
-        self.client_wants_usage = client_wants_usage
         self.headers = headers
         # None from a Sluice that does not name tiers: the upstream's chunks pass unchanged.
-        self.service_tier = attempt.grant.service_tier if attempt.grant else None
+        self.meter = StreamMeter(operation=attempt.operation,
+                                 service_tier=attempt.grant.service_tier if attempt.grant
+                                 else None, keep_usage=client_wants_usage)
         self.status = "cancelled"   # until the pump says otherwise
         self.outcome = "cancelled"
 
     async def __call__(self, scope, receive, send) -> None:
         try:
             await send({"type": "http.response.start", "status": 200, "headers": [
-                (b"content-type", b"text/event-stream; charset=utf-8"),
-                (b"cache-control", b"no-cache"),
-                *((k.encode(), str(v).encode()) for k, v in self.headers.items())]})
+                *HEADERS, *((k.encode(), str(v).encode()) for k, v in self.headers.items())]})
             async with anyio.create_task_group() as group:
                 group.start_soon(self._watch_disconnect, receive, group.cancel_scope)
                 await self._pump(send)
@@ -45,12 +53,13 @@ class StreamRelay:
             pass
         finally:
             with anyio.CancelScope(shield=True):
-                if self.status == "completed":
-                    self.upstream.release()  # back to the pool if it was read to its end
-                else:
-                    self.upstream.close()  # the upstream sees the connection close and stops
+                self._metered()
                 self.gateway.attempt_finish(self.attempt, status=self.status,
                                             outcome=self.outcome)
+                if self.status == "completed" and await self._drained():
+                    self.upstream.release()  # read to its end: back to the pool
+                else:
+                    self.upstream.close()  # the upstream sees the connection close and stops
 
     @staticmethod
     async def _watch_disconnect(receive, scope: anyio.CancelScope) -> None:
@@ -59,106 +68,64 @@ class StreamRelay:
         scope.cancel()
 
     async def _pump(self, send) -> None:
-        lines: list[bytes] = []
-        done = False
+        upstream, meter, attempt = self.upstream, self.meter, self.attempt
+        pending = b""
         try:
-            async for line in self.upstream.content:
-                line = line.rstrip(b"\r\n")  # servers may end SSE lines with CRLF
-                if line:
-                    lines.append(line)
+            while chunk := await upstream.readany():
+                pending += chunk
+                if b"\r" in pending:  # servers may end SSE lines with CRLF
+                    pending = pending.replace(b"\r\n", b"\n")
+                cut = pending.rfind(EVENT_END)
+                if cut < 0:
+                    if len(pending) > EVENT_MAX_BYTES:
+                        return await self._fail(send, "upstream_error",
+                                                "The upstream sent an event too large.")
                     continue
-                if not lines:
-                    continue  # blank lines between events
-                out, tokens, done = self._filter([b"\n".join(lines)])
-                lines = []
+                block, pending = pending[:cut + 2], pending[cut + 2:]
+                deltas = meter.deltas
+                out = meter.feed(block)
+                if meter.deltas > deltas:
+                    attempt.first_token()
+                if meter.done:
+                    return await self._complete(send, out)
                 if out:
                     await send({"type": "http.response.body", "body": out, "more_body": True})
-                    if tokens:
-                        self.attempt.first_token()
-                        self.attempt.delivered_tokens += tokens
-                if done:
-                    break
-        except TimeoutError:  # aiohttp's read timeouts are also ClientErrors
+                    attempt.delivered_tokens = meter.deltas  # the request's progress
+        except TimeoutError:
             return await self._fail(send, "upstream_timeout",
                                     "The upstream stopped sending tokens.")
-        except (aiohttp.ClientError, HttpProcessingError):  # or a line over 2 × read_bufsize
+        except HttpError:
             return await self._fail(send, "upstream_error", "The upstream broke the stream.")
-        if not done and not self.attempt.usage:
+        if not meter.usage:
             return await self._fail(send, "upstream_error",
                                     "The upstream ended the stream early.")
+        # A stream that ended without [DONE] (the Responses API has none) ends cleanly.
+        closing = b"data: [DONE]\n\n" if attempt.operation == "chat" else b""
+        await self._complete(send, closing)
+
+    async def _complete(self, send, out: bytes) -> None:
         self.status = self.outcome = "completed"
-        closing = b"data: [DONE]\n\n" if self.attempt.operation == "chat" and not done else b""
-        await send({"type": "http.response.body", "body": closing, "more_body": False})
+        await send({"type": "http.response.body", "body": out, "more_body": False})
+        self.attempt.delivered_tokens = self.meter.deltas
 
     async def _fail(self, send, code: str, message: str) -> None:
         self.status, self.outcome = "failed", code
         await send({"type": "http.response.body", "body": sse_error(message=message, code=code),
                     "more_body": False})
 
-    def _filter(self, events: list[bytes]) -> tuple[bytes, int, bool]:
-        """The bytes to pass on, how many output tokens they carry, and whether [DONE] came."""
-        out, tokens = [], 0
-        for event in events:
-            payload = _data(event)
-            if payload is None:
-                out.append(event + b"\n\n")  # comments and other fields pass as they are
-                continue
-            if payload == b"[DONE]":
-                out.append(event + b"\n\n")
-                return b"".join(out), tokens, True
-            try:
-                chunk = orjson.loads(payload)
-            except orjson.JSONDecodeError:
-                out.append(event + b"\n\n")
-                continue
-            if not isinstance(chunk, dict):
-                out.append(event + b"\n\n")
-                continue
-            if self._tier_named(chunk):
-                event = _data_replaced(event, orjson.dumps(chunk))
-            if chunk.get("usage") and not chunk.get("choices"):
-                self.attempt.usage = chunk["usage"]
-                if self.client_wants_usage:
-                    out.append(event + b"\n\n")
-                continue
-            kind = chunk.get("type")  # the Responses API's events
-            if kind == "response.output_text.delta":
-                tokens += 1
-            elif kind == "response.completed":
-                self.attempt.usage = (chunk.get("response") or {}).get("usage")
-            for choice in chunk.get("choices") or ():
-                delta = choice.get("delta") or {}
-                if delta.get("content") or delta.get("tool_calls") or delta.get("refusal"):
-                    tokens += 1
-            out.append(event + b"\n\n")
-        return b"".join(out), tokens, False
+    def _metered(self) -> None:
+        """What the attempt reports: the upstream's usage if it came; else its progress, the
+        output deltas written to the client, one token each (each carries one or more: a
+        lower bound)."""
+        self.attempt.usage = self.meter.usage
 
-    def _tier_named(self, chunk: dict) -> bool:
-        """Set the served tier where OpenAI's streams name one: on a chat completion chunk, and
-        on the response a Responses API event carries. True if that changed the chunk."""
-        if self.service_tier is None:
-            return False
-        if chunk.get("object") == "chat.completion.chunk":
-            target = chunk
-        elif isinstance(chunk.get("response"), dict):
-            target = chunk["response"]
-        else:
-            return False
-        if target.get("service_tier") == self.service_tier:
-            return False
-        target["service_tier"] = self.service_tier
-        return True
-
-
-def _data_replaced(event: bytes, payload: bytes) -> bytes:
-    """`event` with its data lines replaced by one line of `payload`; its other fields (event:,
-    id:) kept in their place."""
-    lines = [line for line in event.split(b"\n") if not line.startswith(b"data:")]
-    return b"\n".join([*lines, b"data: " + payload])
-
-
-def _data(event: bytes) -> bytes | None:
-    """The data of one SSE event (its `data:` lines joined), None if it has none."""
-    lines = [line[5:].lstrip(b" ") for line in event.split(b"\n") if line.startswith(b"data:")]
-    return b"\n".join(lines).strip() if lines else None
-
+    async def _drained(self) -> bool:
+        """Read the upstream's answer to its end (after [DONE] only its terminator is left)."""
+        try:
+            async with asyncio.timeout(DRAIN_SECONDS):
+                for _ in range(16):
+                    if not await self.upstream.readany():
+                        return True
+        except (TimeoutError, HttpError):
+            pass
+        return False

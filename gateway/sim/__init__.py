@@ -5,8 +5,9 @@ whole or as events; the fault switches apply to chat completions) and `GET /v1/m
 OpenAI-compatible inference server does, at a configurable speed: after the time to first
 token (`--ttft-ms`, 20 by default) it produces output at `--rate` tokens/s (750 by default),
 one token per SSE chunk (chunks are written in bursts every `--tick-ms`, 10 by default, so
-200 concurrent streams stay cheap). It honours `max_tokens` / `max_completion_tokens` and
-`stream_options.include_usage`. Without `max_tokens` a reply has `--output-tokens` tokens.
+200 concurrent streams stay cheap; `--tick-ms 0` writes each token as it falls due). It
+honours `max_tokens` / `max_completion_tokens` and `stream_options.include_usage`. Without
+`max_tokens` a reply has `--output-tokens` tokens.
 
 Usage is exact for the simulated model: `prompt_tokens` is the number of whitespace-separated
 words in the messages' text plus 3 per message (plus 3 for the reply's priming), so it differs

@@ -106,16 +106,28 @@ class Simulator:
                           "invalid_api_key")
         return None
 
-    async def _generate_whole(self, entry: dict, plan: dict) -> None:
-        """Take as long as generating the whole answer would; a caller that leaves first is
-        recorded as gone."""
+    async def _generate_whole(self, entry: dict, plan: dict, request: Request) -> bool:
+        """Take as long as generating the whole answer would; a caller that leaves first stops
+        it (as a server stops generating for a closed connection) and is recorded as gone.
+        False when the caller left."""
+        async def caller_gone() -> None:
+            while (await request.receive())["type"] != "http.disconnect":
+                pass
+
+        generating = asyncio.ensure_future(asyncio.sleep(
+            plan["ttft"] + max(plan["tokens"] - 1, 0) / plan["rate"]))
+        watching = asyncio.ensure_future(caller_gone())
         try:
-            await asyncio.sleep(plan["ttft"] + max(plan["tokens"] - 1, 0) / plan["rate"])
-        except BaseException:
+            await asyncio.wait({generating, watching}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            generating.cancel()
+            watching.cancel()
+        if not generating.done() or generating.cancelled():
             self._finish(entry, "client_closed")
-            raise
+            return False
         entry["tokens_sent"] = plan["tokens"]
         self._finish(entry, "completed")
+        return True
 
     # --- endpoints ---------------------------------------------------------------------------
     async def chat_completions(self, request: Request) -> Response:
@@ -142,14 +154,16 @@ class Simulator:
                 "created": int(time.time()), "model": body.get("model") or self.config.models[0],
                 "system_fingerprint": "fp_sim"}
         if not entry["stream"]:
-            return await self._whole(entry, plan, base, usage)
+            return await self._whole(entry, plan, base, usage, request)
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
         return StreamingResponse(self._stream(entry, plan, base, usage, include_usage),
                                  media_type="text/event-stream",
                                  headers={"cache-control": "no-cache"})
 
-    async def _whole(self, entry: dict, plan: dict, base: dict, usage: dict) -> Response:
-        await self._generate_whole(entry, plan)
+    async def _whole(self, entry: dict, plan: dict, base: dict, usage: dict,
+                     request: Request) -> Response:
+        if not await self._generate_whole(entry, plan, request):
+            return Response(status_code=204)  # nobody reads it
         text = "".join(WORDS[i % len(WORDS)] for i in range(plan["tokens"]))
         return JSONResponse({
             **base, "object": "chat.completion",
@@ -183,8 +197,10 @@ class Simulator:
                         raise ConnectionAbortedError("simulated disconnect mid-stream")
                     self._finish(entry, "stalled")
                     await asyncio.Event().wait()
-                await asyncio.sleep(min(tick, max((sent + 1) / rate - (
-                    time.perf_counter() - first), 0)))
+                # Until the next tick, or the next token (the one of index `sent`, due at
+                # sent / rate) if that comes later: a fast stream writes what fell due in one
+                # burst per tick, as a batching server does.
+                await asyncio.sleep(max(tick, sent / rate - (time.perf_counter() - first)))
             tail = _chunk(base, {}, finish_reason="length" if total else "stop")
             if include_usage:
                 tail += _chunk(base, {}, usage=usage)
@@ -222,7 +238,8 @@ class Simulator:
                  "parallel_tool_calls": True, "tool_choice": "auto", "tools": [],
                  "usage": usage}
         if not entry["stream"]:
-            await self._generate_whole(entry, plan)
+            if not await self._generate_whole(entry, plan, request):
+                return Response(status_code=204)  # nobody reads it
             return JSONResponse(whole)
         return StreamingResponse(self._response_events(entry, plan, whole),
                                  media_type="text/event-stream")

@@ -35,6 +35,11 @@ class Stack:
     def model(self) -> str:
         return self.tenant.pool.model
 
+    @property
+    def app(self):
+        """The gateway application itself (its caches and pools, for white-box checks)."""
+        return self.gateway.server.config.app
+
     def client(self, *, api_key: str | None = None, **kwargs) -> openai.OpenAI:
         return openai.OpenAI(base_url=self.gateway.url + "/v1",
                              api_key=api_key or self.tenant.plaintext, **kwargs)
@@ -68,7 +73,7 @@ def stored_event(request_id: str) -> UsageEvent:
 
 
 def sluice_stack(*, live_server, tmp_path, limits: dict, sim_config: SimConfig | None = None,
-                 upstream_timeout: float = 2.0):
+                 upstream_timeout: float = 2.0, max_body_bytes: int | None = None):
     limiter_reset()
     gateway_token_cache_clear()
     tenant = tenant_create(**limits)
@@ -81,7 +86,8 @@ def sluice_stack(*, live_server, tmp_path, limits: dict, sim_config: SimConfig |
         sluice_url=live_server.url, gateway_token=token,
         upstreams={"*": Upstream(sim.url + "/v1", UPSTREAM_SECRET)},
         spool_path=str(tmp_path / "usage.jsonl"), upstream_timeout=upstream_timeout,
-        usage_flush_interval=0.05))).start()
+        usage_flush_interval=0.05,
+        **({"max_body_bytes": max_body_bytes} if max_body_bytes else {})))).start()
     return Stack(tenant=tenant, sluice_url=live_server.url, gateway_token=token, sim=sim,
                  gateway=gateway)
 
