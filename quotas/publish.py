@@ -20,12 +20,19 @@ Per pool an org holds (or held) an allocation in, Redis keeps: the org's status 
 the prices a reservation holds against its spend cap), the SHA-256 digests of its usable API
 keys with their default tiers and slices, the pool's headroom for bursts and its output
 estimate default, and a `synced` marker set once the pool has been rebuilt in full.
+
+Bookings change an org's limits and its pool's headroom at their edges. A publish writes the
+limits of the moment before the latest edge of the last hour (or of now, without one) and the
+edges from then on with the limits each brings, so authorize switches at the exact instant
+(_buckets.lua: limits_switch) and a publish made just after an edge still has the buckets meet
+it. The beat that records bookings' starts and ends republishes their orgs, so the schedule
+moves on as edges pass; `limiter_sync` rebuilds every pool within five minutes in any case.
 """
 
 import logging
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
 from django.db import DatabaseError, transaction
@@ -40,6 +47,7 @@ from quotas.limiter.rebuild import limiter_pool_rebuild_once
 from quotas.limiter.state import (
     ApiKeyState,
     KeySliceState,
+    LimitsChange,
     OrgState,
     PoolState,
     limiter_org_publish,
@@ -48,7 +56,7 @@ from quotas.limiter.state import (
     limiter_spend_add,
     limiter_spend_cap_set,
 )
-from quotas.models import Allocation, CapacityPool, GatewayToken
+from quotas.models import BOOKING_LIVE_STATES, Allocation, Booking, CapacityPool, GatewayToken
 from quotas.selectors import allocations_in_force
 from sluice.oncommit import on_commit_collect
 
@@ -100,9 +108,71 @@ class _OrgInPool:
     allocation: Allocation | None  # the one in force, if any
 
 
-def _pool_states(pool_ids: set[int], now: datetime) -> dict[int, PoolState]:
-    """Each pool's headroom (capacity minus every guarantee in force, output and input) and
-    its output estimate default and floor."""
+# The latest edge of a booking published even though it has passed (the buckets meet it on the
+# next call), and how many edges ahead: the beat republishes as they pass.
+SCHEDULE_PAST = timedelta(hours=1)
+SCHEDULE_AHEAD = 8
+
+
+@dataclass(frozen=True)
+class _Booked:
+    org_id: int
+    starts_at: datetime
+    ends_at: datetime
+    output_tps: int
+    input_tps: int
+    extra_daily_tokens: int
+
+
+def _bookings_by_pool(pool_ids: set[int], now: datetime) -> dict[int, list[_Booked]]:
+    """The pools' live bookings that end after the published past begins."""
+    found: dict[int, list[_Booked]] = defaultdict(list)
+    for pool_id, *row in (Booking.objects.filter(pool_id__in=pool_ids,
+                                                 state__in=BOOKING_LIVE_STATES,
+                                                 ends_at__gt=now - SCHEDULE_PAST)
+                          .values_list("pool_id", "org_id", "starts_at", "ends_at",
+                                       "output_tps", "input_tps", "extra_daily_tokens")):
+        found[pool_id].append(_Booked(*row))
+    return found
+
+
+def _edges(bookings: list[_Booked], now: datetime) -> list[datetime]:
+    """The instants the bookings change the guarantees: the latest past one, then those to
+    come."""
+    instants = sorted({t for b in bookings for t in (b.starts_at, b.ends_at)
+                       if t > now - SCHEDULE_PAST})
+    return [t for t in instants if t <= now][-1:] + [t for t in instants if t > now][
+        :SCHEDULE_AHEAD]
+
+
+def _booked(bookings: list[_Booked], at: datetime) -> tuple[int, int, int]:
+    """Output and input tokens/s and daily tokens the bookings add at `at`."""
+    held = [b for b in bookings if b.starts_at <= at < b.ends_at]
+    return (sum(b.output_tps for b in held), sum(b.input_tps for b in held),
+            sum(b.extra_daily_tokens for b in held))
+
+
+def _before(edges: list[datetime], now: datetime) -> datetime:
+    """The instant whose limits are published as in force: just before the first edge."""
+    return edges[0] - timedelta(microseconds=1) if edges else now
+
+
+def _headroom(pool: CapacityPool, g: int, gi: int, booked: list[_Booked], at: datetime
+              ) -> tuple[int, int]:
+    """The pool's output and input headroom at `at`: capacity minus allocations (`g`, `gi`)
+    and the bookings holding that instant."""
+    out, in_, _ = _booked(booked, at)
+    prefill = pool.prefill_capacity_tps
+    return (max(0, pool.capacity_tps - g - out),
+            max(0, prefill - gi - in_) if prefill is not None else 0)
+
+
+def _pool_states(pool_ids: set[int], now: datetime,
+                 bookings: dict[int, list[_Booked]] | None = None) -> dict[int, PoolState]:
+    """Each pool's headroom (capacity minus every guarantee in force, output and input, as
+    bookings change it) and its output estimate default and floor."""
+    if bookings is None:
+        bookings = _bookings_by_pool(pool_ids, now)
     sums = {pool_id: (g or 0, gi or 0) for pool_id, g, gi in
             allocations_in_force(now=now).filter(pool_id__in=pool_ids).values("pool_id")
             .annotate(g=Sum("guaranteed_tps"), gi=Sum("guaranteed_input_tps"))
@@ -110,12 +180,14 @@ def _pool_states(pool_ids: set[int], now: datetime) -> dict[int, PoolState]:
     states = {}
     for pool in CapacityPool.objects.filter(pk__in=pool_ids):
         g, gi = sums.get(pool.pk, (0, 0))
-        prefill = pool.prefill_capacity_tps
+        booked = bookings.get(pool.pk, [])
+        edges = _edges(booked, now)
+        h, hi = _headroom(pool, g, gi, booked, _before(edges, now))
         states[pool.pk] = PoolState(
-            headroom_tps=max(0, pool.capacity_tps - g),
-            input_headroom_tps=max(0, prefill - gi) if prefill is not None else 0,
+            headroom_tps=h, input_headroom_tps=hi,
             estimate_default=pool.output_estimate_default,
-            estimate_floor=pool.output_estimate_floor)
+            estimate_floor=pool.output_estimate_floor,
+            schedule=tuple((epoch_ms(t), *_headroom(pool, g, gi, booked, t)) for t in edges))
     return states
 
 
@@ -215,22 +287,30 @@ def _unallocated(*, org_ids=None, pool_ids=None) -> list[_OrgInPool]:
     return [_OrgInPool(org, pool, None) for pool in pools for org in orgs]
 
 
-def _org_state(m: _OrgInPool, *, keys: list[ApiKeyState], day_used: int, money: _Money
-               ) -> OrgState:
+def _org_state(m: _OrgInPool, *, keys: list[ApiKeyState], day_used: int, money: _Money,
+               bookings: list[_Booked], now: datetime) -> OrgState:
     a, org_id, pool_id = m.allocation, m.org.pk, m.pool.pk
     cap, month_to_date = money.spend.get(org_id, (0, 0))
     input_price, output_price = money.prices.get((org_id, pool_id), (0, 0))
     apart = a is not None and a.guaranteed_input_tps is not None
+    g, gi = (a.guaranteed_tps if a else 0), (a.guaranteed_input_tps if apart else 0)
+    daily = a.daily_tokens if a else 0
+    booked = [b for b in bookings if b.org_id == org_id] if a else []
+    edges = _edges(booked, now)
+    out, in_, extra = _booked(booked, _before(edges, now))
     return OrgState(
         org_id=org_id, status=m.org.status, suspension_reason=m.org.suspension_reason,
-        has_allocation=a is not None, guaranteed_tps=a.guaranteed_tps if a else 0,
+        has_allocation=a is not None, guaranteed_tps=g + out,
         burst_tps=a.burst_tps - a.guaranteed_tps if a else 0,
-        input_guaranteed_tps=a.guaranteed_input_tps if apart else 0,
+        input_guaranteed_tps=gi + in_ if apart else 0,
         input_burst_tps=a.burst_input_tps - a.guaranteed_input_tps if apart else 0,
-        daily_tokens=a.daily_tokens if a else 0, max_concurrency=a.max_concurrency if a else 0,
+        daily_tokens=daily + extra, max_concurrency=a.max_concurrency if a else 0,
         spend_cap_micros=cap, day_used_tokens=day_used, month_spend_micros=month_to_date,
         input_micros_per_mtok=input_price, output_micros_per_mtok=output_price,
-        api_keys=keys)
+        api_keys=keys, schedule=tuple(
+            LimitsChange(at_ms=epoch_ms(t), guaranteed_tps=g + o, daily_tokens=daily + d,
+                         input_guaranteed_tps=gi + i if apart else 0)
+            for t in edges for o, i, d in [_booked(booked, t)]))
 
 
 def _publish(*, org_ids=None, pool_ids=None) -> int:
@@ -238,7 +318,8 @@ def _publish(*, org_ids=None, pool_ids=None) -> int:
     members = _memberships(org_ids=org_ids, pool_ids=pool_ids, now=now)
     orgs = {m.org.pk for m in members}
     pools = {m.pool.pk for m in members}
-    pool_states = _pool_states(pools, now)
+    bookings = _bookings_by_pool(pools, now)
+    pool_states = _pool_states(pools, now, bookings)
     keys = _keys_by_org(orgs, now)
     used = _day_used(orgs, pools, now)
     money = _money(orgs, pools, now)
@@ -247,7 +328,7 @@ def _publish(*, org_ids=None, pool_ids=None) -> int:
         key_states = [_key_state(k, used.get((org_id, pool_id, k.pk), 0))
                       for k in keys.get(org_id, [])]
         state = _org_state(m, keys=key_states, day_used=used.get((org_id, pool_id), 0),
-                           money=money)
+                           money=money, bookings=bookings.get(pool_id, []), now=now)
         limiter_org_publish(pool_id=pool_id, org=state, pool=pool_states[pool_id], now=now)
     return len(members)
 

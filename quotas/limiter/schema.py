@@ -158,6 +158,11 @@ class LayoutFields(NamedTuple):
     # Bucket levels and their time, packed the same way (_buckets.lua: levels_unpack), in the
     # org's hash (BucketFields' values) and in the pool's (HeadroomFields').
     levels: str = "lv"
+    # The scheduled changes of the limits (a booking's edges), in the org's hash and in the
+    # pool's: the instant of the first (epoch ms), read on every call, and the schedule, read
+    # once it is due (_buckets.lua: limits_switch). Absent: no change is scheduled.
+    next_at: str = "nat"
+    next_limits: str = "nlim"
 
 
 ORG, POOL, BUCKET, HEADROOM, RESERVATION = (OrgFields(), PoolFields(), BucketFields(),
@@ -354,6 +359,11 @@ class OrgPublishState(NamedTuple):
     day_used: int  # tokens recorded today: the floor of a day counter rebuilt after a flush
     month_spend: int  # micro-dollars rated this month: the floor of the month's counter
     month_spend_ttl_s: int  # how long a month's counter lives
+    # [[epoch ms, every OrgFields limit from then on, by readable name], ...], in time order:
+    # the org's scheduled changes (the latest one past may be among them: the levels meet it
+    # on the next call)
+    schedule: list
+    pool_schedule: list  # the same for the pool's own values (PoolFields)
 
 
 class PoolPublishKeys(NamedTuple):
@@ -367,6 +377,22 @@ class PoolPublishArgs(NamedTuple):
     input_headroom_capacity: int
     estimate_default: int
     estimate_floor: int
+    schedule: str  # OrgPublishState.pool_schedule, as JSON
+
+
+class GuaranteeKeys(NamedTuple):
+    org: str
+
+
+class GuaranteeArgs(NamedTuple):
+    now_ms: int
+
+
+class Guarantee(NamedTuple):
+    """guarantee's reply: the org's guaranteed tokens/s in force at the instant asked, its
+    allocation's and its bookings' (input 0 where input is metered with output)."""
+    output_tps: int
+    input_tps: int
 
 
 @dataclass(frozen=True)
@@ -386,6 +412,8 @@ SCRIPTS = {
     "spill_mark": Script(keys=SpillMarkKeys, args=SpillMarkArgs),
     "org_publish": Script(keys=OrgPublishKeys, args=OrgPublishArgs, shared=("publish",)),
     "pool_publish": Script(keys=PoolPublishKeys, args=PoolPublishArgs, shared=("publish",)),
+    "guarantee": Script(keys=GuaranteeKeys, args=GuaranteeArgs, reply=Guarantee,
+                        shared=("guarantee",)),
 }
 
 

@@ -11,18 +11,22 @@ from datetime import datetime
 
 import redis
 
-from quotas.limiter.clock import day_stamp, month_stamp
+from quotas.limiter.clock import day_stamp, epoch_ms, month_stamp
 from quotas.limiter.connection import LimiterUnavailable, limiter_client, script_run
 from quotas.limiter.schema import (
     KEY,
     ORG,
     POOL,
+    Guarantee,
+    GuaranteeArgs,
+    GuaranteeKeys,
     OrgPublishArgs,
     OrgPublishKeys,
     OrgPublishState,
     PoolPublishArgs,
     PoolPublishKeys,
     pool_key,
+    reply_decode,
     stored_values,
 )
 
@@ -52,6 +56,16 @@ class ApiKeyState:
 
 
 @dataclass(frozen=True)
+class LimitsChange:
+    """The org's limits from `at_ms` on (a booking's first or last second): what bookings add
+    to an allocation."""
+    at_ms: int
+    guaranteed_tps: int
+    input_guaranteed_tps: int
+    daily_tokens: int
+
+
+@dataclass(frozen=True)
 class OrgState:
     """One org as one pool sees it. An org whose allocation ended is still published (without
     one), so its keys stay known and its callers hear no_allocation, not "unknown key"."""
@@ -72,6 +86,9 @@ class OrgState:
     # What a reservation holds against the spend cap per million tokens, premium included.
     input_micros_per_mtok: int = 0
     output_micros_per_mtok: int = 0
+    # Changes of the limits above, in time order; authorize applies each at its instant. The
+    # limits above are those before the first.
+    schedule: tuple[LimitsChange, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -82,14 +99,39 @@ class PoolState:
     estimate_default: int  # output tokens
     estimate_floor: int
     input_headroom_tps: int = 0  # 0 with no prefill capacity declared
+    # (epoch ms, headroom tokens/s, input headroom tokens/s) from then on, in time order.
+    schedule: tuple[tuple[int, int, int], ...] = ()
 
 
-def _pool_values(pool: PoolState) -> dict:
+def _pool_values(pool: PoolState, headroom_tps: int | None = None,
+                 input_headroom_tps: int | None = None) -> dict:
+    h = pool.headroom_tps if headroom_tps is None else headroom_tps
+    hi = pool.input_headroom_tps if input_headroom_tps is None else input_headroom_tps
     return stored_values(
-        POOL, headroom_rate=pool.headroom_tps, headroom_capacity=pool.headroom_tps * BUCKET_SECONDS,
-        input_headroom_rate=pool.input_headroom_tps,
-        input_headroom_capacity=pool.input_headroom_tps * BUCKET_SECONDS,
-        estimate_default=pool.estimate_default, estimate_floor=pool.estimate_floor)
+        POOL, headroom_rate=h, headroom_capacity=h * BUCKET_SECONDS, input_headroom_rate=hi,
+        input_headroom_capacity=hi * BUCKET_SECONDS, estimate_default=pool.estimate_default,
+        estimate_floor=pool.estimate_floor)
+
+
+def _pool_schedule(pool: PoolState) -> list:
+    return [[at_ms, _pool_values(pool, h, hi)] for at_ms, h, hi in pool.schedule]
+
+
+def _org_values(org: OrgState, change: LimitsChange | None = None) -> dict:
+    g, gi = org.guaranteed_tps, org.input_guaranteed_tps
+    daily = org.daily_tokens
+    if change is not None:
+        g, gi, daily = change.guaranteed_tps, change.input_guaranteed_tps, change.daily_tokens
+    b, bi = org.burst_tps, org.input_burst_tps
+    return stored_values(
+        ORG, status=org.status, suspension_reason=org.suspension_reason,
+        has_allocation=int(org.has_allocation), daily_tokens=daily,
+        max_concurrency=org.max_concurrency, spend_cap=org.spend_cap_micros,
+        guaranteed_rate=g, guaranteed_capacity=g * BUCKET_SECONDS,
+        burst_rate=b, burst_capacity=b * BUCKET_SECONDS,
+        input_guaranteed_rate=gi, input_guaranteed_capacity=gi * BUCKET_SECONDS,
+        input_burst_rate=bi, input_burst_capacity=bi * BUCKET_SECONDS,
+        input_price=org.input_micros_per_mtok, output_price=org.output_micros_per_mtok)
 
 
 def _slice_values(s: KeySliceState | None) -> dict | None:
@@ -111,19 +153,10 @@ def limiter_org_publish(*, pool_id: int, org: OrgState, pool: PoolState,
                         now: datetime) -> None:
     """Replace what the pool knows of `org` (and the pool's own values). Raises
     LimiterUnavailable."""
-    g, b, gi, bi = (org.guaranteed_tps, org.burst_tps, org.input_guaranteed_tps,
-                    org.input_burst_tps)
     state = OrgPublishState(
-        org=stored_values(
-            ORG, status=org.status, suspension_reason=org.suspension_reason,
-            has_allocation=int(org.has_allocation), daily_tokens=org.daily_tokens,
-            max_concurrency=org.max_concurrency, spend_cap=org.spend_cap_micros,
-            guaranteed_rate=g, guaranteed_capacity=g * BUCKET_SECONDS,
-            burst_rate=b, burst_capacity=b * BUCKET_SECONDS,
-            input_guaranteed_rate=gi, input_guaranteed_capacity=gi * BUCKET_SECONDS,
-            input_burst_rate=bi, input_burst_capacity=bi * BUCKET_SECONDS,
-            input_price=org.input_micros_per_mtok, output_price=org.output_micros_per_mtok),
-        pool=_pool_values(pool),
+        org=_org_values(org),
+        schedule=[[c.at_ms, _org_values(org, c)] for c in org.schedule],
+        pool=_pool_values(pool), pool_schedule=_pool_schedule(pool),
         api_keys=[_key_entry(org.org_id, k) for k in org.api_keys],
         day=day_stamp(now), day_used=org.day_used_tokens, month_spend=org.month_spend_micros,
         month_spend_ttl_s=SPEND_COUNTER_SECONDS)
@@ -142,7 +175,17 @@ def limiter_pool_publish(*, pool_id: int, pool: PoolState) -> None:
     """Set the pool's own values (headroom, estimate default and floor). Raises
     LimiterUnavailable."""
     script_run("pool_publish", keys=PoolPublishKeys(pool=pool_key(pool_id, KEY.pool)),
-               args=PoolPublishArgs(**_pool_values(pool)), bulk=True)
+               args=PoolPublishArgs(**_pool_values(pool),
+                                    schedule=json.dumps(_pool_schedule(pool))), bulk=True)
+
+
+def limiter_org_guarantee(*, pool_id: int, org_id: int, at: datetime) -> Guarantee:
+    """The org's guaranteed tokens/s in force at `at` as the engine holds them (bookings
+    included, at their exact edges): the weight the admission queue gives it. Raises
+    LimiterUnavailable."""
+    reply = script_run("guarantee", keys=GuaranteeKeys(org=pool_key(pool_id, KEY.org, org_id)),
+                       args=GuaranteeArgs(now_ms=epoch_ms(at)), bulk=True)
+    return reply_decode(Guarantee, reply)
 
 
 def limiter_pool_synced_mark(*, pool_id: int) -> None:

@@ -35,19 +35,6 @@ local function levels_unpack(packed, k, ...)
   return fields_read(k, nil, ...)
 end
 
--- The pool's headroom as stored: the output and input rates and capacities (0 when never
--- published), the output estimate of orgs without history and its floor (false: never
--- published), then the output and input levels and the time they were measured at.
-local function pool_headroom_read()
-  local p = redis.call('HMGET', K.pool, F.layout.limits, F.layout.levels)
-  local rate, capacity, input_rate, input_capacity, estimate_default, estimate_floor =
-    pool_limits_unpack(p[1], K.pool)
-  local level, input_level, at = levels_unpack(p[2], K.pool, F.headroom.level,
-                                               F.headroom.input_level, F.headroom.at)
-  return rate or 0, capacity or 0, input_rate or 0, input_capacity or 0, estimate_default,
-         estimate_floor, level, input_level, at
-end
-
 -- An org's levels (guaranteed, burst, input guaranteed, input burst: nil where it has no
 -- input dimension) and the time they were measured at: from its hash's packed field `packed`
 -- (org_key's F.layout.levels), and into it.
@@ -63,6 +50,71 @@ end
 
 local function headroom_levels_write(level, input_level, at)
   redis.call('HSET', K.pool, F.layout.levels, cmsgpack.pack(level, input_level, at))
+end
+
+-- A scheduled change of limits: a booking's first or last second (docs/bookings.md). With the
+-- limits in force (F.layout.limits) the publish writes the changes to come: F.layout.next_at,
+-- the instant of the first (epoch ms), and F.layout.next_limits, cmsgpack of {instant, limits
+-- packed like F.layout.limits, instant, limits, ...}. The first call at or after an instant
+-- applies it, so no beat lags it: each bucket is refilled up to the instant at its old rate,
+-- then clipped to its new capacity (a missing level, a full bucket, is full at the old
+-- capacity; a bucket without a rate keeps none). The new limits and what is left of the
+-- schedule are written; the caller writes the levels. The buckets' rates and capacities are
+-- `count` pairs of the packed limits, after `skip` values. Returns the limits in force, the
+-- levels (a table, in the order given) and the time they are measured at.
+local function limits_switch(k, packed, levels, at, now, skip, count)
+  local schedule = {cmsgpack.unpack(redis.call('HGET', k, F.layout.next_limits))}
+  local i = 1
+  while schedule[i] and schedule[i] <= now do
+    local when, old, new = schedule[i], {cmsgpack.unpack(packed)},
+                           {cmsgpack.unpack(schedule[i + 1])}
+    for j = 1, count do
+      local rate, capacity = old[skip + 2 * j - 1], old[skip + 2 * j]
+      local level = levels[j]
+      if level == nil and rate > 0 then level, at = capacity, at or when end
+      if level ~= nil then
+        levels[j] = math.min(refill(rate, capacity, level, at, when), new[skip + 2 * j])
+      end
+    end
+    at, packed, i = math.max(at or when, when), schedule[i + 1], i + 2
+  end
+  redis.call('HSET', k, F.layout.limits, packed)
+  if schedule[i] then
+    redis.call('HSET', k, F.layout.next_at, string.format('%d', schedule[i]),
+               F.layout.next_limits, cmsgpack.pack(unpack(schedule, i)))
+  else
+    redis.call('HDEL', k, F.layout.next_at, F.layout.next_limits)
+  end
+  return packed, levels, at
+end
+
+-- An org's packed limits and levels (guaranteed, burst, input guaranteed, input burst, and
+-- their time), with the scheduled changes due at `now` applied and written.
+local function org_limits_switch(org_key, packed, now, g, b, gi, bi, at)
+  local levels
+  packed, levels, at = limits_switch(org_key, packed, {g, b, gi, bi}, at, now, 2, 4)
+  org_levels_write(org_key, levels[1], levels[2], levels[3], levels[4], at)
+  return packed, levels[1], levels[2], levels[3], levels[4], at
+end
+
+-- The pool's headroom at `now`: the output and input rates and capacities (0 when never
+-- published), the output estimate of orgs without history and its floor (false: never
+-- published), then the output and input levels and the time they were measured at.
+local function pool_headroom_read(now)
+  local p = redis.call('HMGET', K.pool, F.layout.limits, F.layout.levels, F.layout.next_at)
+  local packed = p[1]
+  local level, input_level, at = levels_unpack(p[2], K.pool, F.headroom.level,
+                                               F.headroom.input_level, F.headroom.at)
+  if p[3] and now >= tonumber(p[3]) then  -- a change of the pool's guarantees is due
+    local levels
+    packed, levels, at = limits_switch(K.pool, packed, {level, input_level}, at, now, 0, 2)
+    level, input_level = levels[1], levels[2]
+    headroom_levels_write(level, input_level, at)
+  end
+  local rate, capacity, input_rate, input_capacity, estimate_default, estimate_floor =
+    pool_limits_unpack(packed, K.pool)
+  return rate or 0, capacity or 0, input_rate or 0, input_capacity or 0, estimate_default,
+         estimate_floor, level, input_level, at
 end
 
 -- A bucket as a table {rate, capacity, level, at}, refilled to `now`: settle's, and an API key's.

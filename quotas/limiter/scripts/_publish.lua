@@ -20,3 +20,19 @@ local function limits_write(k, fields, values, limits_of)
   hash_write(k, fields, values, F.layout.limits, cmsgpack.pack(limits_of(values)),
              F.layout.hashtable, string.rep(' ', 128))
 end
+
+-- The scheduled changes of a hash's limits (_buckets.lua: limits_switch), from `schedule`
+-- ([[epoch ms, values by readable name], ...], in time order): none clears them.
+local function schedule_write(k, schedule, limits_of)
+  if #schedule == 0 then
+    redis.call('HDEL', k, F.layout.next_at, F.layout.next_limits)
+    return
+  end
+  local flat = {}
+  for _, change in ipairs(schedule) do
+    flat[#flat + 1] = change[1]
+    flat[#flat + 1] = cmsgpack.pack(limits_of(change[2]))
+  end
+  redis.call('HSET', k, F.layout.next_at, string.format('%d', schedule[1][1]),
+             F.layout.next_limits, cmsgpack.pack(unpack(flat)))
+end

@@ -44,20 +44,26 @@ if (tier == 'priority' and A.pool_tier ~= 'fast')
   return refuse('tier_mismatch')
 end
 
--- The org's state, packed limits and prices (_common.lua), spend cap, output estimates and
--- packed bucket levels (_buckets.lua).
+-- The org's state, packed limits and prices (_common.lua), spend cap, output estimates,
+-- packed bucket levels and the instant of its next scheduled change of limits (_buckets.lua).
 local org_key = key(KEY.org, org)
 local o = redis.call('HMGET', org_key, F.org.status, F.org.suspension_reason,
                      F.org.has_allocation, F.layout.limits, F.org.spend_cap, F.est.org,
-                     F.est.key_prefix .. key_id, F.layout.levels)
+                     F.est.key_prefix .. key_id, F.layout.levels, F.layout.next_at)
 if not o[1] then return reply{outcome = 'unsynced'} end
 if o[1] ~= 'active' then
   if o[2] == 'payment' then return refuse('payment_required') end
   return refuse('org_not_active')
 end
 if o[3] ~= '1' then return refuse('no_allocation') end
+local org_packed, g_level, b_level, gi_level, bi_level, stored_at =
+  o[4], org_levels_unpack(o[8], org_key)
+if o[9] and now >= tonumber(o[9]) then  -- a booking's edge is due: its limits from now on
+  org_packed, g_level, b_level, gi_level, bi_level, stored_at = org_limits_switch(
+    org_key, o[4], now, g_level, b_level, gi_level, bi_level, stored_at)
+end
 local daily, conc, gr, gc, br, bc, igr, igc, ibr, ibc, input_price, output_price =
-  org_limits_unpack(o[4], org_key)
+  org_limits_unpack(org_packed, org_key)
 local spend_cap = num(o[5], 0)
 
 local previous_org, previous_cost, previous_input, previous_state = unpack(redis.call(
@@ -67,7 +73,7 @@ if previous_state == 'spilled' then return refuse('spilled') end
 
 -- The pool's headroom as stored (_buckets.lua): h for output, hi for input.
 local h_rate, h_capacity, hi_rate, hi_capacity, estimate_default, estimate_floor, h_level,
-      hi_level, stored_h_at = pool_headroom_read()
+      hi_level, stored_h_at = pool_headroom_read(now)
 local output
 if previous_org then
   input = num(previous_input, tonumber(previous_cost))
@@ -89,7 +95,6 @@ local total = input + output
 -- and burst (b) buckets and the pool's headroom (h), of the input dimension gi, bi and hi. Of
 -- each its rate and capacity (the names of the org's limits), level, and the refill its
 -- capacity cut off since the last write (_over), which only the burst and headroom need.
-local g_level, b_level, gi_level, bi_level, stored_at = org_levels_unpack(o[8], org_key)
 local levels_at, h_at, b_over, bi_over, h_over, hi_over, h_missing, hi_missing, _
 g_level, levels_at = refill(gr, gc, g_level, stored_at, now)
 b_level, _, b_over = refill(br, bc, b_level, stored_at, now)

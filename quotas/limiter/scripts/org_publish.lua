@@ -1,5 +1,6 @@
--- Replace one org's state in one pool: status and limits, its API keys (digests, default tiers,
--- slices), the pool's own values, and the floors of its day and month counters.
+-- Replace one org's state in one pool: status and limits and their scheduled changes, its API
+-- keys (digests, default tiers, slices), the pool's own values and their scheduled changes, and
+-- the floors of its day and month counters.
 --
 -- KEYS (K): OrgPublishKeys; ARGV (A): OrgPublishArgs, whose `state` is an OrgPublishState as
 -- JSON (quotas/limiter/schema.py). Returns how many API keys the org has in the pool.
@@ -41,6 +42,8 @@ for _, api_key in ipairs(state.api_keys) do
 end
 limits_write(K.org, F.org, state.org, org_limits_of)
 limits_write(K.pool, F.pool, state.pool, pool_limits_of)
+schedule_write(K.org, state.schedule, org_limits_of)
+schedule_write(K.pool, state.pool_schedule, pool_limits_of)
 raise(K.day, state.day_used, 2 * DAY_MS)
 -- The month's spend counter is raised to what billing has rated: it rebuilds a flushed counter
 -- and repairs increments lost while Redis was unreachable. (The live counter rounds each batch

@@ -1,6 +1,7 @@
 -- Set the pool's own values: the headroom bursts borrow from (refilled at the pool's capacity
 -- minus every guarantee in force, output and input) and the output estimate of orgs without
--- history. One call for the whole pool: its orgs' own limits do not change.
+-- history, and their scheduled changes (bookings' edges). One call for the whole pool: its
+-- orgs' own limits do not change.
 --
 -- KEYS (K): PoolPublishKeys; ARGV (A): PoolPublishArgs (quotas/limiter/schema.py).
 limits_write(K.pool, F.pool, {headroom_rate = tonumber(A.headroom_rate),
@@ -9,4 +10,5 @@ limits_write(K.pool, F.pool, {headroom_rate = tonumber(A.headroom_rate),
                               input_headroom_capacity = tonumber(A.input_headroom_capacity),
                               estimate_default = tonumber(A.estimate_default),
                               estimate_floor = tonumber(A.estimate_floor)}, pool_limits_of)
+schedule_write(K.pool, cjson.decode(A.schedule), pool_limits_of)
 return 1
