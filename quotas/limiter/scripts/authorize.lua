@@ -44,26 +44,29 @@ if (tier == 'priority' and A.pool_tier ~= 'fast')
   return refuse('tier_mismatch')
 end
 
--- The org's state, packed limits and prices (_common.lua), spend cap, output estimates,
--- packed bucket levels and the instant of its next scheduled change of limits (_buckets.lua).
+-- The org's state, packed limits and prices (_common.lua), spend cap, output estimates and
+-- packed bucket levels (_buckets.lua).
 local org_key = key(KEY.org, org)
 local o = redis.call('HMGET', org_key, F.org.status, F.org.suspension_reason,
                      F.org.has_allocation, F.layout.limits, F.org.spend_cap, F.est.org,
-                     F.est.key_prefix .. key_id, F.layout.levels, F.layout.next_at)
+                     F.est.key_prefix .. key_id, F.layout.levels)
 if not o[1] then return reply{outcome = 'unsynced'} end
 if o[1] ~= 'active' then
   if o[2] == 'payment' then return refuse('payment_required') end
   return refuse('org_not_active')
 end
 if o[3] ~= '1' then return refuse('no_allocation') end
-local org_packed, g_level, b_level, gi_level, bi_level, stored_at =
-  o[4], org_levels_unpack(o[8], org_key)
-if o[9] and now >= tonumber(o[9]) then  -- a booking's edge is due: its limits from now on
-  org_packed, g_level, b_level, gi_level, bi_level, stored_at = org_limits_switch(
-    org_key, o[4], now, g_level, b_level, gi_level, bi_level, stored_at)
+local daily, conc, gr, gc, br, bc, igr, igc, ibr, ibc, input_price, output_price, next_at =
+  org_limits_unpack(o[4], org_key)
+local g_level, b_level, gi_level, bi_level, stored_at = org_levels_unpack(o[8], org_key)
+if next_at and next_at > 0 and now >= next_at then  -- a booking's edge: its limits from now on
+  local packed, levels
+  packed, levels, stored_at = limits_switch(org_key, o[4], {g_level, b_level, gi_level,
+                                            bi_level}, stored_at, now, 2, 4)
+  g_level, b_level, gi_level, bi_level = levels[1], levels[2], levels[3], levels[4]
+  daily, conc, gr, gc, br, bc, igr, igc, ibr, ibc, input_price, output_price =
+    org_limits_unpack(packed, org_key)
 end
-local daily, conc, gr, gc, br, bc, igr, igc, ibr, ibc, input_price, output_price =
-  org_limits_unpack(org_packed, org_key)
 local spend_cap = num(o[5], 0)
 
 local previous_org, previous_cost, previous_input, previous_state = unpack(redis.call(

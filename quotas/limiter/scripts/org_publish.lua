@@ -40,10 +40,8 @@ for _, api_key in ipairs(state.api_keys) do
     redis.call('DEL', slice_key)
   end
 end
-limits_write(K.org, F.org, state.org, org_limits_of)
-limits_write(K.pool, F.pool, state.pool, pool_limits_of)
-schedule_write(K.org, state.schedule, org_limits_of)
-schedule_write(K.pool, state.pool_schedule, pool_limits_of)
+limits_schedule_write(K.org, F.org, state.org, org_limits_of, state.schedule)
+limits_schedule_write(K.pool, F.pool, state.pool, pool_limits_of, state.pool_schedule)
 raise(K.day, state.day_used, 2 * DAY_MS)
 -- The month's spend counter is raised to what billing has rated: it rebuilds a flushed counter
 -- and repairs increments lost while Redis was unreachable. (The live counter rounds each batch

@@ -4,11 +4,11 @@
 -- orgs' own limits do not change.
 --
 -- KEYS (K): PoolPublishKeys; ARGV (A): PoolPublishArgs (quotas/limiter/schema.py).
-limits_write(K.pool, F.pool, {headroom_rate = tonumber(A.headroom_rate),
-                              headroom_capacity = tonumber(A.headroom_capacity),
-                              input_headroom_rate = tonumber(A.input_headroom_rate),
-                              input_headroom_capacity = tonumber(A.input_headroom_capacity),
-                              estimate_default = tonumber(A.estimate_default),
-                              estimate_floor = tonumber(A.estimate_floor)}, pool_limits_of)
-schedule_write(K.pool, cjson.decode(A.schedule), pool_limits_of)
+local values = {headroom_rate = tonumber(A.headroom_rate),
+                headroom_capacity = tonumber(A.headroom_capacity),
+                input_headroom_rate = tonumber(A.input_headroom_rate),
+                input_headroom_capacity = tonumber(A.input_headroom_capacity),
+                estimate_default = tonumber(A.estimate_default),
+                estimate_floor = tonumber(A.estimate_floor)}
+limits_schedule_write(K.pool, F.pool, values, pool_limits_of, cjson.decode(A.schedule))
 return 1

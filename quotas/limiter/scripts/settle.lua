@@ -25,12 +25,15 @@ end
 -- An org's {output = {g, b, h}, input = {g, b, h} (absent when input is metered with output),
 -- apart} from its hash `org_key` (authorize reads more of it at once), with the headroom.
 local function org_buckets_read(org_key, headroom, now)
-  local o = redis.call('HMGET', org_key, F.layout.limits, F.layout.levels, F.layout.next_at)
-  local packed, g, b, gi, bi, at = o[1], org_levels_unpack(o[2], org_key)
-  if o[3] and now >= tonumber(o[3]) then  -- a booking's edge is due (as in authorize)
-    packed, g, b, gi, bi, at = org_limits_switch(org_key, o[1], now, g, b, gi, bi, at)
+  local o = redis.call('HMGET', org_key, F.layout.limits, F.layout.levels)
+  local _, _, gr, gc, br, bc, igr, igc, ibr, ibc, _, _, next_at = org_limits_unpack(o[1], org_key)
+  local g, b, gi, bi, at = org_levels_unpack(o[2], org_key)
+  if next_at and next_at > 0 and now >= next_at then  -- a booking's edge (as in authorize)
+    local packed, levels
+    packed, levels, at = limits_switch(org_key, o[1], {g, b, gi, bi}, at, now, 2, 4)
+    g, b, gi, bi = levels[1], levels[2], levels[3], levels[4]
+    _, _, gr, gc, br, bc, igr, igc, ibr, ibc = org_limits_unpack(packed, org_key)
   end
-  local _, _, gr, gc, br, bc, igr, igc, ibr, ibc = org_limits_unpack(packed, org_key)
   local s = {output = {g = bucket(gr, gc, g, at, now), b = bucket(br, bc, b, at, now),
                        h = headroom.output},
              apart = igr > 0}

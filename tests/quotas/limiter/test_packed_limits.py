@@ -44,16 +44,17 @@ def prefill_tenant(**limits):
 
 
 def test_the_publishes_pack_exactly_the_readable_limits(limiter):
+    """Then the instant of the next scheduled change: 0, none (test_booking_edges.py)."""
     t = prefill_tenant()
     org_key, pool_hash = pool_key(t.pool.pk, KEY.org, t.org.pk), pool_key(t.pool.pk, KEY.pool)
 
-    assert packed(limiter, org_key) == readable(limiter, org_key, ORG, ORG_LIMITS)
+    assert packed(limiter, org_key) == [*readable(limiter, org_key, ORG, ORG_LIMITS), 0]
     assert packed(limiter, org_key)[:2] == [50_000, 7]
-    assert packed(limiter, pool_hash) == readable(limiter, pool_hash, POOL, POOL_LIMITS)
+    assert packed(limiter, pool_hash) == [*readable(limiter, pool_hash, POOL, POOL_LIMITS), 0]
 
     pool_capacity_set(pool=t.pool, capacity_tps=20_000, actor="test")  # pool_publish alone
 
-    assert packed(limiter, pool_hash) == readable(limiter, pool_hash, POOL, POOL_LIMITS)
+    assert packed(limiter, pool_hash) == [*readable(limiter, pool_hash, POOL, POOL_LIMITS), 0]
     assert packed(limiter, pool_hash)[0] == int(limiter.hget(pool_hash, POOL.headroom_rate)) > 0
 
 
