@@ -316,8 +316,6 @@ CELERY_TASK_ROUTES = {
     "quotas.tasks.limits_publish_org": {"queue": "limits"},
     "quotas.tasks.limits_publish_pool": {"queue": "limits"},
     "quotas.tasks.gateway_tokens_publish_task": {"queue": "limits"},
-    # It also publishes each org's next scheduled change of limits (a booking's edge).
-    "quotas.tasks.bookings_advance": {"queue": "limits"},
     "sluice.tasks.*": {"queue": "email"},
     "billing.tasks.*": {"queue": "billing"},
     "webhooks.tasks.*": {"queue": "webhooks"},
