@@ -23,23 +23,18 @@ from tests.factories import (
     PoolFactory,
     UserFactory,
 )
+from tests.quotas.conftest import threads_race
 
 
 def _race(workers: list) -> None:
-    barrier = threading.Barrier(len(workers))
-
-    def run(work) -> None:
-        barrier.wait()
+    """Every worker at once, each in its own thread with its own PostgreSQL connection."""
+    def run(i: int) -> None:
         try:
-            work()
+            workers[i]()
         finally:
             connection.close()
 
-    threads = [threading.Thread(target=run, args=(w,)) for w in workers]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    threads_race(len(workers), run)
 
 
 def _owner_client(org) -> APIClient:

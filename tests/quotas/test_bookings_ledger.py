@@ -48,23 +48,23 @@ def book(org, pool, a: BookingAsk) -> Booking:
 
 
 @pytest.mark.parametrize(("change", "problem"), [
-    ({"starts_at": slot(-2)}, "in_past"),
-    ({"starts_at": slot(0)}, "in_past"),
-    ({"starts_at": slot(24) + timedelta(minutes=7)}, "misaligned"),
-    ({"starts_at": slot(24) + timedelta(seconds=30)}, "misaligned"),
-    ({"ends_at": slot(24) + timedelta(minutes=45)}, "too_short"),
-    ({"ends_at": slot(24) + timedelta(days=7, minutes=15)}, "too_long"),
-    ({"starts_at": slot(24 * 61), "ends_at": slot(24 * 61) + timedelta(hours=1)},
-     "too_far_ahead"),
-    ({"output_tps": 0}, "output_tps"),
-    ({"input_tps": 10}, "input_not_metered"),
-    ({"extra_daily_tokens": -1}, "extra_daily_tokens"),
+    # Each change is made from the valid window's start, taken when the test runs.
+    (lambda s: {"starts_at": s - timedelta(hours=26)}, "in_past"),
+    (lambda s: {"starts_at": slot(0)}, "in_past"),
+    (lambda s: {"starts_at": s + timedelta(minutes=7)}, "misaligned"),
+    (lambda s: {"starts_at": s + timedelta(seconds=30)}, "misaligned"),
+    (lambda s: {"ends_at": s + timedelta(minutes=45)}, "too_short"),
+    (lambda s: {"ends_at": s + timedelta(days=7, minutes=15)}, "too_long"),
+    (lambda s: {"starts_at": s + timedelta(days=60, minutes=15)}, "too_far_ahead"),
+    (lambda s: {"output_tps": 0}, "output_tps"),
+    (lambda s: {"input_tps": 10}, "input_not_metered"),
+    (lambda s: {"extra_daily_tokens": -1}, "extra_daily_tokens"),
 ])
 def test_bad_input_is_refused_with_a_code_and_nothing_is_written(org, pool, change, problem):
-    base = {"starts_at": slot(24), "ends_at": slot(24) + timedelta(hours=2),
-            "output_tps": 500}
-    base.update(change)
-    if "starts_at" in change and "ends_at" not in change:
+    start = slot(24)
+    base = {"starts_at": start, "ends_at": start + timedelta(hours=2), "output_tps": 500}
+    base.update(change(start))
+    if base["starts_at"] != start and "ends_at" not in change(start):
         base["ends_at"] = base["starts_at"] + timedelta(hours=2)
     with pytest.raises(DomainError) as refused:
         book(org, pool, BookingAsk(**base))
