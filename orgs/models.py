@@ -29,6 +29,9 @@ class Organization(models.Model):
         max_length=16, choices=SuspensionReason.choices, blank=True, default=""
     )
     status_changed_at = models.DateTimeField(default=timezone.now)
+    # How long its requests may wait for capacity when they do not say (queue_threshold_ms),
+    # unless their API key says; none: refused at once. The pool's maximum clamps it.
+    queue_threshold_default_ms = models.PositiveIntegerField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -146,6 +149,8 @@ class ApiKey(models.Model):
     slice_input_tps = models.PositiveIntegerField(null=True, blank=True)
     slice_daily_tokens = models.PositiveBigIntegerField(null=True, blank=True)
     slice_max_concurrency = models.PositiveIntegerField(null=True, blank=True)
+    # The wait budget of its requests that do not say (else the org's; see Organization).
+    queue_threshold_default_ms = models.PositiveIntegerField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at"]

@@ -44,6 +44,8 @@ class CapacityPool(models.Model):
     # came later than the ceiling, is not premium-eligible (billed at list price only).
     speed_floor_output_tps = models.PositiveIntegerField(default=300)
     ttft_ceiling_ms = models.PositiveIntegerField(default=2000)
+    # The longest a request may wait in this pool's admission queue (admission/); 0: no queue.
+    queue_max_wait_ms = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

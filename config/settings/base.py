@@ -102,6 +102,7 @@ INSTALLED_APPS = [
     "sluice",
     "orgs",
     "quotas",
+    "admission",
     "metering",
     "rollout",
     "billing",

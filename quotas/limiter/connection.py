@@ -134,9 +134,21 @@ def on_limiter_reset(reset: Callable[[], None]) -> None:
     _resets.append(reset)
 
 
+# Scripts built on the engine's outside it (the admission queue): name -> builder of the source.
+_BUILT_ELSEWHERE: dict[str, Callable[[], str]] = {}
+
+
+def script_register(name: str, source: Callable[[], str]) -> None:
+    """Run `name` like the engine's own scripts (hot and bulk clients, reloaded after a restart,
+    the loops' pipelined connections); `source()` gives its whole text."""
+    _BUILT_ELSEWHERE[name] = source
+
+
 def script_source(name: str) -> str:
     """The prelude generated from schema.py, _common.lua and the shared parts the script uses,
     then the script itself; schema names expanded."""
+    if name in _BUILT_ELSEWHERE:
+        return _BUILT_ELSEWHERE[name]()
     parts = ["common", *SCRIPTS[name].shared]
     sources = [(SCRIPTS_DIR / f"_{part}.lua").read_text() for part in parts]
     body = (SCRIPTS_DIR / f"{name}.lua").read_text()

@@ -68,9 +68,9 @@ def _pool_keys(pool_id: int) -> _PoolKeys:
                      reservation_prefix=pool_key(pool_id, KEY.reservation, ""))
 
 
-def _authorize_call(*, pool_id: int, digest: str, request_id: str, input_tokens: int,
-                    max_output_tokens: int, tier: str, key_tier: str, pool_tier: str,
-                    dry_run: bool, now_ms: int, config: EngineConfig) -> ScriptCall:
+def authorize_script_call(*, pool_id: int, digest: str, request_id: str, input_tokens: int,
+                          max_output_tokens: int, tier: str, key_tier: str, pool_tier: str,
+                          dry_run: bool, now_ms: int, config: EngineConfig) -> ScriptCall:
     pool = _pool_keys(pool_id)
     ttl_ms = config.reservation_ttl_s * 1000
     day, month = time_stamps(now_ms)
@@ -88,7 +88,7 @@ def limiter_authorize_steps(*, pool_id: int, api_key: str, request_id: str, inpu
                             dry_run: bool = False, digest: str | None = None) -> Steps:
     """`limiter_authorize` as steps (steps.py), for a caller that runs them on an event loop."""
     config = engine_config()
-    call = _authorize_call(
+    call = authorize_script_call(
         pool_id=pool_id, digest=digest or secret_digest(api_key), request_id=request_id,
         input_tokens=input_tokens,
         max_output_tokens=-1 if max_output_tokens is None else max_output_tokens, tier=tier,

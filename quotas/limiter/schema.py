@@ -190,6 +190,10 @@ class KeyNames(NamedTuple):
     key_slice: str = "key"  # :<key_id>, hash: KeySliceFields
     key_inflight: str = "kinflight"  # :<key_id>, sorted set: request_id by expiry
     histogram: str = "hist"  # :<org>[:<key_id>], hash: HistogramFields
+    # The admission queue's (admission/engine/queue.py): its orgs with waiters (a sorted set),
+    # and the channel told when a pool's capacity frees while they wait.
+    queue_orgs: str = "q"
+    queue_channel: str = "queue"
 
 
 KEY = KeyNames()
@@ -472,10 +476,12 @@ def _names(script: Script) -> dict[str, dict[str, str]]:
     }
 
 
-def lua_expand(name: str, source: str) -> str:
+def lua_expand(name: str, source: str, script: Script | None = None) -> str:
     """Replace the script's F, KEY, K and A names with what they stand for (at load time: they
-    cost nothing per call). A name the schema does not declare raises LookupError."""
-    names = _names(SCRIPTS[name])
+    cost nothing per call). A name the schema does not declare raises LookupError. `script`:
+    the declaration of a script built on the engine's outside it (else SCRIPTS[name])."""
+    script = script or SCRIPTS[name]
+    names = _names(script)
 
     def resolve(match: re.Match) -> str:
         table, path = match.group(1), match.group(2)[1:].split(".")
@@ -490,7 +496,7 @@ def lua_expand(name: str, source: str) -> str:
         raise LookupError(f"{name}.lua: {match.group(0)} is not declared in schema.py")
 
     source = _NAME.sub(resolve, source)
-    layout = SCRIPTS[name].reply
+    layout = script.reply
     return source if layout is None else _replies_expand(name, layout, source)
 
 

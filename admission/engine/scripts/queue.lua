@@ -1,0 +1,262 @@
+-- The admission queue of one pool: join, pump, leave (admission/engine/queue.py says why).
+--
+-- KEYS (K): QueueKeys, ARGV (A): QueueArgs (admission/engine/queue.py): authorize's own KEYS
+-- and ARGV first, so `authorize_run` (authorize.lua itself, built in as a function of its KEYS
+-- and ARGV) decides a waiter exactly as it decides a request: every limit passes and is
+-- debited, or nothing is.
+--
+-- A pool's queue, all under its hash tag (one Cluster slot):
+--   orgs       sorted set: org -> its pass (virtual time), orgs with waiters only
+--   meta       hash: seq, vt (the pass of the last org served), n, c (waiters, their tokens),
+--              n:<org>, c:<org>, ck:<digest> (per org, tokens per API key)
+--   deadlines  sorted set: request_id -> deadline (epoch ms)
+--   defaults   hash: o:<org>, k:<key_id> -> the default wait budget (ms), written by publishes
+--   qo:<org>   sorted set: API-key digest -> the arrival number of its first waiter
+--   qk:<dig>   list: that key's waiters, first come first
+--   qw:<rid>   hash: a waiter (a: authorize's ARGV packed, o, k, d, c: its tokens, dl, e, q,
+--              s: w waiting | a admitted | r refused | x expired | l left, r: the decision)
+local now = tonumber(A.now_ms)
+local CHANNEL = PREFIX .. ':' .. KEY.queue_channel
+local ORGS, META, DEADLINES = K.orgs, K.meta, K.deadlines
+-- Refusals a wait can cure: a bucket refills, a slot frees.
+local QUEUEABLE = {tps_exceeded = true, pool_capacity_exhausted = true,
+                   concurrency_exceeded = true}
+
+local function w_key(rid) return PREFIX .. ':' .. QK_WAITER .. ':' .. rid end
+local function org_q(org) return PREFIX .. ':' .. QK_ORG .. ':' .. org end
+local function key_q(digest) return PREFIX .. ':' .. QK_KEY .. ':' .. digest end
+local function auth_keys(rid)
+  return {K.registry, K.synced, K.pool, key(KEY.reservation, rid)}
+end
+local function own_args(dry)  -- the joining request's authorize ARGV
+  local a = {}
+  for i = 1, AUTHORIZE_ARGC do a[i] = ARGV[i] end
+  if dry then a[AUTHORIZE_DRY] = '1' end
+  return a
+end
+local function admits(d) return d[D_OUTCOME] == 'allowed' or d[D_OUTCOME] == 'duplicate' end
+
+-- The org's weight: its guaranteed output tokens/s in force now, bookings included.
+local function weight(org)
+  local output = org_guarantee_at(key(KEY.org, org), now)
+  return math.max(output or 0, 1)
+end
+
+local function unlink(rid, org, digest, cost)  -- a waiter leaves the structures
+  local kq = key_q(digest)
+  local head = redis.call('LINDEX', kq, 0)
+  redis.call('LREM', kq, 1, rid)
+  if head == rid then
+    local following = redis.call('LINDEX', kq, 0)
+    if following then
+      redis.call('ZADD', org_q(org), redis.call('HGET', w_key(following), 'q'), digest)
+    else
+      redis.call('ZREM', org_q(org), digest)
+      redis.call('HDEL', META, 'ck:' .. digest)
+    end
+  end
+  if redis.call('EXISTS', kq) == 1 then redis.call('HINCRBY', META, 'ck:' .. digest, -cost) end
+  redis.call('ZREM', DEADLINES, rid)
+  redis.call('HINCRBY', META, 'n', -1)
+  redis.call('HINCRBY', META, 'c', -cost)
+  if redis.call('HINCRBY', META, 'n:' .. org, -1) <= 0 then
+    redis.call('HDEL', META, 'n:' .. org, 'c:' .. org)
+    redis.call('ZREM', ORGS, org)
+  else
+    redis.call('HINCRBY', META, 'c:' .. org, -cost)
+  end
+end
+
+local function finish(rid, state, decision)  -- a waiter's outcome, kept for its process
+  local w = w_key(rid)
+  local v = redis.call('HMGET', w, 'o', 'd', 'c')
+  unlink(rid, v[1], v[2], tonumber(v[3]))
+  redis.call('HSET', w, 's', state, 'r', cjson.encode(decision))
+end
+
+local function enqueue(org, key_id, cost, deadline)
+  local rid, digest = A.request_id, A.digest
+  local seq = redis.call('HINCRBY', META, 'seq', 1)
+  local w = w_key(rid)
+  redis.call('HSET', w, 'a', cmsgpack.pack(unpack(own_args(false))), 'o', org, 'k', key_id,
+             'd', digest, 'c', cost, 'dl', deadline, 'e', A.now_ms, 'q', seq, 's', 'w')
+  redis.call('PEXPIRE', w, deadline - now + GRACE_MS)
+  if redis.call('RPUSH', key_q(digest), rid) == 1 then
+    redis.call('ZADD', org_q(org), seq, digest)
+  end
+  redis.call('HINCRBY', META, 'ck:' .. digest, cost)
+  redis.call('ZADD', DEADLINES, deadline, rid)
+  redis.call('HINCRBY', META, 'n', 1)
+  redis.call('HINCRBY', META, 'c', cost)
+  redis.call('HINCRBY', META, 'c:' .. org, cost)
+  if redis.call('HINCRBY', META, 'n:' .. org, 1) == 1 then
+    -- An org joins at the current virtual time: an idle spell earns it no credit.
+    redis.call('ZADD', ORGS, num(redis.call('HGET', META, 'vt'), 0), org)
+  end
+end
+
+-- Admit waiters in fair order while they fit: the org with the smallest pass first (stride
+-- scheduling: each admission advances its org's pass by tokens / weight, so under contention
+-- orgs are served in proportion to their guarantees), within it the key whose first waiter
+-- came first. A key refused by its own slice is passed over (its org's other keys are not); an
+-- org refused by its own limits or the pool's is passed over. Waiters past their deadline
+-- leave first (their process may be gone). Returns what happened, as the message published.
+local function pump()
+  local admitted, refused, expired, next_retry = {}, {}, {}, nil
+  for _, rid in ipairs(redis.call('ZRANGEBYSCORE', DEADLINES, '-inf', A.now_ms,
+                                  'LIMIT', 0, 100)) do
+    finish(rid, 'x', {'queue_timeout'})
+    expired[#expired + 1] = rid
+  end
+  local tries, limit, skipped = 0, tonumber(A.pump_max), {}
+  while tries < limit do
+    local orgs, org, pass = redis.call('ZRANGE', ORGS, 0, 63, 'WITHSCORES'), nil, nil
+    for i = 1, #orgs, 2 do
+      if not skipped[orgs[i]] then org, pass = orgs[i], tonumber(orgs[i + 1]) break end
+    end
+    if not org then break end
+    local served = false
+    for _, digest in ipairs(redis.call('ZRANGE', org_q(org), 0, 15)) do
+      local rid = redis.call('LINDEX', key_q(digest), 0)
+      local v = redis.call('HMGET', w_key(rid), 'a', 'c')
+      if not v[1] then  -- its record expired (a process gone long ago): it leaves
+        redis.call('LREM', key_q(digest), 1, rid)
+        redis.call('ZREM', DEADLINES, rid)
+        break
+      end
+      local args = {cmsgpack.unpack(v[1])}
+      args[AUTHORIZE_NOW], args[AUTHORIZE_DAY], args[AUTHORIZE_MONTH] = A.now_ms, A.day, A.month
+      tries = tries + 1
+      local d = authorize_run(auth_keys(rid), args)
+      if admits(d) then
+        finish(rid, 'a', d)
+        admitted[rid] = d
+        redis.call('HSET', META, 'vt', pass)
+        if redis.call('ZSCORE', ORGS, org) then
+          redis.call('ZADD', ORGS, pass + tonumber(v[2]) / weight(org), org)
+        end
+        served = true
+        break
+      elseif QUEUEABLE[d[D_OUTCOME]] then
+        local retry = num(d[D_RETRY], false)
+        if retry and (not next_retry or retry < next_retry) then next_retry = retry end
+        if d[D_SCOPE] ~= 'key' then break end  -- the org's limits: its other keys wait too
+      else  -- a wait no longer helps (the day's quota, a key revoked): answered now
+        finish(rid, 'r', d)
+        refused[rid] = d
+        served = true
+        break
+      end
+      if tries >= limit then break end
+    end
+    if not served then skipped[org] = true end
+  end
+  local next_at = false
+  if next_retry then next_at = now + math.max(next_retry, 1) end
+  local first = redis.call('ZRANGE', DEADLINES, 0, 0, 'WITHSCORES')
+  if first[2] and (not next_at or tonumber(first[2]) < next_at) then
+    next_at = tonumber(first[2])
+  end
+  return {a = admitted, r = refused, x = expired, n = next_at}
+end
+
+local function publish(message)
+  local encoded = cjson.encode(message)
+  redis.call('PUBLISH', CHANNEL, encoded)
+  return encoded
+end
+
+-- The ETA of a request refused now: authorize's retry for the bucket that refused it, and the
+-- tokens queued ahead of it at the rate of what is guaranteed to it (its org's guaranteed
+-- rate, or its key's own rate for a key's slice); a pool's headroom is not guaranteed to
+-- anyone: its ETA is the org's own guarantee's. A concurrency slot frees when a request ends:
+-- its ETA is authorize's estimate. nil: it can never fit.
+local function eta_of(d, org, key_id, digest)
+  local retry = num(d[D_RETRY], false)
+  if not retry then return nil end
+  if d[D_OUTCOME] == 'concurrency_exceeded' then return retry end
+  local m = redis.call('HMGET', META, 'c:' .. org, 'ck:' .. digest)
+  local rate, ahead
+  if d[D_SCOPE] == 'key' then
+    local r = redis.call('HMGET', key(KEY.key_slice, key_id), F.key.output_rate,
+                         F.key.input_rate)
+    rate = num(d[D_LIMIT] == 'input' and r[2] or r[1], 0)
+    ahead = num(m[2], 0)
+  else
+    local output, input = org_guarantee_at(key(KEY.org, org), now)
+    rate = (d[D_LIMIT] == 'input' and (input or 0) > 0) and input or (output or 0)
+    ahead = num(m[1], 0)
+    if d[D_OUTCOME] == 'pool_capacity_exhausted' and rate > 0 then
+      return math.max(retry, math.ceil((ahead + d[D_RESERVED]) * 1000 / rate))
+    end
+  end
+  if rate <= 0 then return retry end
+  return retry + math.ceil(ahead * 1000 / rate)
+end
+
+local rid = A.request_id
+local w = w_key(rid)
+
+if A.op == 'pump' then
+  if redis.call('EXISTS', ORGS) == 0 then return {'pumped', false, 0, 0, false, false} end
+  local message = pump()
+  return {'pumped', false, 0, 0, message.n, publish(message)}
+end
+
+if A.op == 'leave' then  -- the waiter's deadline, or its client went away
+  local v = redis.call('HMGET', w, 's', 'r')
+  if v[1] == 'w' then
+    finish(rid, 'l', {'left'})
+    return {'left', false, 0, 0, false, false}
+  end
+  if v[1] == 'a' or v[1] == 'r' then return {'done', v[2], 0, 0, false, false} end
+  return {'gone', false, 0, 0, false, false}
+end
+
+-- join
+local v = redis.call('HMGET', w, 's', 'r', 'dl')
+if v[1] == 'w' then  -- the same request again (a retry): it keeps its place
+  return {'queued', false, 0, tonumber(v[3]) - now, false, false}
+elseif v[1] == 'a' or v[1] == 'r' then
+  return {'done', v[2], 0, 0, false, false}
+end
+-- Nobody waiting: authorize's own decision, which a refusal leaves unwritten. Somebody
+-- waiting: a trial decision (it reserves nothing) says who asks and what holds it back, and
+-- the queue's order decides.
+local waiting = redis.call('EXISTS', ORGS) == 1
+local d = authorize_run(auth_keys(rid), own_args(waiting))
+local outcome = d[D_OUTCOME]
+if (admits(d) and not waiting) or not (admits(d) or QUEUEABLE[outcome]) then
+  return {'decided', cjson.encode(d), 0, 0, false, false}
+end
+local org, key_id = d[D_ORG], d[D_KEY]
+local budget = tonumber(A.budget_ms)
+if budget < 0 then  -- the key's default, else the org's, else none
+  local defaults = redis.call('HMGET', K.defaults, 'k:' .. key_id, 'o:' .. org)
+  budget = num(defaults[1], false) or num(defaults[2], 0)
+end
+budget = math.min(budget, tonumber(A.max_wait_ms))
+if budget <= 0 then  -- no wait asked for: today's answer
+  if waiting and admits(d) then d = authorize_run(auth_keys(rid), own_args(false)) end
+  return {'decided', cjson.encode(d), 0, 0, false, false}
+end
+local eta = 0
+if not admits(d) then
+  eta = eta_of(d, org, key_id, A.digest)
+  if not eta or eta > budget then
+    return {'refused', cjson.encode(d), eta or -1, budget, false, false}
+  end
+end
+local m = redis.call('HMGET', META, 'n', 'n:' .. org)
+if num(m[1], 0) >= tonumber(A.pool_cap) or num(m[2], 0) >= tonumber(A.org_cap) then
+  return {'full', cjson.encode(d), eta, budget, false, false}
+end
+enqueue(org, key_id, d[D_RESERVED], now + budget)
+if admits(d) then  -- it fits now, but others wait: their order decides
+  local message = pump()
+  local encoded = publish(message)
+  local s = redis.call('HMGET', w, 's', 'r')
+  if s[1] ~= 'w' then return {'done', s[2], 0, budget, message.n, encoded} end
+  return {'queued', false, eta, budget, message.n, encoded}
+end
+return {'queued', false, eta, budget, now + math.max(num(d[D_RETRY], 1), 1), false}

@@ -1,0 +1,117 @@
+"""The admission queue's engine (admission/engine): decisions on a real Redis, waiters on
+real event loops, time passing for real (the buckets refill while they wait). Outcomes and
+order are asserted, never how long anything took."""
+
+import asyncio
+import uuid
+
+import pytest
+
+from admission.engine.queue import QKEY, queue_key
+from admission.engine.waiting import queue_decide
+from quotas.limiter.connection import limiter_reset
+from quotas.limiter.engine import limiter_authorize
+from quotas.limiter.schema import KEY
+from sluice.secrets import secret_digest
+from tests.aio import LoopThread
+from tests.quotas.conftest import tenant_create
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def queue_redis(redis_client):
+    """A flushed Redis, fresh engine connections, the real clock."""
+    limiter_reset()
+    yield redis_client
+    limiter_reset()
+
+
+@pytest.fixture
+def loop():
+    thread = LoopThread()
+    yield thread
+    limiter_reset()
+    thread.run(asyncio.sleep(0.01))
+    thread.close()
+
+
+def ask(tenant, *, budget_ms, input_tokens=100, max_output_tokens=100, request_id=None,
+        max_wait_ms=20_000, gone=None):
+    return queue_decide(pool_id=tenant.pool.pk, digest=secret_digest(tenant.plaintext),
+                        request_id=request_id or uuid.uuid4().hex, input_tokens=input_tokens,
+                        max_output_tokens=max_output_tokens, tier="auto", key_tier="unknown",
+                        pool_tier=tenant.pool.tier, budget_ms=budget_ms,
+                        max_wait_ms=max_wait_ms, gone=gone)
+
+
+def drain(tenant, tokens: int) -> None:
+    """Take `tokens` from the org's buckets with a plain decision."""
+    d = limiter_authorize(pool_id=tenant.pool.pk, api_key=tenant.plaintext,
+                          request_id=uuid.uuid4().hex, input_tokens=tokens // 2,
+                          max_output_tokens=tokens - tokens // 2)
+    assert d.allowed, d
+
+
+def waiting(redis, pool_id) -> int:
+    return int(redis.hget(queue_key(pool_id, QKEY.meta), "n") or 0)
+
+
+def test_a_request_that_fits_is_admitted_at_once(queue_redis, loop):
+    tenant = tenant_create(guaranteed_tps=1000, burst_tps=1000)
+    outcome = loop.run(ask(tenant, budget_ms=1000))
+    assert outcome.decision.outcome == "allowed"
+    assert outcome.queued_ms is None
+
+
+def together(loop, *coroutines):
+    async def run():
+        return await asyncio.gather(*coroutines)
+    return loop.run(run())
+
+
+def test_waiters_are_admitted_as_their_bucket_refills_first_come_first(queue_redis, loop):
+    tenant = tenant_create(guaranteed_tps=100, burst_tps=100)
+    drain(tenant, 1000)
+    ids = [f"r{i}" for i in range(3)]  # 300 tokens at 100/s
+    outcomes = together(loop, *(ask(tenant, budget_ms=10_000, request_id=r, input_tokens=50,
+                                    max_output_tokens=50) for r in ids))
+    assert [o.decision.outcome for o in outcomes] == ["allowed"] * 3
+    waited = [o for o in outcomes if o.queued_ms is not None]
+    assert waited and all(o.eta_ms <= 10_000 for o in waited)
+    assert waiting(queue_redis, tenant.pool.pk) == 0
+
+
+def test_an_eta_beyond_the_budget_is_refused_up_front_and_nothing_waits(queue_redis, loop):
+    tenant = tenant_create(guaranteed_tps=100, burst_tps=100)
+    drain(tenant, 1000)
+    outcome = loop.run(ask(tenant, budget_ms=100))  # 200 tokens at 100/s: 2 s
+    assert outcome.decision.outcome == "tps_exceeded"
+    assert outcome.eta_ms > 100 and outcome.decision.retry_after_ms == outcome.eta_ms
+    assert outcome.queued_ms is None
+    assert waiting(queue_redis, tenant.pool.pk) == 0
+    assert not queue_redis.exists(queue_key(tenant.pool.pk, KEY.queue_orgs))
+
+
+def test_a_waiter_nobody_makes_room_for_is_refused_when_its_budget_ends(queue_redis, loop):
+    tenant = tenant_create(guaranteed_tps=1000, burst_tps=1000, max_concurrency=1)
+    drain(tenant, 200)  # holds the one slot, never settled
+    outcome = loop.run(ask(tenant, budget_ms=1200))  # a slot's ETA: 1 s at most
+    assert outcome.decision.outcome == "queue_timeout"
+    assert outcome.queued_ms is not None
+    assert waiting(queue_redis, tenant.pool.pk) == 0
+
+
+def test_no_budget_is_todays_answer(queue_redis, loop):
+    tenant = tenant_create(guaranteed_tps=100, burst_tps=100)
+    drain(tenant, 1000)
+    outcome = loop.run(ask(tenant, budget_ms=0))
+    assert outcome.decision.outcome == "tps_exceeded"
+    assert outcome.eta_ms is None and waiting(queue_redis, tenant.pool.pk) == 0
+
+
+def test_the_pools_maximum_clamps_the_budget(queue_redis, loop):
+    tenant = tenant_create(guaranteed_tps=100, burst_tps=100)
+    drain(tenant, 1000)
+    outcome = loop.run(ask(tenant, budget_ms=20_000, max_wait_ms=500))
+    assert outcome.decision.outcome == "tps_exceeded" and outcome.budget_ms == 500
