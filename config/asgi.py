@@ -8,6 +8,7 @@ from concurrent.futures import Executor
 
 from django.conf import settings
 
+from admission.hook import hook_queue
 from config.wsgi import application as wsgi_application
 from quotas.hook.asgi import hook_on_loop
 from sluice.asgi_bridge import wsgi_app_as_asgi, wsgi_executor
@@ -24,7 +25,7 @@ def asgi_application(wsgi_app, *, executor: Executor | None = None):
     bridge = wsgi_app_as_asgi(wsgi_app, executor=executor,
                               max_body=4 * settings.DATA_UPLOAD_MAX_MEMORY_SIZE,
                               on_startup=worker_ready)
-    return hook_on_loop(bridge, executor=executor)
+    return hook_on_loop(bridge, executor=executor, queue=hook_queue)
 
 
 def worker_ready() -> None:

@@ -338,11 +338,12 @@ def _default_in_thread(fn, kwargs: dict):
 
 async def queue_decide(*, pool_id: int, digest: str, request_id: str, input_tokens: int,
                        max_output_tokens: int | None, tier: str, key_tier: str, pool_tier: str,
-                       budget_ms: int, max_wait_ms: int, gone: Awaitable | None = None,
+                       budget_ms: int, max_wait_ms: int,
+                       gone: Callable[[], Awaitable] | None = None,
                        in_thread: InThread | None = None) -> QueueOutcome:
     """Decide a request that may wait (budget_ms: what it asked, -1 for its key's or org's
     default; the pool's `max_wait_ms` clamps it): admitted now, refused now, or waiting until
-    admitted or its budget ends. `gone`: completes when the client goes away (the waiter then
+    admitted or its budget ends. `gone()`: completes when the client goes away (the waiter then
     leaves at once). Raises LimiterUnavailable (the pool's failure policy answers)."""
     in_thread = in_thread or _default_in_thread
     watch = _watch(in_thread)
@@ -379,8 +380,8 @@ async def _join(watch: _Watch, ask: dict, *, budget_ms: int, max_wait_ms: int) -
     return joined
 
 
-async def _wait(watch: _Watch, ask: dict, joined: Joined, gone: Awaitable | None
-                ) -> QueueOutcome:
+async def _wait(watch: _Watch, ask: dict, joined: Joined,
+                gone: Callable[[], Awaitable] | None) -> QueueOutcome:
     pool_id, rid = ask["pool_id"], ask["request_id"]
     loop = watch.loop
     pool = watch.pools.get(pool_id)
@@ -397,7 +398,7 @@ async def _wait(watch: _Watch, ask: dict, joined: Joined, gone: Awaitable | None
         watch.resolve(pool_id, joined.message)
     if joined.next_at:
         watch.pump_at(pool_id, joined.next_at)
-    gone_task = asyncio.ensure_future(gone) if gone is not None else None
+    gone_task = asyncio.ensure_future(gone()) if gone is not None else None
     try:
         if gone_task is None:
             decision = await future

@@ -15,6 +15,7 @@ body limit (DATA_UPLOAD_MAX_MEMORY_SIZE), `nosniff`.
 
 import asyncio
 from concurrent.futures import Executor
+from functools import partial
 
 from django.conf import settings
 
@@ -55,9 +56,11 @@ async def _send(send, status: int, body: dict) -> None:
     await send({"type": "http.response.body", "body": data})
 
 
-def hook_on_loop(app, *, executor: Executor):
+def hook_on_loop(app, *, executor: Executor, queue=None):
     """`app` (the bridge), with POST authorize answered on the event loop; `executor` runs the
-    steps that may block (the bridge's own threads)."""
+    steps that may block (the bridge's own threads). `queue`: the admission queue's
+    (admission/hook.py: config/asgi.py hands it over), called as queue(receive=, in_thread=,
+    **a Queued step's kwargs) for a decision that may wait; None: none waits."""
     def in_thread(fn, kwargs: dict):
         return asyncio.get_running_loop().run_in_executor(executor, _run, fn, kwargs)
 
@@ -86,9 +89,16 @@ def hook_on_loop(app, *, executor: Executor):
                 raise too_large
             return body
 
-        status, answer = await steps_run_async(
-            authorize_steps(method="POST", authorization=authorization, read_body=read_body),
-            in_thread=in_thread)
+        try:
+            status, answer = await steps_run_async(
+                authorize_steps(method="POST", authorization=authorization,
+                                read_body=read_body),
+                in_thread=in_thread,
+                queue=queue and partial(queue, receive=receive, in_thread=in_thread))
+        except asyncio.CancelledError:
+            if asyncio.current_task().cancelling():
+                raise
+            return None  # the client went away while the request waited: nobody to answer
         return await _send(send, status, answer)
 
     return application

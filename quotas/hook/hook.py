@@ -32,7 +32,7 @@ from quotas.hook.routing import (
 from quotas.limiter.connection import LimiterUnavailable
 from quotas.limiter.engine import limiter_authorize_steps, limiter_spill_mark_steps
 from quotas.limiter.schema import SPILLED, TIER_MISMATCH, Decision
-from quotas.limiter.steps import Background, Blocking, Steps, steps_run
+from quotas.limiter.steps import Background, Blocking, Queued, Steps, steps_run
 from sluice.errors import error_body
 from sluice.secrets import secret_digest
 
@@ -120,7 +120,7 @@ def hook_call(handler: Callable[[object, GatewayIdentity], Answer], histogram, *
 
 
 def _decision_answer(d: Decision, *, route: PoolRoute, request_id: str, dry_run: bool,
-                     limiter: str) -> Answer:
+                     limiter: str, queued=None) -> Answer:
     if d.allowed:
         status = 200
         body = {"allowed": True, "reservation_id": None if dry_run else reservation_id_issue(
@@ -147,13 +147,29 @@ def _decision_answer(d: Decision, *, route: PoolRoute, request_id: str, dry_run:
             body["error"]["limit"] = d.limit
     if limiter != "redis":
         body["limiter"] = limiter
+    if queued is not None:  # it could have waited (admission/): what it was told
+        _queue_answer(body, queued)
     return status, body
+
+
+def _queue_answer(body: dict, queued) -> None:
+    """The admission queue's part of an answer (queued: admission's QueueOutcome): the budget
+    used, how long it waited, and on a refusal the ETA (`retry_after_ms` too, and headers)."""
+    body["queue_budget_ms"] = queued.budget_ms
+    headers = body["headers"] if body.get("headers") is not None else {}
+    if queued.queued_ms is not None:
+        body["queued_ms"] = queued.queued_ms
+        headers["x-sluice-queued-ms"] = str(queued.queued_ms)
+    if not body["allowed"] and queued.eta_ms is not None:
+        body["error"]["queue_eta_ms"] = queued.eta_ms
+        headers["x-sluice-queue-eta-ms"] = str(queued.eta_ms)
+    body["headers"] = headers
 
 
 # Refusals after which `auto` asks the next pool (the standard one): the fast pool is full for
 # this org, or the org holds no allocation there (or is not known there yet).
 SPILL_ON = frozenset({"tps_exceeded", "pool_capacity_exhausted", "no_allocation",
-                      "invalid_api_key"})
+                      "invalid_api_key", "queue_full"})
 # Refusals that only say "not here": reported only when no pool asked had a better reason.
 NOT_HERE = frozenset({"no_allocation", "invalid_api_key"})
 # API-key digest -> the key's default service tier, as the last decision about it said: `auto`
@@ -169,7 +185,28 @@ def _candidates(routes: list[PoolRoute], service_tier: str, hint: str) -> list[P
     return [r for r in routes if r.tier in TIERS_SERVING[hint]]
 
 
-def _limiter_decide_steps(ask: AuthorizeInput, routes: list[PoolRoute]) -> Steps:
+def _decision_steps(ask: AuthorizeInput, route: PoolRoute, digest: str, hint: str,
+                    waits: dict) -> Steps:
+    """One pool's decision: the admission queue's where the pool has one and the request may
+    wait (its budget, or its key's or org's default), else authorize's. `waits`: route ->
+    what the queue said."""
+    if route.queue_max_wait_ms and ask.queue_threshold_ms and not ask.dry_run:
+        queued = yield Queued({
+            "pool_id": route.pool_id, "digest": digest, "request_id": ask.request_id,
+            "input_tokens": ask.input_tokens, "max_output_tokens": ask.max_output_tokens,
+            "tier": ask.service_tier, "key_tier": hint, "pool_tier": route.tier,
+            "budget_ms": ask.queue_threshold_ms, "max_wait_ms": route.queue_max_wait_ms})
+        if queued is not None:
+            waits[route] = queued
+            return queued.decision
+    return (yield from limiter_authorize_steps(
+        pool_id=route.pool_id, api_key=ask.api_key, digest=digest,
+        request_id=ask.request_id, input_tokens=ask.input_tokens,
+        max_output_tokens=ask.max_output_tokens, tier=ask.service_tier,
+        key_tier=hint, pool_tier=route.tier, dry_run=ask.dry_run))
+
+
+def _limiter_decide_steps(ask: AuthorizeInput, routes: list[PoolRoute], waits: dict) -> Steps:
     """Ask the pools in order until one admits or refuses for good: (decision, route), or None
     when no pool of a tier the key's default allows serves the model. Raises
     LimiterUnavailable (with the route it happened on as its argument)."""
@@ -179,11 +216,7 @@ def _limiter_decide_steps(ask: AuthorizeInput, routes: list[PoolRoute]) -> Steps
         hint = _key_tier_hints.get(digest, "unknown")
         for route in _candidates(routes, ask.service_tier, hint):
             try:
-                d = yield from limiter_authorize_steps(
-                    pool_id=route.pool_id, api_key=ask.api_key, digest=digest,
-                    request_id=ask.request_id, input_tokens=ask.input_tokens,
-                    max_output_tokens=ask.max_output_tokens, tier=ask.service_tier,
-                    key_tier=hint, pool_tier=route.tier, dry_run=ask.dry_run)
+                d = yield from _decision_steps(ask, route, digest, hint, waits)
             except LimiterUnavailable as exc:
                 raise LimiterUnavailable(route) from exc
             if d.key_tier and d.key_tier != hint:
@@ -249,8 +282,9 @@ def _authorize_handle_steps(body: object, gateway: GatewayIdentity) -> Steps:
             return _refusal(exc.code, exc.message, 404)
         return _error(exc.code, exc.message, 400)
     limiter = "redis"
+    waits: dict = {}  # pool route -> what its admission queue said
     try:
-        decided = yield from _limiter_decide_steps(ask, routes)
+        decided = yield from _limiter_decide_steps(ask, routes, waits)
         if decided is None:
             return _refusal("unknown_model", f"No pool serves model {ask.model!r} on the API "
                             "key's default service tier.", 404)
@@ -278,7 +312,7 @@ def _authorize_handle_steps(body: object, gateway: GatewayIdentity) -> Steps:
         yield Background(refusal_count, {"decision": decision, "pool_id": route.pool_id,
                                          "limiter": limiter})
     return _decision_answer(decision, route=route, request_id=ask.request_id,
-                            dry_run=ask.dry_run, limiter=limiter)
+                            dry_run=ask.dry_run, limiter=limiter, queued=waits.get(route))
 
 
 def authorize_handle(body: object, gateway: GatewayIdentity) -> Answer:

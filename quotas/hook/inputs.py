@@ -171,6 +171,21 @@ class AuthorizeInput(NamedTuple):
     max_output_tokens: int | None  # None: reserve the output estimate alone
     dry_run: bool
     service_tier: str = "auto"
+    queue_threshold_ms: int = -1  # how long it may wait for capacity; -1: absent (defaults)
+
+
+# Cerebras' queue_threshold range: 0 (never wait) or 50 to 20,000 ms.
+QUEUE_THRESHOLD_MS = (50, 20_000)
+
+
+def _queue_threshold(value: object) -> int | None:
+    """A valid queue_threshold_ms, -1 when absent, None when invalid."""
+    if value is None:
+        return -1
+    if type(value) is not int or not (value == 0 or QUEUE_THRESHOLD_MS[0] <= value
+                                      <= QUEUE_THRESHOLD_MS[1]):
+        return None
+    return value
 
 
 def _authorize_input_fast(body: object) -> AuthorizeInput | None:
@@ -185,7 +200,8 @@ def _authorize_input_fast(body: object) -> AuthorizeInput | None:
     request_id, api_key, model = get("request_id"), get("api_key"), get("model")
     region, input_tokens, max_output = get("region"), get("input_tokens"), get("max_output_tokens")
     dry_run, tier = get("dry_run", False), get("service_tier", "auto")
-    if (type(request_id) is not str or not 0 < len(request_id) <= 128
+    queue = _queue_threshold(get("queue_threshold_ms"))
+    if (queue is None or type(request_id) is not str or not 0 < len(request_id) <= 128
             or REQUEST_ID.fullmatch(request_id) is None
             or type(api_key) is not str or not 0 < len(api_key) <= 256
             or type(model) is not str or not 0 < len(model) <= 100
@@ -196,7 +212,7 @@ def _authorize_input_fast(body: object) -> AuthorizeInput | None:
             or type(dry_run) is not bool or tier not in SERVICE_TIERS):
         return None
     return AuthorizeInput(request_id, api_key, model, region, input_tokens, max_output, dry_run,
-                          tier)
+                          tier, queue)
 
 
 def authorize_input(body: object) -> AuthorizeInput:
@@ -214,7 +230,15 @@ def _authorize_input_checked(body: object) -> AuthorizeInput:
         max_output_tokens=f.integer("max_output_tokens", minimum=1, required=False),
         dry_run=f.boolean("dry_run"),
         service_tier=f.choice("service_tier", SERVICE_TIERS, default="auto"),
+        queue_threshold_ms=_queue_threshold(f.body.get("queue_threshold_ms")),
     )
+    if parsed.queue_threshold_ms is None:
+        low, high = QUEUE_THRESHOLD_MS
+        f.errors["queue_threshold_ms"] = [f"Must be 0 or an integer from {low} to {high}."]
+        if len(f.errors) == 1:
+            raise BadInput("queue_threshold_ms must be 0 or an integer from "
+                           f"{low} to {high} (milliseconds).", code="invalid_queue_threshold",
+                           fields=f.errors)
     if f.errors:
         raise _refuse(body, f.errors)
     return parsed

@@ -15,6 +15,10 @@ REFUSALS: dict[str, tuple[int, str]] = {
     "tps_exceeded": (429, "The organization's tokens-per-second budget is exhausted (a request "
                           "larger than the whole budget never fits: lower max_output_tokens)."),
     "pool_capacity_exhausted": (429, "The pool has no spare capacity to lend for a burst."),
+    "queue_timeout": (429, "No capacity freed for this request within its wait budget "
+                           "(queue_threshold_ms)."),
+    "queue_full": (429, "The pool's admission queue (or the organization's share of it) is "
+                        "full."),
 }
 
 LIMITER_UNAVAILABLE = ("The admission engine is unreachable and this pool fails closed; "
@@ -25,6 +29,6 @@ LIMITER_UNAVAILABLE = ("The admission engine is unreachable and this pool fails 
 # comes back. A daily quota returns at midnight and everything else needs a person.
 RETRYABLE = frozenset({"tps_exceeded", "concurrency_exceeded", "pool_capacity_exhausted",
                        "limiter_unavailable", "internal_error",
-                       "database_unavailable"})
+                       "database_unavailable", "queue_timeout", "queue_full"})
 # How long a gateway should wait before asking again while the limiter is unreachable.
 LIMITER_UNAVAILABLE_RETRY_MS = 1000

@@ -42,6 +42,7 @@ class PoolRoute:
     ttft_ceiling_ms: int
     tier: str = Tier.FAST
     output_estimate_default: int = 4096  # what fail-open reserves without max_output_tokens
+    queue_max_wait_ms: int = 0  # the admission queue's longest wait (0: no queue)
 
 
 class RouteError(Exception):
@@ -62,10 +63,11 @@ class _Routes:
     def load(self) -> None:
         pools = CapacityPool.objects.order_by("pk").values_list(
             "pk", "model", "region", "limiter_failure_policy", "speed_floor_output_tps",
-            "ttft_ceiling_ms", "tier", "output_estimate_default")
+            "ttft_ceiling_ms", "tier", "output_estimate_default", "queue_max_wait_ms")
         self.by_id = {pk: PoolRoute(pk, model, region, policy == LimiterFailurePolicy.FAIL_OPEN,
-                                    floor, ceiling, tier, estimate)
-                      for pk, model, region, policy, floor, ceiling, tier, estimate in pools}
+                                    floor, ceiling, tier, estimate, queue)
+                      for pk, model, region, policy, floor, ceiling, tier, estimate, queue
+                      in pools}
         self.asked = {}
         self.loaded_at = time.monotonic()
 

@@ -10,6 +10,9 @@ must wait for and gets the answer back:
   value is sent back in, its exception thrown in.
 - `Background(fn, kwargs)`: the same kind of work, whose result nobody waits for (a
   heartbeat, a statistic, a cache refreshed for the next requests).
+- `Queued(kwargs)`: a decision that may wait for capacity (the admission queue, admission/):
+  the runner's `queue(**kwargs)` answers it on an event loop; a runner without one (a thread)
+  answers None, and the caller decides at once instead.
 
 `steps_run` does each in the calling thread, as plain calls. `steps_run_async` awaits script
 calls on the loop's own pipelined connection (aio.py) and hands the rest to a thread, so that
@@ -57,7 +60,11 @@ class Claim:
         return True
 
 
-Step = ScriptCall | Blocking | Background
+class Queued(NamedTuple):
+    kwargs: dict
+
+
+Step = ScriptCall | Blocking | Background | Queued
 Steps = Generator[Step, Any, Any]
 # How a loop runs a callable off the loop: (fn, kwargs) -> an awaitable of its result.
 InThread = Callable[[Callable[..., Any], dict], Awaitable[Any]]
@@ -66,6 +73,8 @@ InThread = Callable[[Callable[..., Any], dict], Awaitable[Any]]
 def _sync(step: Step) -> Any:
     if type(step) is ScriptCall:
         return script_run(step.name, keys=step.keys, args=step.args)
+    if type(step) is Queued:  # a thread does not wait for capacity
+        return None
     if type(step) is Background:
         try:
             step.fn(**step.kwargs)
@@ -112,9 +121,11 @@ def _background(in_thread: InThread, step: Background) -> None:
         logger.warning("background step %s not started: %s", step.fn.__qualname__, exc)
 
 
-async def steps_run_async(steps: Steps, *, in_thread: InThread) -> Any:
+async def steps_run_async(steps: Steps, *, in_thread: InThread,
+                          queue: Callable[..., Awaitable[Any]] | None = None) -> Any:
     """Run a decision's steps on the running event loop: script calls awaited there, blocking
-    and background work through `in_thread`, which must return a future (`run_in_executor`)."""
+    and background work through `in_thread`, which must return a future (`run_in_executor`),
+    a decision that may wait through `queue` (None: answered None)."""
     answer, error = None, None
     while (next_step := _next(steps, answer, error))[0] is not _DONE:
         step, answer, error = next_step[0], None, None
@@ -128,6 +139,8 @@ async def steps_run_async(steps: Steps, *, in_thread: InThread) -> Any:
                                                           "args": step.args})
             elif kind is Background:
                 _background(in_thread, step)
+            elif kind is Queued:
+                answer = None if queue is None else await queue(**step.kwargs)
             else:
                 answer = await in_thread(step.fn, step.kwargs)
         except Exception as exc:
