@@ -14,6 +14,7 @@ from quotas.limiter.engine import limiter_authorize
 from quotas.limiter.schema import KEY
 from sluice.secrets import secret_digest
 from tests.aio import LoopThread
+from tests.factories import PoolFactory
 from tests.quotas.conftest import tenant_create
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -115,3 +116,45 @@ def test_the_pools_maximum_clamps_the_budget(queue_redis, loop):
     drain(tenant, 1000)
     outcome = loop.run(ask(tenant, budget_ms=20_000, max_wait_ms=500))
     assert outcome.decision.outcome == "tps_exceeded" and outcome.budget_ms == 500
+
+
+def jain(values: list[float]) -> float:
+    return sum(values) ** 2 / (len(values) * sum(v * v for v in values))
+
+
+def test_orgs_competing_for_the_headroom_get_shares_by_their_guarantees(queue_redis, loop):
+    """Guarantees 10 : 20 : 50 tokens/s, each org bursting up to 1,000 tokens/s into a pool
+    whose headroom (1,000 tokens/s) is what they fight for: each keeps six requests waiting,
+    back to back. Counted once every bucket is drained: admitted tokens by org ~ 1 : 2 : 5."""
+    pool = PoolFactory(capacity_tps=1080, queue_max_wait_ms=20_000)
+    orgs = [tenant_create(pool=pool, guaranteed_tps=g, burst_tps=g + 1000, max_concurrency=10**6,
+                          daily_tokens=10**9, sync=False) for g in (10, 20, 50)]
+    from quotas.publish import limiter_sync_pool
+    limiter_sync_pool(pool_id=pool.pk)
+    # The initial bucket levels, spent: the guarantees' 10 s, and the headroom's (with the
+    # largest org's burst). What follows is the steady state.
+    for t, tokens in zip(orgs, (100, 200, 500 + 10_000), strict=True):
+        drain(t, tokens)
+    admitted = {t.org.pk: [] for t in orgs}
+    stop = asyncio.Event()
+
+    async def worker(t):
+        while not stop.is_set():
+            outcome = await ask(t, budget_ms=20_000, input_tokens=10, max_output_tokens=10)
+            if outcome.decision.allowed:
+                admitted[t.org.pk].append(asyncio.get_running_loop().time())
+
+    async def run():
+        tasks = [asyncio.ensure_future(worker(t)) for t in orgs for _ in range(6)]
+        while sum(map(len, admitted.values())) < 400:  # until 400 admissions, however long
+            await asyncio.sleep(0.05)
+        stop.set()
+        await asyncio.wait(tasks, timeout=30)
+
+    loop.run(run(), timeout=300)
+    # The first quarter left out: what refilled while the workers started came first served.
+    everything = sorted(at for ats in admitted.values() for at in ats)
+    start = everything[len(everything) // 4]
+    counts = [sum(1 for at in admitted[t.org.pk] if at >= start) for t in orgs]
+    shares = [c / sum(counts) for c in counts]
+    assert jain([s / w for s, w in zip(shares, (1, 2, 5), strict=True)]) >= 0.95, counts
