@@ -14,6 +14,5 @@ class AdmissionConfig(AppConfig):
         from admission import receivers  # noqa: F401 - subscribes to the publishes
         from admission.engine.waiting import QueueConfig, queue_configure
 
-        queue_configure(QueueConfig(
-            pool_cap=getattr(settings, "SLUICE_QUEUE_POOL_CAP", 10_000),
-            org_cap=getattr(settings, "SLUICE_QUEUE_ORG_CAP", 1_000)))
+        queue_configure(QueueConfig(pool_cap=settings.SLUICE_QUEUE_POOL_CAP,
+                                    org_cap=settings.SLUICE_QUEUE_ORG_CAP))

@@ -273,7 +273,8 @@ class Gateway:
         grant = await self._authorize_or_none(
             request_id=attempt.request_id, api_key=api_key, model=attempt.model,
             input_tokens=attempt.input_estimate, max_output_tokens=max_output_tokens(body),
-            service_tier=body.get("service_tier"))
+            service_tier=body.get("service_tier"),
+            queue_threshold_ms=_queue_threshold(request.headers.get("queue_threshold")))
         self.metrics.admission.observe(time.perf_counter() - asked)
         if grant is None:
             self._observe(attempt, "refused")
@@ -510,6 +511,15 @@ class _ClientWatched:
             pass
         self.gone = True
         self.task.cancel()
+
+
+def _queue_threshold(header: str | None) -> int | str | None:
+    """Cerebras' `queue_threshold` request header (ms) as authorize's queue_threshold_ms:
+    Sluice checks it (a value it refuses answers 400 invalid_queue_threshold)."""
+    if header is None:
+        return None
+    text = header.strip()
+    return int(text) if text.isdigit() and len(text) <= 9 else text
 
 
 def _bearer(request: Request) -> str | None:

@@ -21,9 +21,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @contextlib.contextmanager
-def sluice_server(*, workers: int = 1, threads: int = 4):
+def sluice_server(*, workers: int = 1, threads: int = 4, env: dict | None = None):
     """(base URL, port) of the server, in debug mode as `dev.py run` starts it (production
-    settings want a deployment's environment)."""
+    settings want a deployment's environment). `env`: more of it (SLUICE_* settings)."""
     db = connection.settings_dict
     port = free_port()
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("SLUICE_")},
@@ -33,7 +33,8 @@ def sluice_server(*, workers: int = 1, threads: int = 4):
            "DATABASE_URL": urlunsplit(urlsplit(os.environ["DATABASE_URL"])._replace(
                path=f"/{db['NAME']}")),
            "REDIS_URL": settings.REDIS_URL, "SLUICE_WEB_CONCURRENCY": str(workers),
-           "SLUICE_WEB_THREADS": str(threads), "PROMETHEUS_MULTIPROC_DIR": tempfile.mkdtemp()}
+           "SLUICE_WEB_THREADS": str(threads), "PROMETHEUS_MULTIPROC_DIR": tempfile.mkdtemp(),
+           **(env or {})}
     process = subprocess.Popen(  # noqa: S603 - our own server
         [sys.executable, "-m", "config.serve", "--bind", f"127.0.0.1:{port}"], cwd=ROOT,
         env=env, stdout=subprocess.DEVNULL)

@@ -43,6 +43,8 @@ KNOWN_ENV = {
     "SLUICE_REDIS_REPLY_TIMEOUT_MS",
     "SLUICE_LIMITER_REDIS_URL",
     "SLUICE_FAIL_OPEN_PROCESSES",
+    "SLUICE_QUEUE_POOL_CAP",
+    "SLUICE_QUEUE_ORG_CAP",
     "SLUICE_PUBLIC_URL",
     "SLUICE_STRIPE_API_BASE",
     "SLUICE_STRIPE_WEBHOOK_SECRET",
@@ -172,6 +174,10 @@ REDIS_REPLY_TIMEOUT_SECONDS = env_int("SLUICE_REDIS_REPLY_TIMEOUT_MS", 250, mini
 # saw in Redis; one that never saw it (started during the outage) assumes this many.
 FAIL_OPEN_PROCESSES = env_int("SLUICE_FAIL_OPEN_PROCESSES",
                               env_int("SLUICE_WEB_CONCURRENCY", 2, minimum=1), minimum=1)
+# The admission queue (admission/): requests waiting at most per pool, and per org in a pool;
+# beyond them a request that would wait is refused queue_full.
+SLUICE_QUEUE_POOL_CAP = env_int("SLUICE_QUEUE_POOL_CAP", 10_000, minimum=1)
+SLUICE_QUEUE_ORG_CAP = env_int("SLUICE_QUEUE_ORG_CAP", 1_000, minimum=1)
 
 CACHES = {
     "default": {

@@ -35,6 +35,7 @@ from sluice_client.client import (
     UsageEvent,
     _is_decision,
     authorize_body,
+    queue_read_timeout,
 )
 from sluice_client.http1 import Http1Pool, HttpError
 from sluice_client.spool import Spool
@@ -101,13 +102,17 @@ class AsyncSluiceClient:
 
     async def authorize(self, *, request_id: str, api_key: str, model: str, input_tokens: int,
                         max_output_tokens: int | None = None, region: str | None = None,
-                        dry_run: bool = False,
-                        service_tier: str | None = None) -> AuthorizeResult:
+                        dry_run: bool = False, service_tier: str | None = None,
+                        queue_threshold_ms: int | None = None) -> AuthorizeResult:
+        """As SluiceClient.authorize (queue_threshold_ms: the read timeout grows by it)."""
         body = authorize_body(request_id=request_id, api_key=api_key, model=model,
                               input_tokens=input_tokens, max_output_tokens=max_output_tokens,
-                              region=region, dry_run=dry_run, service_tier=service_tier)
-        return AuthorizeResult.from_response(
-            await self._post("/api/gateway/v1/authorize", body))
+                              region=region, dry_run=dry_run, service_tier=service_tier,
+                              queue_threshold_ms=queue_threshold_ms)
+        read = queue_read_timeout(self._timeout, queue_threshold_ms)
+        return AuthorizeResult.from_response(await self._post(
+            "/api/gateway/v1/authorize", body, read_timeout=None if read == self._timeout
+            else read))
 
     def _open(self) -> None:
         if self._http is None and self._pool is None:
@@ -115,13 +120,17 @@ class AsyncSluiceClient:
             self._pool = Http1Pool(self.base_url, limit=self._max_connections,
                                    connect_timeout=self._timeout, read_timeout=self._timeout)
 
-    async def _send(self, method: str, path: str, data: bytes = b"") -> Reply:
+    async def _send(self, method: str, path: str, data: bytes = b"",
+                    read_timeout: float | None = None) -> Reply:
         if self._http is not None:
-            response = await self._http.request(method, self.base_url + path, content=data)
+            response = await self._http.request(
+                method, self.base_url + path, content=data,
+                timeout=httpx.USE_CLIENT_DEFAULT if read_timeout is None
+                else httpx.Timeout(self._timeout, read=read_timeout))
             return Reply(response.status_code, response.content)
         self._open()
         response = await self._pool.request(method, self._prefix + path, headers=self._headers,
-                                            body=data)
+                                            body=data, read_timeout=read_timeout)
         try:
             return Reply(response.status, await response.read())
         finally:
@@ -134,7 +143,7 @@ class AsyncSluiceClient:
         except (TimeoutError, httpx.TransportError, HttpError):
             return False
 
-    async def _post(self, path: str, body: dict) -> Reply:
+    async def _post(self, path: str, body: dict, read_timeout: float | None = None) -> Reply:
         if self.breaker.open:
             raise SluiceUnavailable("Sluice could not be reached a moment ago (probing)")
         last: Exception | None = None
@@ -143,7 +152,7 @@ class AsyncSluiceClient:
             if attempt:
                 await asyncio.sleep(min(0.05 * 2 ** attempt, 1.0))
             try:
-                response = await self._send("POST", path, data)
+                response = await self._send("POST", path, data, read_timeout)
             except (TimeoutError, httpx.TransportError, HttpError) as exc:
                 last = exc
                 continue

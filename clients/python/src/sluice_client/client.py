@@ -51,6 +51,11 @@ class AuthorizeResult:
     retryable: bool | None = None
     scope: str | None = None
     limit: str | None = None
+    # The admission queue (queue_threshold_ms): the budget the pool allowed, how long the
+    # request waited (admitted or timed out), and on a refusal the ETA it was told.
+    queue_budget_ms: int | None = None
+    queued_ms: int | None = None
+    queue_eta_ms: int | None = None
 
     @classmethod
     def from_response(cls, response: httpx.Response) -> "AuthorizeResult":
@@ -66,7 +71,8 @@ class AuthorizeResult:
                    reserved_input_tokens=body.get("reserved_input_tokens", 0),
                    reserved_output_tokens=body.get("reserved_output_tokens", 0),
                    retryable=error.get("retryable"), scope=error.get("scope"),
-                   limit=error.get("limit"))
+                   limit=error.get("limit"), queue_budget_ms=body.get("queue_budget_ms"),
+                   queued_ms=body.get("queued_ms"), queue_eta_ms=error.get("queue_eta_ms"))
 
 
 @dataclass(frozen=True)
@@ -98,7 +104,7 @@ class UsageEvent:
 
 def authorize_body(*, request_id: str, api_key: str, model: str, input_tokens: int,
                    max_output_tokens: int | None, region: str | None, dry_run: bool,
-                   service_tier: str | None) -> dict:
+                   service_tier: str | None, queue_threshold_ms: int | None = None) -> dict:
     """The authorize request's JSON (both clients): optional fields only when given."""
     body = {"request_id": request_id, "api_key": api_key, "model": model,
             "input_tokens": input_tokens, "dry_run": dry_run}
@@ -108,7 +114,18 @@ def authorize_body(*, request_id: str, api_key: str, model: str, input_tokens: i
         body["region"] = region
     if service_tier:
         body["service_tier"] = service_tier
+    if queue_threshold_ms is not None:
+        body["queue_threshold_ms"] = queue_threshold_ms
     return body
+
+
+def queue_read_timeout(timeout: float, queue_threshold_ms: object) -> float:
+    """The read timeout of an authorize that may wait in Sluice's admission queue: the wait
+    budget on top of the usual timeout, so that waiting is never taken for Sluice being down
+    (the breaker counts only calls that got no answer)."""
+    if type(queue_threshold_ms) is int and queue_threshold_ms > 0:
+        return timeout + queue_threshold_ms / 1000
+    return timeout
 
 
 class SluiceClient:
@@ -119,6 +136,7 @@ class SluiceClient:
         self.retries, self.batch_size = retries, min(batch_size, MAX_BATCH)
         self.flush_interval = flush_interval
         self.spool = Spool(spool_path)
+        self._timeout = timeout
         self._http = httpx.Client(timeout=timeout, transport=transport,
                                   headers={"Authorization": f"Bearer {token}"})
         self._queue: queue.Queue[dict] = queue.Queue()
@@ -132,16 +150,24 @@ class SluiceClient:
 
     def authorize(self, *, request_id: str, api_key: str, model: str, input_tokens: int,
                   max_output_tokens: int | None = None, region: str | None = None,
-                  dry_run: bool = False, service_tier: str | None = None) -> AuthorizeResult:
+                  dry_run: bool = False, service_tier: str | None = None,
+                  queue_threshold_ms: int | None = None) -> AuthorizeResult:
         """`max_output_tokens` None: Sluice reserves its output estimate alone. `service_tier`
         None: the server's default (auto: the key's default tier, else fast, spilling to
-        standard); "priority" or "default" as the caller asked."""
+        standard); "priority" or "default" as the caller asked. `queue_threshold_ms`: how long
+        the request may wait for capacity (0 or 50-20,000; None: the key's or org's default);
+        the read timeout grows by it. A retry (same request_id) keeps its place in the queue."""
         body = authorize_body(request_id=request_id, api_key=api_key, model=model,
                               input_tokens=input_tokens, max_output_tokens=max_output_tokens,
-                              region=region, dry_run=dry_run, service_tier=service_tier)
-        return AuthorizeResult.from_response(self._post("/api/gateway/v1/authorize", body))
+                              region=region, dry_run=dry_run, service_tier=service_tier,
+                              queue_threshold_ms=queue_threshold_ms)
+        read = queue_read_timeout(self._timeout, queue_threshold_ms)
+        return AuthorizeResult.from_response(self._post(
+            "/api/gateway/v1/authorize", body,
+            timeout=None if read == self._timeout else httpx.Timeout(self._timeout, read=read)))
 
-    def _post(self, path: str, body: dict) -> httpx.Response:
+    def _post(self, path: str, body: dict, timeout: httpx.Timeout | None = None
+              ) -> httpx.Response:
         """POST, retrying network errors and 5xx with the same body (same request_id): the
         endpoints are idempotent. A 503 that is a decision (limiter_unavailable) is final."""
         last: Exception | None = None
@@ -150,7 +176,9 @@ class SluiceClient:
             if attempt:
                 time.sleep(min(0.05 * 2 ** attempt, 1.0))
             try:
-                response = self._http.post(self.base_url + path, json=body)
+                response = (self._http.post(self.base_url + path, json=body) if timeout is None
+                            else self._http.post(self.base_url + path, json=body,
+                                                 timeout=timeout))
             except httpx.TransportError as exc:
                 last, status_code = exc, None
                 continue
