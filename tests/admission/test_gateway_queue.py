@@ -3,6 +3,7 @@ header makes a request wait instead of being refused, and a full queue is a 429 
 retries as it retries any rate limit. Sluice is the production server (config/serve.py):
 waiting needs authorize on its event loop."""
 
+import contextlib
 import threading
 from types import SimpleNamespace
 
@@ -90,12 +91,10 @@ def test_the_sdk_retries_a_full_queue_and_then_raises(stack_on_server, tmp_path)
                           spool_path=str(tmp_path / "waiter.jsonl"), flush_interval=3600)
 
     def wait_in_queue():
-        try:
+        with contextlib.suppress(SluiceUnavailable):  # the server stops before its budget ends
             sluice.authorize(request_id="waiter-1", api_key=stack.tenant.plaintext,
                              model=stack.model, input_tokens=10, max_output_tokens=10,
                              queue_threshold_ms=20_000)
-        except SluiceUnavailable:  # the server stops before its budget ends
-            pass
 
     waiter = threading.Thread(target=wait_in_queue, daemon=True)
     waiter.start()
