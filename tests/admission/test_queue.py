@@ -158,3 +158,58 @@ def test_orgs_competing_for_the_headroom_get_shares_by_their_guarantees(queue_re
     counts = [sum(1 for at in admitted[t.org.pk] if at >= start) for t in orgs]
     shares = [c / sum(counts) for c in counts]
     assert jain([s / w for s, w in zip(shares, (1, 2, 5), strict=True)]) >= 0.95, counts
+
+
+def test_a_key_held_by_its_own_slice_never_blocks_its_orgs_other_keys(queue_redis, loop):
+    from orgs.services.api_keys import KeySlice, api_key_create, api_key_limits_set
+    from quotas.publish import limiter_sync_pool
+
+    t = tenant_create(guaranteed_tps=1000, burst_tps=1000)
+    slow_key, slow = api_key_create(org=t.org, name="slow", actor="test")
+    api_key_limits_set(key=slow_key, key_slice=KeySlice(output_tps=10),
+                       default_service_tier="auto", actor="test")
+    limiter_sync_pool(pool_id=t.pool.pk)
+    d = limiter_authorize(pool_id=t.pool.pk, api_key=slow, request_id="slow-drain",
+                          input_tokens=50, max_output_tokens=50)  # the slice's 100 tokens
+    assert d.allowed, d
+    slow_tenant = type(t)(org=t.org, pool=t.pool, allocation=t.allocation, key=slow_key,
+                          plaintext=slow)
+
+    async def run():
+        held = asyncio.ensure_future(ask(slow_tenant, budget_ms=20_000, request_id="held",
+                                         input_tokens=25, max_output_tokens=25))
+        for _ in range(1000):  # until it waits
+            if waiting(queue_redis, t.pool.pk) == 1:
+                break
+            await asyncio.sleep(0.01)
+        assert waiting(queue_redis, t.pool.pk) == 1
+        other = await ask(t, budget_ms=20_000, request_id="other")  # the org's other key
+        still = waiting(queue_redis, t.pool.pk)
+        held.cancel()  # its client goes away: it leaves the queue
+        await asyncio.gather(held, return_exceptions=True)
+        return other, still
+
+    other, still = loop.run(run())
+    assert other.decision.outcome == "allowed"
+    assert still == 1  # the held key's request still waits behind its own slice
+    assert waiting(queue_redis, t.pool.pk) == 0
+
+
+def test_a_retry_of_a_waiting_request_keeps_its_one_place(queue_redis, loop):
+    tenant = tenant_create(guaranteed_tps=1000, burst_tps=1000, max_concurrency=1)
+    drain(tenant, 200)  # holds the one slot
+
+    async def run():
+        first = asyncio.ensure_future(ask(tenant, budget_ms=1500, request_id="same"))
+        for _ in range(1000):
+            if waiting(queue_redis, tenant.pool.pk) == 1:
+                break
+            await asyncio.sleep(0.01)
+        again = asyncio.ensure_future(ask(tenant, budget_ms=1500, request_id="same"))
+        await asyncio.sleep(0.1)
+        count = waiting(queue_redis, tenant.pool.pk)
+        return count, await first, await again
+
+    count, first, again = loop.run(run())
+    assert count == 1
+    assert first.decision.outcome == again.decision.outcome == "queue_timeout"
