@@ -64,4 +64,5 @@ class Attempt:
                           input_tokens=input_tokens, cached_input_tokens=cached,
                           output_tokens=output_tokens, status=status,
                           started_at=self.started_at, first_token_at=self.first_token_at,
-                          finished_at=finished_at)
+                          finished_at=finished_at,
+                          queued_ms=self.grant.queued_ms if self.grant else None)

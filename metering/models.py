@@ -60,6 +60,9 @@ class UsageEvent(models.Model):
     premium_eligible = models.BooleanField(default=True)
     # True when no live reservation was found (expired, or admitted while failing open).
     unreserved = models.BooleanField(default=False)
+    # How long it waited in the pool's admission queue before it was admitted (admission/),
+    # as the gateway reported it; null: it did not wait.
+    queued_ms = models.PositiveIntegerField(null=True, blank=True)
     received_at = models.DateTimeField(default=timezone.now)
 
     FORMER_LABELS = ("quotas.usageevent",)

@@ -141,6 +141,10 @@ class DeliveredSpeed:
     output_tps_p50: float | None
     output_tps_p5: float | None
     fast: int  # measured requests that kept the pool's promise (premium-eligible)
+    # Requests admitted after waiting in the admission queue, and their waits (ms).
+    waited: int = 0
+    queued_p50_ms: float | None = None
+    queued_p95_ms: float | None = None
 
     @property
     def fast_share(self) -> float | None:
@@ -174,6 +178,9 @@ def delivered_speed(*, since: datetime, by: tuple[str, ...] = (), org=None,
         "tps_p50": Percentile("output_tps", fraction=0.5, filter=measured),
         "tps_p5": Percentile("output_tps", fraction=0.05, filter=measured),
         "fast": Count("id", filter=measured & Q(premium_eligible=True)),
+        "waited": Count("id", filter=Q(queued_ms__isnull=False)),
+        "queued_p50": Percentile("queued_ms", fraction=0.5),
+        "queued_p95": Percentile("queued_ms", fraction=0.95),
     }
     rows = ([events.aggregate(**aggregates)] if not by
             else events.values(*by).order_by().annotate(**aggregates))
@@ -182,6 +189,7 @@ def delivered_speed(*, since: datetime, by: tuple[str, ...] = (), org=None,
         errors=row["errors"], tokens=row["tokens"] or 0, measured=row["measured"],
         ttft_p50_ms=row["ttft_p50"], ttft_p95_ms=row["ttft_p95"],
         output_tps_p50=row["tps_p50"], output_tps_p5=row["tps_p5"], fast=row["fast"],
+        waited=row["waited"], queued_p50_ms=row["queued_p50"], queued_p95_ms=row["queued_p95"],
     ) for row in rows]
     return sorted(speeds, key=lambda s: -s.tokens)
 

@@ -167,10 +167,10 @@ WITH batch AS (
         %(started_at)b::timestamptz[],
         %(first_token_at)b::timestamptz[], %(finished_at)b::timestamptz[],
         %(ttft_ms)b::integer[], %(output_tps)b::float8[], %(premium_eligible)b::boolean[],
-        %(unreserved)b::boolean[]
+        %(unreserved)b::boolean[], %(queued_ms)b::integer[]
     ) AS b(request_id, org_id, pool_id, api_key_id, status, input_tokens, cached_input_tokens,
            output_tokens, started_at, first_token_at, finished_at, ttft_ms, output_tps,
-           premium_eligible, unreserved)
+           premium_eligible, unreserved, queued_ms)
 ), claimed AS (
     INSERT INTO quotas_usageeventkey (request_id)
     SELECT request_id FROM batch ORDER BY request_id
@@ -180,10 +180,10 @@ WITH batch AS (
     INSERT INTO quotas_usageevent (
         request_id, org_id, pool_id, api_key_id, status, input_tokens, cached_input_tokens,
         output_tokens, started_at, first_token_at, finished_at, ttft_ms, output_tps,
-        premium_eligible, unreserved, received_at)
+        premium_eligible, unreserved, queued_ms, received_at)
     SELECT request_id, org_id, pool_id, api_key_id, status, input_tokens, cached_input_tokens,
            output_tokens, started_at, first_token_at, finished_at, ttft_ms, output_tps,
-           premium_eligible, unreserved, %(received_at)s
+           premium_eligible, unreserved, queued_ms, %(received_at)s
     FROM batch JOIN claimed USING (request_id)
     RETURNING request_id, org_id, pool_id, api_key_id, status, input_tokens,
               cached_input_tokens, output_tokens, started_at, first_token_at, finished_at,
@@ -236,6 +236,7 @@ def _columns(rows: list[_Row]) -> dict[str, list]:
         "output_tps": [r.output_tps for r in rows],
         "premium_eligible": [r.premium_eligible for r in rows],
         "unreserved": [r.unreserved for r in rows],
+        "queued_ms": [r.event.queued_ms for r in rows],
     }
 
 

@@ -79,7 +79,10 @@ def _speeds(q: UsageQuery) -> dict[tuple, dict]:
         ttft_p50=Percentile("ttft_ms", fraction=0.5),
         ttft_p95=Percentile("ttft_ms", fraction=0.95),
         tps_p50=Percentile("output_tps", fraction=0.5),
-        tps_p95=Percentile("output_tps", fraction=0.95))
+        tps_p95=Percentile("output_tps", fraction=0.95),
+        waited=Count("id", filter=Q(queued_ms__isnull=False)),
+        queued_p50=Percentile("queued_ms", fraction=0.5),
+        queued_p95=Percentile("queued_ms", fraction=0.95))
     return {_key(r, q): r for r in rows}
 
 
@@ -116,6 +119,9 @@ def _result(key: tuple, q: UsageQuery, totals: dict | None, speeds: dict | None,
                         "p95": _rounded(speeds.get("ttft_p95"), 1)},
             "output_tokens_per_second": {"p50": _rounded(speeds.get("tps_p50"), 1),
                                          "p95": _rounded(speeds.get("tps_p95"), 1)},
+            "queued_requests": speeds.get("waited") or 0,
+            "queued_ms": {"p50": _rounded(speeds.get("queued_p50"), 1),
+                          "p95": _rounded(speeds.get("queued_p95"), 1)},
             "refusals": dict(sorted(refusals.items())),
         },
     }

@@ -39,6 +39,9 @@ class UsageCompletionsResultOutput(serializers.Serializer):
         "premium_eligible_output_tokens": serializers.IntegerField(),
         "ttft_ms": _PERCENTILES,
         "output_tokens_per_second": _PERCENTILES,
+        "queued_requests": serializers.IntegerField(
+            help_text="Requests admitted after waiting in the admission queue."),
+        "queued_ms": _PERCENTILES,
         "refusals": serializers.DictField(child=serializers.IntegerField(),
                                           help_text="Refusals by code (authorize's codes)."),
     })

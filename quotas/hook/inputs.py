@@ -257,6 +257,7 @@ class UsageInput:
     first_token_at: datetime | None
     finished_at: datetime
     cached_input_tokens: int = 0  # of input_tokens, served from the upstream's cache
+    queued_ms: int | None = None  # how long it waited in the admission queue (absent: none)
 
 
 def _usage_event(body: object) -> tuple[UsageInput | None, dict]:
@@ -272,6 +273,7 @@ def _usage_event(body: object) -> tuple[UsageInput | None, dict]:
         finished_at=f.moment("finished_at"),
         cached_input_tokens=f.integer("cached_input_tokens", minimum=0, default=0,
                                       required=False),
+        queued_ms=f.integer("queued_ms", minimum=0, required=False),
     )
     # The order and window of the timestamps are checked per event at ingestion
     # (metering/usage.py `_timely`): a bad one is rejected alone, not its whole batch.
@@ -294,8 +296,9 @@ def _usage_event_fast(item: object) -> UsageInput | None:
     input_tokens, output_tokens = get("input_tokens"), get("output_tokens")
     status, started, first, finished = (get("status"), get("started_at"),
                                         get("first_token_at"), get("finished_at"))
-    cached = get("cached_input_tokens", 0)
-    if (type(request_id) is not str or not 0 < len(request_id) <= 128
+    cached, queued = get("cached_input_tokens", 0), get("queued_ms")
+    if ((queued is not None and (type(queued) is not int or not 0 <= queued <= MAX_TOKENS))
+            or type(request_id) is not str or not 0 < len(request_id) <= 128
             or REQUEST_ID.fullmatch(request_id) is None
             or (reservation_id is not _ABSENT  # present: a non-empty string, never null
                 and (type(reservation_id) is not str or not 0 < len(reservation_id) <= 128))
@@ -316,7 +319,7 @@ def _usage_event_fast(item: object) -> UsageInput | None:
         return None
     return UsageInput(request_id, None if reservation_id is _ABSENT else reservation_id,
                       input_tokens, output_tokens, status,
-                      started_at, first_token_at, finished_at, cached)
+                      started_at, first_token_at, finished_at, cached, queued)
 
 
 def usage_input(body: object) -> list[UsageInput]:

@@ -71,6 +71,10 @@ def _headers_serializer(name: str, *, on_refusal: bool) -> type[serializers.Seri
         "retry-after": serializers.CharField(required=False,
                                              help_text="Seconds, on 429 and 503 only."),
         "retry-after-ms": serializers.CharField(required=False, help_text="On 429 and 503 only."),
+        "x-sluice-queued-ms": serializers.CharField(
+            required=False, help_text="It waited in the admission queue this long."),
+        "x-sluice-queue-eta-ms": serializers.CharField(
+            required=False, help_text="Refused up front: the ETA exceeded the wait budget."),
         "x-should-retry": serializers.ChoiceField(
             choices=["true", "false"], required=on_refusal,
             help_text="On every refusal: whether the same request may pass soon (the OpenAI SDK "
@@ -107,6 +111,10 @@ class Authorize(serializers.Serializer):
                   "default before there is history). Absent: the estimate alone.")
     dry_run = serializers.BooleanField(required=False, default=False,
                                        help_text="Check only; reserve nothing.")
+    queue_threshold_ms = serializers.IntegerField(
+        required=False, help_text="How long the request may wait for capacity in the pool's "
+        "admission queue: 0 or 50-20,000 ms (else 400 invalid_queue_threshold). Absent: the "
+        "API key's default, else the org's, else 0. The pool's queue_max_wait_ms clamps it.")
     service_tier = serializers.ChoiceField(
         choices=list(SERVICE_TIERS), required=False, default="auto",
         help_text="OpenAI's names. auto (default): the API key's default tier if it has one, "
@@ -141,6 +149,10 @@ class AuthorizeAllowed(serializers.Serializer):
                   "is debited when reported (the buckets may owe tokens), the rest refunded.")
     headers = RateLimitHeaders()
     dry_run = serializers.BooleanField(required=False)
+    queue_budget_ms = serializers.IntegerField(
+        required=False, help_text="The wait budget used, where the pool has a queue.")
+    queued_ms = serializers.IntegerField(
+        required=False, help_text="Admitted after waiting in the queue this long.")
     limiter = serializers.ChoiceField(
         choices=["fail_open"], required=False,
         help_text="Present when Redis was unreachable and the pool fails open: admitted under "
@@ -162,6 +174,9 @@ class RefusalDetail(ErrorDetail):
         choices=["input", "output"], required=False,
         help_text="On tps_exceeded and pool_capacity_exhausted: which tokens ran out (where "
                   "input is metered with output, output).")
+    queue_eta_ms = serializers.IntegerField(
+        required=False, help_text="Refused up front because this ETA exceeded the wait "
+        "budget (retry_after_ms is the same), or refused queue_full.")
 
 
 class AuthorizeRefused(serializers.Serializer):
@@ -171,8 +186,13 @@ class AuthorizeRefused(serializers.Serializer):
         "pool_capacity_exhausted. 401: invalid_api_key. 403: org_not_active, "
         "payment_required, no_allocation, spend_cap_reached (the request's worst-case price "
         "does not fit the cap minus month to date minus money held by requests in flight). "
-        "409: request_id_conflict. 404: unknown_model. 503: limiter_unavailable."))
+        "409: request_id_conflict. 404: unknown_model. 503: limiter_unavailable. 429 from "
+        "the admission queue: queue_timeout, queue_full."))
     headers = RefusalHeaders()
+    queue_budget_ms = serializers.IntegerField(
+        required=False, help_text="The wait budget used, where the pool has a queue.")
+    queued_ms = serializers.IntegerField(
+        required=False, help_text="queue_timeout: how long it waited.")
 
 
 class AuthorizeUnauthorized(AuthorizeRefused):
@@ -217,6 +237,9 @@ class UsageEvent(serializers.Serializer):
         help_text="Of input_tokens, those the upstream served from its prompt cache (OpenAI: "
                   "usage.prompt_tokens_details.cached_tokens): they use no prefill capacity "
                   "and are billed at the cached input price. At most input_tokens.")
+    queued_ms = serializers.IntegerField(
+        min_value=0, max_value=MAX_TOKENS, required=False,
+        help_text="How long it waited in the admission queue (authorize's queued_ms).")
     output_tokens = serializers.IntegerField(min_value=0, max_value=MAX_TOKENS)
     status = serializers.ChoiceField(choices=USAGE_STATUSES)
     started_at = serializers.DateTimeField()

@@ -13,7 +13,7 @@ from sluice_client import SluiceClient, SluiceUnavailable
 
 from tests.admission.test_hook_queue import drain, waiting
 from tests.factories import PoolFactory
-from tests.gateway.conftest import sluice_stack, wait_for
+from tests.gateway.conftest import sluice_stack, stored_event, wait_for
 from tests.gateway.test_admission import counting_client
 from tests.server import sluice_server
 
@@ -52,7 +52,16 @@ def test_a_request_with_queue_threshold_waits_instead_of_being_refused(stack_on_
     assert completion.choices[0].message.content
     assert [s for s, _ in statuses] == [200]
     headers = statuses[0][1]
-    assert int(headers["x-sluice-queued-ms"]) >= 0
+    queued = int(headers["x-sluice-queued-ms"])
+    # The usage event carries the wait, and the Usage API and the portal show it.
+    assert stored_event(headers["x-request-id"]).queued_ms == queued
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from metering.selectors import delivered_speed
+    [speed] = delivered_speed(org=stack.tenant.org, since=timezone.now() - timedelta(hours=1))
+    assert speed.waited == 1 and speed.queued_p50_ms == queued
 
 
 def test_an_eta_beyond_the_header_is_refused_at_once_with_it(stack_on_server):

@@ -88,6 +88,8 @@ class UsageEvent:
     # Of input_tokens, those the upstream served from its prompt cache (OpenAI:
     # usage.prompt_tokens_details.cached_tokens).
     cached_input_tokens: int = 0
+    # How long it waited in Sluice's admission queue (AuthorizeResult.queued_ms), if it did.
+    queued_ms: int | None = None
 
     def as_json(self) -> dict:
         body = {"request_id": self.request_id, "input_tokens": self.input_tokens,
@@ -97,6 +99,8 @@ class UsageEvent:
                 "first_token_at": self.first_token_at.isoformat() if self.first_token_at
                 else None,
                 "finished_at": self.finished_at.isoformat()}
+        if self.queued_ms is not None:
+            body["queued_ms"] = self.queued_ms
         if self.reservation_id:
             body["reservation_id"] = self.reservation_id
         return body
