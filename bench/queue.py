@@ -20,7 +20,8 @@ Per mode: admitted tokens/s / capacity (tokens of completed requests finished in
 over the window); requests that finally failed (of which, in (b), `queue_timeout`: refused
 after being told "you fit"); each org's share of the admitted tokens over its weight, Jain's
 fairness index of those; wait p50/p99 of completed requests (from the first attempt until the
-last attempt was admitted: the SDK's back-offs and, in (b), the time queued); and requests
+last attempt was admitted: the SDK's back-offs and, in (b), the time queued); how many were
+admitted after queueing and their time in the queue (x-sluice-queued-ms); and requests
 admitted after their budget (x-sluice-queued-ms above it).
 """
 
@@ -210,6 +211,7 @@ def summary(name: str, run: dict, *, capacity: int, budget_ms: int | None) -> li
     failed = [r for r in results if not r["ok"]]
     timeouts = sum(1 for r in failed if r["code"] == "queue_timeout")
     waits = [r["wait_ms"] for r in results if r["ok"]]
+    queued = [r["queued_ms"] for r in results if r["ok"] and r["queued_ms"] is not None]
     late = sum(1 for r in results if r["ok"] and budget_ms is not None
                and (r["queued_ms"] or 0) > budget_ms)
     codes = {}
@@ -217,7 +219,8 @@ def summary(name: str, run: dict, *, capacity: int, budget_ms: int | None) -> li
         codes[r["code"]] = codes.get(r["code"], 0) + 1
     return [name, len(results), f"{tokens / (end - start) / capacity:.3f}",
             f"{len(failed)} ({timeouts})", " : ".join(f"{s:.3f}" for s in shares),
-            f"{jain:.3f}", round(pct(waits, 50)), round(pct(waits, 99)), late,
+            f"{jain:.3f}", round(pct(waits, 50)), round(pct(waits, 99)), len(queued),
+            f"{round(pct(queued, 50)):,} / {round(pct(queued, 99)):,}", late,
             ", ".join(f"{c} {n}" for c, n in sorted(codes.items())) or "-"]
 
 
@@ -269,8 +272,8 @@ def main() -> None:
           f"into the rest) offering 2x the pool's capacity for {args.seconds:.0f} s through the "
           "reference gateway and the openai SDK",
           ["mode", "requests", "admitted / capacity", "failed (queue_timeout)",
-           "shares 1 : 2 : 5", "Jain", "wait p50 ms", "wait p99 ms", "after budget",
-           "final errors"], rows)
+           "shares 1 : 2 : 5", "Jain", "wait p50 ms", "wait p99 ms", "queued",
+           "queued p50 / p99 ms", "after budget", "final errors"], rows)
 
 
 if __name__ == "__main__":
