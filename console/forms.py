@@ -213,6 +213,10 @@ class PoolSettingsForm(forms.Form):
                   "recent outputs.")
     output_estimate_floor = forms.IntegerField(
         label="Least output estimate, tokens", min_value=0, required=False)
+    queue_max_wait_ms = forms.IntegerField(
+        label="Admission queue: longest wait, ms", min_value=0, max_value=20_000,
+        required=False, help_text="Requests may wait this long for capacity instead of being "
+                                  "refused (their own budget permitting); 0: no queue.")
 
 
 class PoolAdmissionForm(forms.Form):

@@ -290,7 +290,8 @@ def pool_settings_set(*, pool: CapacityPool, actor: Actor, capacity_tps: int,
                       speed_floor_output_tps: int, ttft_ceiling_ms: int,
                       prefill_capacity_tps: int | None | object = _UNCHANGED,
                       output_estimate_default: int | None = None,
-                      output_estimate_floor: int | None = None) -> CapacityPool:
+                      output_estimate_floor: int | None = None,
+                      queue_max_wait_ms: int | None = None) -> CapacityPool:
     """Everything an operator edits on a pool; capacity goes through `pool_capacity_set`. The
     output estimate default and floor stay as they are when not given."""
     pool = pool_capacity_set.nested(pool=pool, capacity_tps=capacity_tps, actor=actor,
@@ -300,13 +301,16 @@ def pool_settings_set(*, pool: CapacityPool, actor: Actor, capacity_tps: int,
               "speed_floor_output_tps": pool.speed_floor_output_tps,
               "ttft_ceiling_ms": pool.ttft_ceiling_ms,
               "output_estimate_default": pool.output_estimate_default,
-              "output_estimate_floor": pool.output_estimate_floor}
+              "output_estimate_floor": pool.output_estimate_floor,
+              "queue_max_wait_ms": pool.queue_max_wait_ms}
     after = {"limiter_failure_policy": limiter_failure_policy,
              "speed_floor_output_tps": speed_floor_output_tps,
              "ttft_ceiling_ms": ttft_ceiling_ms,
              "output_estimate_default": output_estimate_default or pool.output_estimate_default,
              "output_estimate_floor": (pool.output_estimate_floor if output_estimate_floor is None
-                                       else output_estimate_floor)}
+                                       else output_estimate_floor),
+             "queue_max_wait_ms": (pool.queue_max_wait_ms if queue_max_wait_ms is None
+                                   else queue_max_wait_ms)}
     if before != after:
         for field, value in after.items():
             setattr(pool, field, value)

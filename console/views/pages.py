@@ -12,6 +12,7 @@ from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
+from admission.selectors import queues_now
 from billing.selectors import billing_problem_counts, invoices_for_org
 from console import permissions as perm
 from console.charts import org_usage_charts, pool_use_charts
@@ -54,7 +55,8 @@ from sluice.messages import flash, redirect_at
 
 PAGE_SIZE = 50
 POOL_SETTINGS = ("guaranteeable_ratio", "limiter_failure_policy", "speed_floor_output_tps",
-                 "ttft_ceiling_ms", "output_estimate_default", "output_estimate_floor")
+                 "ttft_ceiling_ms", "output_estimate_default", "output_estimate_floor",
+                 "queue_max_wait_ms")
 
 # Console navigation, in menu order: (url name, label, permission). Domains add their pages here
 # (vetting queue, waves, quota requests, price book...).
@@ -95,8 +97,10 @@ def dashboard(request, *, site):
     queued = waitlist_lengths()
     board = pools_speed_board(now=now)
     pool_objects = CapacityPool.objects.in_bulk()
+    summaries = pool_capacity_summaries()
+    admission_queues = queues_now([s.pool_id for s in summaries])
     pools = []
-    for summary in pool_capacity_summaries():
+    for summary in summaries:
         entry = board.get(summary.pool_id, {"speed": None, "orgs": []})
         # The pool's use over the hour is written three times (the figure, the chart's
         # average, the speed table's total): all from the chart's series, so they agree even
@@ -109,6 +113,7 @@ def dashboard(request, *, site):
                       "charts": pool_use_charts(summary=summary, live=live[summary.pool_id]),
                       "queued": queued.get(summary.pool_id, 0), "speed": entry["speed"],
                       "orgs": entry["orgs"][:BOARD_ORGS],
+                      "admission_queue": admission_queues.get(summary.pool_id),
                       "more_orgs": max(len(entry["orgs"]) - BOARD_ORGS, 0)})
     approved = next(row["value"] for row in by_status if row["status"] == OrgStatus.APPROVED)
     waitlisted = sum(queued.values())

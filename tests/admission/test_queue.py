@@ -213,3 +213,24 @@ def test_a_retry_of_a_waiting_request_keeps_its_one_place(queue_redis, loop):
     count, first, again = loop.run(run())
     assert count == 1
     assert first.decision.outcome == again.decision.outcome == "queue_timeout"
+
+
+def test_the_consoles_dashboard_shows_each_pools_queue_now(queue_redis, loop):
+    from tests.console.conftest import _staff_in
+    from tests.totp import console_client
+
+    tenant = tenant_create(guaranteed_tps=1000, burst_tps=1000, max_concurrency=1)
+    tenant.pool.queue_max_wait_ms = 20_000
+    tenant.pool.save()
+    drain(tenant, 200)  # holds the one slot
+    client = console_client(_staff_in("operator"))
+    held = asyncio.run_coroutine_threadsafe(ask(tenant, budget_ms=20_000, request_id="w1"),
+                                            loop.loop)
+    for _ in range(1000):
+        if waiting(queue_redis, tenant.pool.pk) == 1:
+            break
+        loop.run(asyncio.sleep(0.01))
+    page = client.get("/admin/").content.decode()
+    loop.loop.call_soon_threadsafe(held.cancel)
+    assert 'data-field="admission-queue">1 <small>requests waiting (200 tokens) from 1 org;' in (
+        page)
