@@ -117,6 +117,11 @@ class ApiKeyLimitsForm(forms.Form):
     default_service_tier = forms.ChoiceField(
         label="Service tier of requests that ask for auto", choices=ServiceTier.choices,
         help_text="Default keeps a batch key on the standard tier.")
+    queue_threshold_default_ms = forms.IntegerField(
+        label="Wait for capacity, ms", min_value=0, max_value=20_000, required=False,
+        help_text="When a request does not say (queue_threshold), it may wait this long in the "
+                  "pool's queue instead of being refused: 0 or 50-20,000; empty: the "
+                  "organization's default.")
 
 
 class ApplicationForm(forms.ModelForm):

@@ -49,6 +49,9 @@ class OrgOutput(serializers.Serializer):
     suspension_reason = serializers.CharField()
     status_changed_at = serializers.DateTimeField()
     created_at = serializers.DateTimeField()
+    queue_threshold_default_ms = serializers.IntegerField(
+        allow_null=True, help_text="How long the org's requests may wait for capacity when "
+        "neither they (queue_threshold_ms) nor their API key say; null: not at all.")
     allowed_actions = serializers.SerializerMethodField()
 
     def get_allowed_actions(self, org) -> list[str]:
@@ -90,6 +93,21 @@ class OrgDetailApi(APIView):
                    "admin keys (`Bearer sk_admin_...`).")
     def get(self, request, org_id: int):
         return Response(OrgOutput(org_get_for_principal(user=request.user, org_id=org_id)).data)
+
+    class PatchInput(serializers.Serializer):
+        queue_threshold_default_ms = serializers.IntegerField(allow_null=True)
+
+    @extend_schema(request=PatchInput, responses={200: OrgOutput, **errors(422)},
+                   description="Owners and admins (and the org's admin key): the org's default "
+                   "wait budget, 0 or 50-20,000 ms, null for none.")
+    def patch(self, request, org_id: int):
+        org = org_get_for_principal(user=request.user, org_id=org_id)
+        org_require_role(user=request.user, org=org, roles=KEY_LIMIT_MANAGERS,
+                         perm="orgs.change_organization")
+        data = validated_input(self.PatchInput, request.data)
+        org = services.org_queue_default_set(org=org, ms=data["queue_threshold_default_ms"],
+                                             actor=principal_actor(request.user))
+        return Response(OrgOutput(org).data)
 
 
 class OrgTransitionApi(APIView):
@@ -263,6 +281,9 @@ class ApiKeyOutput(serializers.Serializer):
                                                   help_text="Its own tokens per UTC day.")
     slice_max_concurrency = serializers.IntegerField(allow_null=True,
                                                      help_text="Its own concurrent requests.")
+    queue_threshold_default_ms = serializers.IntegerField(
+        allow_null=True, help_text="How long its requests may wait for capacity when they do "
+        "not say; null: the org's default.")
 
 
 class ApiKeyCreatedOutput(ApiKeyOutput):
@@ -327,6 +348,7 @@ class ApiKeyLimitsApi(APIView):
                                                          allow_null=True)
         default_service_tier = serializers.ChoiceField(choices=ServiceTier.choices,
                                                        default=ServiceTier.AUTO)
+        queue_threshold_default_ms = serializers.IntegerField(required=False, allow_null=True)
 
     @extend_schema(request=InputSerializer, responses={200: ApiKeyOutput, **errors(409, 422)},
                    description="Replace the key's own slice of the org's limits (absent or "
@@ -345,5 +367,7 @@ class ApiKeyLimitsApi(APIView):
             max_concurrency=data.get("slice_max_concurrency"))
         key = services.api_key_limits_set(key=key, key_slice=key_slice,
                                           actor=principal_actor(request.user),
-                                          default_service_tier=data["default_service_tier"])
+                                          default_service_tier=data["default_service_tier"],
+                                          queue_threshold_default_ms=data.get(
+                                              "queue_threshold_default_ms"))
         return Response(ApiKeyOutput(key).data)

@@ -7,6 +7,7 @@ from orgs.services.api_keys import (
     api_key_limits_set,
     api_key_revoke,
     api_key_touch,
+    org_queue_default_set,
 )
 from orgs.services.audit import audit_record
 from orgs.services.lifecycle import (
@@ -33,6 +34,7 @@ from orgs.services.members import (
 from orgs.services.operator_tokens import operator_token_create, operator_token_revoke
 
 __all__ = [
+    "org_queue_default_set",
     "admin_key_create",
     "admin_key_revoke",
     "KeySlice",

@@ -74,12 +74,41 @@ def _slice_of(key: ApiKey) -> dict:
     return {"slice_output_tps": key.slice_output_tps, "slice_input_tps": key.slice_input_tps,
             "slice_daily_tokens": key.slice_daily_tokens,
             "slice_max_concurrency": key.slice_max_concurrency,
-            "default_service_tier": key.default_service_tier}
+            "default_service_tier": key.default_service_tier,
+            "queue_threshold_default_ms": key.queue_threshold_default_ms}
+
+
+# A default wait budget, as authorize's queue_threshold_ms takes it: 0 or 50 to 20,000 ms.
+QUEUE_DEFAULT_MS = (50, 20_000)
+
+
+def queue_default_errors(name: str, ms: int | None) -> dict:
+    if ms is None or ms == 0 or QUEUE_DEFAULT_MS[0] <= ms <= QUEUE_DEFAULT_MS[1]:
+        return {}
+    return {name: [f"Must be empty, 0, or from {QUEUE_DEFAULT_MS[0]} to {QUEUE_DEFAULT_MS[1]}."]}
+
+
+@transaction.atomic(durable=True)
+def org_queue_default_set(*, org: Organization, ms: int | None, actor: Actor) -> Organization:
+    """How long the org's requests may wait for capacity when neither they nor their API key
+    say (admission/); None: not at all. Published to the engine with the org's limits."""
+    errors = queue_default_errors("queue_threshold_default_ms", ms)
+    if errors:
+        raise DomainError("The default wait is invalid.", code="invalid_queue_threshold",
+                          fields=errors)
+    org = Organization.objects.select_for_update().get(pk=org.pk)
+    before = {"queue_threshold_default_ms": org.queue_threshold_default_ms}
+    org.queue_threshold_default_ms = ms
+    org.save(update_fields=["queue_threshold_default_ms", "updated_at"])
+    audit_record(actor=actor, action="org.queue_default_set", target=org, org=org,
+                 before=before, after={"queue_threshold_default_ms": ms})
+    api_keys_changed.emit(org_id=org.pk)  # republishes the org: its defaults travel with it
+    return org
 
 
 @transaction.atomic(durable=True)
 def api_key_limits_set(*, key: ApiKey, key_slice: KeySlice, default_service_tier: str,
-                       actor: Actor) -> ApiKey:
+                       actor: Actor, queue_threshold_default_ms: int | None = None) -> ApiKey:
     """Give a key its own slice of the org's limits (replacing any) and its default service
     tier. Refused (422 `key_slice_above_allocation`) when a limit exceeds what the org's
     allocation allows; enforced by the admission engine together with the org's limits."""
@@ -87,6 +116,7 @@ def api_key_limits_set(*, key: ApiKey, key_slice: KeySlice, default_service_tier
               for name, value in asdict(key_slice).items() if value is not None and value < 1}
     if default_service_tier not in ServiceTier.values:
         errors["default_service_tier"] = [f"Must be one of: {', '.join(ServiceTier.values)}."]
+    errors |= queue_default_errors("queue_threshold_default_ms", queue_threshold_default_ms)
     if errors:
         raise DomainError("The key's limits are invalid.", code="invalid_key_limits",
                           fields=errors)
@@ -101,8 +131,10 @@ def api_key_limits_set(*, key: ApiKey, key_slice: KeySlice, default_service_tier
     key.slice_daily_tokens = key_slice.daily_tokens
     key.slice_max_concurrency = key_slice.max_concurrency
     key.default_service_tier = default_service_tier
+    key.queue_threshold_default_ms = queue_threshold_default_ms
     key.save(update_fields=["slice_output_tps", "slice_input_tps", "slice_daily_tokens",
-                            "slice_max_concurrency", "default_service_tier"])
+                            "slice_max_concurrency", "default_service_tier",
+                            "queue_threshold_default_ms"])
     audit_record(actor=actor, action="api_key.limits_set", target=key, org=key.org,
                  before=before, after=_slice_of(key))
     api_keys_changed.emit(org_id=key.org_id)

@@ -199,7 +199,8 @@ def key_limits(request, membership, key_id: int):
     current = {"slice_output_tps": key.slice_output_tps, "slice_input_tps": key.slice_input_tps,
                "slice_daily_tokens": key.slice_daily_tokens,
                "slice_max_concurrency": key.slice_max_concurrency,
-               "default_service_tier": key.default_service_tier}
+               "default_service_tier": key.default_service_tier,
+               "queue_threshold_default_ms": key.queue_threshold_default_ms}
     form = ApiKeyLimitsForm(request.POST if request.method == "POST" else None, initial=current)
     status_code = 200
     if request.method == "POST":
@@ -210,6 +211,7 @@ def key_limits(request, membership, key_id: int):
                 api_key_limits_set(
                     key=key, actor=request.user,
                     default_service_tier=data["default_service_tier"],
+                    queue_threshold_default_ms=data["queue_threshold_default_ms"],
                     key_slice=KeySlice(output_tps=data["slice_output_tps"],
                                        input_tps=data["slice_input_tps"],
                                        daily_tokens=data["slice_daily_tokens"],
