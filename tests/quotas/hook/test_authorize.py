@@ -199,7 +199,7 @@ def test_schema_documents_the_hook(operator_client):
     assert set(authorize["responses"]) >= {"200", "400", "401", "403", "429", "503"}
     fields = schema["components"]["schemas"]["AuthorizeRequest"]["properties"]
     assert set(fields) == {"request_id", "api_key", "model", "region", "input_tokens",
-                           "max_output_tokens", "dry_run", "service_tier"}
+                           "max_output_tokens", "dry_run", "service_tier", "queue_threshold_ms"}
 
 
 def test_metrics_count_decisions_by_outcome(gateway, tenant):
