@@ -35,19 +35,16 @@ async def hook_queue(*, receive, in_thread, pool_id: int, **ask) -> QueueOutcome
     """queue_decide for one authorize request on the loop; `receive`: the request's ASGI
     receive (its client's departure ends the wait)."""
     pool = str(pool_id)
-    waiting = QUEUE_WAITING.labels(pool)
-    waiting.inc()
     try:
         outcome = await queue_decide(pool_id=pool_id, gone=_gone(receive) if receive else None,
-                                     in_thread=in_thread, **ask)
+                                     in_thread=in_thread, on_wait=QUEUE_WAITING.labels(pool).inc,
+                                     **ask)
     except LimiterUnavailable:
         QUEUE_OUTCOMES.labels(pool, "unavailable").inc()
         raise
     except asyncio.CancelledError:
         QUEUE_OUTCOMES.labels(pool, "left").inc()
         raise
-    finally:
-        waiting.dec()
     name = _outcome_name(outcome)
     QUEUE_OUTCOMES.labels(pool, name).inc()
     if outcome.queued_ms is not None:

@@ -340,11 +340,13 @@ async def queue_decide(*, pool_id: int, digest: str, request_id: str, input_toke
                        max_output_tokens: int | None, tier: str, key_tier: str, pool_tier: str,
                        budget_ms: int, max_wait_ms: int,
                        gone: Callable[[], Awaitable] | None = None,
-                       in_thread: InThread | None = None) -> QueueOutcome:
+                       in_thread: InThread | None = None,
+                       on_wait: Callable[[int], object] | None = None) -> QueueOutcome:
     """Decide a request that may wait (budget_ms: what it asked, -1 for its key's or org's
     default; the pool's `max_wait_ms` clamps it): admitted now, refused now, or waiting until
     admitted or its budget ends. `gone()`: completes when the client goes away (the waiter then
-    leaves at once). Raises LimiterUnavailable (the pool's failure policy answers)."""
+    leaves at once). `on_wait(1)` when it starts to wait, `on_wait(-1)` when that ends (a
+    gauge). Raises LimiterUnavailable (the pool's failure policy answers)."""
     in_thread = in_thread or _default_in_thread
     watch = _watch(in_thread)
     await watch.subscribed(pool_id)
@@ -361,7 +363,7 @@ async def queue_decide(*, pool_id: int, digest: str, request_id: str, input_toke
     if joined.state == "full":
         return QueueOutcome(joined.decision._replace(outcome="queue_full"),
                             budget_ms=joined.budget_ms, eta_ms=joined.eta_ms)
-    return await _wait(watch, ask, joined, gone)
+    return await _wait(watch, ask, joined, gone, on_wait)
 
 
 async def _join(watch: _Watch, ask: dict, *, budget_ms: int, max_wait_ms: int) -> Joined:
@@ -381,7 +383,8 @@ async def _join(watch: _Watch, ask: dict, *, budget_ms: int, max_wait_ms: int) -
 
 
 async def _wait(watch: _Watch, ask: dict, joined: Joined,
-                gone: Callable[[], Awaitable] | None) -> QueueOutcome:
+                gone: Callable[[], Awaitable] | None,
+                on_wait: Callable[[int], object] | None = None) -> QueueOutcome:
     pool_id, rid = ask["pool_id"], ask["request_id"]
     loop = watch.loop
     pool = watch.pools.get(pool_id)
@@ -399,6 +402,8 @@ async def _wait(watch: _Watch, ask: dict, joined: Joined,
     if joined.next_at:
         watch.pump_at(pool_id, joined.next_at)
     gone_task = asyncio.ensure_future(gone()) if gone is not None else None
+    if on_wait is not None:
+        on_wait(1)
     try:
         if gone_task is None:
             decision = await future
@@ -413,6 +418,8 @@ async def _wait(watch: _Watch, ask: dict, joined: Joined,
         await asyncio.shield(_leave_departed(watch, ask))
         raise
     finally:
+        if on_wait is not None:
+            on_wait(-1)
         deadline.cancel()
         if gone_task is not None and not gone_task.done():
             gone_task.cancel()
