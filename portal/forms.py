@@ -103,6 +103,14 @@ class WebhookEndpointForm(forms.Form):
         initial=EventType.values)
 
 
+class OrgQueueDefaultForm(forms.Form):
+    queue_threshold_default_ms = forms.IntegerField(
+        label="Wait for capacity, ms", min_value=0, max_value=20_000, required=False,
+        help_text="How long your requests may wait in a pool's queue instead of being refused "
+                  "when neither they (queue_threshold) nor their key say: 0 or 50-20,000; "
+                  "empty: not at all. The pool's maximum applies.")
+
+
 class ApiKeyLimitsForm(forms.Form):
     """A key's own slice of the organization's limits (empty: the organization's alone)."""
 

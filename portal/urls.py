@@ -54,6 +54,7 @@ urlpatterns = [
     path("o/<slug:slug>/webhooks/deliveries/<int:delivery_id>/resend/",
          programs.webhook_delivery_resend_view, name="webhook_delivery_resend"),
     path("o/<slug:slug>/keys/<int:key_id>/limits/", org.key_limits, name="key_limits"),
+    path("o/<slug:slug>/keys/queue-default/", org.org_queue_default, name="org_queue_default"),
     path("o/<slug:slug>/quotas/", org.quotas, name="quotas"),
     path("o/<slug:slug>/usage/", usage.usage, name="usage"),
     path("o/<slug:slug>/usage/live/", usage.usage_live, name="usage_live"),

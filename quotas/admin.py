@@ -14,6 +14,7 @@ class CapacityPoolAdmin(ServiceAdminMixin, admin.ModelAdmin):
     list_display = ["__str__", "capacity_tps", "prefill_capacity_tps", "guaranteeable_ratio",
                     "guaranteed", "limiter_failure_policy"]
     readonly_fields = ["summary"]
+    exclude = ["queue_max_wait_ms"]  # set on the console's pool settings
 
     @admin.display(description="Guaranteed / guaranteeable TPS")
     def guaranteed(self, pool):

@@ -33,9 +33,16 @@ from orgs.services import (
     invitation_revoke,
     membership_remove,
     membership_role_change,
+    org_queue_default_set,
 )
 from portal.access import flash_result, org_page
-from portal.forms import ApiKeyCreateForm, ApiKeyLimitsForm, InviteForm, RoleForm
+from portal.forms import (
+    ApiKeyCreateForm,
+    ApiKeyLimitsForm,
+    InviteForm,
+    OrgQueueDefaultForm,
+    RoleForm,
+)
 from portal.progress import org_admitted, org_progress
 from portal.selectors import org_invitations_pending, user_email_verified
 from portal.views.application import EDITABLE_STATES
@@ -142,7 +149,30 @@ def keys(request, membership):
 def _keys_context(request, membership, **extra) -> dict:
     org = membership.org
     return {"org": org, "keys": org_api_keys(org=org), "form": ApiKeyCreateForm(),
-            "email_verified": user_email_verified(user=request.user), **extra}
+            "email_verified": user_email_verified(user=request.user),
+            "queue_form": OrgQueueDefaultForm(initial={
+                "queue_threshold_default_ms": org.queue_threshold_default_ms}), **extra}
+
+
+@require_POST
+@org_page(page="keys", roles=KEY_LIMIT_MANAGERS)
+def org_queue_default(request, membership):
+    """The org's default wait for capacity (owners, admins)."""
+    form = OrgQueueDefaultForm(request.POST)
+    status_code = 400
+    if form.is_valid():
+        try:
+            org_queue_default_set(org=membership.org, actor=request.user,
+                                  ms=form.cleaned_data["queue_threshold_default_ms"])
+        except DomainError as error:
+            form_add_domain_error(form=form, error=error)
+            status_code = error.status
+        else:
+            flash(request, messages.SUCCESS, "The default wait for capacity was saved.",
+                  at="queue-default")
+            return redirect_at("portal:keys", membership.org.slug, at="queue-default")
+    return render(request, "portal/keys.html",
+                  _keys_context(request, membership, queue_form=form), status=status_code)
 
 
 @require_POST

@@ -60,3 +60,21 @@ def test_another_orgs_owner_cannot_set_it(fresh, two_orgs):
     r = bravo.client.patch(f"/api/v1/orgs/{alpha.org.pk}/", {"queue_threshold_default_ms": 100},
                            format="json")
     assert r.status_code == 404
+
+
+def test_the_portal_sets_the_orgs_default_and_refuses_a_bad_one(fresh, two_orgs):
+    from tests.portal.conftest import portal_client, verified
+
+    alpha, _ = two_orgs
+    client = portal_client(verified(alpha.owner))
+    url = f"/portal/o/{alpha.org.slug}/keys/queue-default/"
+    page = client.get(f"/portal/o/{alpha.org.slug}/keys/").content.decode()
+    assert "Waiting for capacity" in page
+    r = client.post(url, {"queue_threshold_default_ms": "25"})
+    assert r.status_code in (400, 422)
+    alpha.org.refresh_from_db()
+    assert alpha.org.queue_threshold_default_ms is None
+    r = client.post(url, {"queue_threshold_default_ms": "3000"})
+    assert r.status_code == 302
+    alpha.org.refresh_from_db()
+    assert alpha.org.queue_threshold_default_ms == 3000
