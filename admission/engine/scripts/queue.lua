@@ -166,10 +166,10 @@ local function publish(message)
   return encoded
 end
 
--- The ETA of a request refused now: authorize's retry for the bucket that refused it, and the
--- tokens queued ahead of it at the rate of what is guaranteed to it (its org's guaranteed
--- rate, or its key's own rate for a key's slice); a pool's headroom is not guaranteed to
--- anyone: its ETA is the org's own guarantee's. A concurrency slot frees when a request ends:
+-- The ETA of a request refused now: the tokens it misses (authorize's retry for the bucket
+-- that refused it) and the tokens queued ahead of it, at the rate of what is guaranteed to it
+-- (its org's guaranteed rate, not the burst, or its key's own rate for a key's slice); a
+-- pool's headroom is not guaranteed to anyone: its ETA is the org's own guarantee's. A concurrency slot frees when a request ends:
 -- its ETA is authorize's estimate. nil: it can never fit.
 local function eta_of(d, org, key_id, digest)
   local retry = num(d[D_RETRY], false)
@@ -183,11 +183,18 @@ local function eta_of(d, org, key_id, digest)
     rate = num(d[D_LIMIT] == 'input' and r[2] or r[1], 0)
     ahead = num(m[2], 0)
   else
-    local output, input = org_guarantee_at(key(KEY.org, org), now)
-    rate = (d[D_LIMIT] == 'input' and (input or 0) > 0) and input or (output or 0)
+    local org_key = key(KEY.org, org)
+    local output, input = org_guarantee_at(org_key, now)
+    local input_apart = d[D_LIMIT] == 'input' and (input or 0) > 0
+    rate = input_apart and input or (output or 0)
     ahead = num(m[1], 0)
     if d[D_OUTCOME] == 'pool_capacity_exhausted' and rate > 0 then
       return math.max(retry, math.ceil((ahead + d[D_RESERVED]) * 1000 / rate))
+    end
+    if rate > 0 then  -- authorize's retry counts on the burst too: at the guarantee alone
+      local limits = {org_limits_unpack(redis.call('HGET', org_key, F.layout.limits), org_key)}
+      local burst = (input_apart and limits[9] or limits[5]) or 0
+      retry = math.ceil(retry * (rate + burst) / rate)
     end
   end
   if rate <= 0 then return retry end
