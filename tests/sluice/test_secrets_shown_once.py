@@ -7,9 +7,11 @@ import logging
 import re
 
 import pytest
+from django.contrib.admin.models import LogEntry
 from django.contrib.messages.storage.cookie import CookieStorage
 from django.test import RequestFactory
 
+from orgs.models import AuditEvent
 from quotas.models import GatewayToken
 from sluice.secrets import secret_matches
 from tests.portal.conftest import verified
@@ -63,6 +65,9 @@ def test_raw_admin_shows_a_new_gateway_token_in_the_page_only(operator_console, 
     assert_shown_once_in_body(operator_console, response, secret, caplog)
     listing = operator_console.get("/admin/quotas/gatewaytoken/").content.decode()
     assert secret not in listing
+    # Nor in the admin's own history or the audit log.
+    assert all(secret not in f"{e.object_repr} {e.change_message}" for e in LogEntry.objects.all())
+    assert all(secret not in str(e.after) for e in AuditEvent.objects.all())
 
 
 def test_console_shows_a_new_gateway_token_in_the_page_only(operator_console, caplog):
