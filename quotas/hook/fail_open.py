@@ -21,12 +21,12 @@ from django.conf import settings
 from django.db import DatabaseError
 
 from orgs.models import ApiKey, OrgStatus, SuspensionReason
+from quotas.limiter.aio import Claim, background
 from quotas.limiter.clock import clock, epoch_ms, ms_until_next_utc_day
 from quotas.limiter.connection import LimiterUnavailable
 from quotas.limiter.fleet import fleet_heartbeat
 from quotas.limiter.schema import ALLOWED, Decision
 from quotas.limiter.state import BUCKET_SECONDS
-from quotas.limiter.steps import Background, Claim, Steps
 from quotas.selectors import allocations_in_force
 from sluice.secrets import secret_digest, secret_parse_lookup
 
@@ -84,12 +84,12 @@ _lock = threading.Lock()
 _fleet = _Fleet()
 
 
-def fail_open_heartbeat_steps() -> Steps:
-    """Taken after each decision Redis took (quotas/limiter/steps.py): a heartbeat, in the
+def fail_open_heartbeat() -> None:
+    """Called on the event loop after each decision Redis took: a heartbeat, in the
     background, when one is due (at most one per HEARTBEAT_SECONDS)."""
     fleet = _fleet
     if time.monotonic() >= fleet.next_beat and fleet.claim.take(fleet.next_beat):
-        yield Background(fleet.beat, {})
+        background(fleet.beat)
 
 
 def _caller_load(api_key: str, pool_id: int) -> _Caller | None:
