@@ -65,13 +65,15 @@ class _Fleet:
             if self.pid != os.getpid():  # first beat, or a worker forked from the master
                 self.pid = os.getpid()
                 self.process_id = f"{os.uname().nodename}:{self.pid}:{uuid.uuid4().hex[:8]}"
-            self.next_beat = time.monotonic() + HEARTBEAT_SECONDS
             self.size = fleet_heartbeat(process_id=self.process_id,
                                         now_ms=epoch_ms(clock.now()),
                                         live_ms=int(LIVE_SECONDS * 1000))
         except LimiterUnavailable:
             pass  # the last count stays; the next beat tries again
         finally:
+            # Set once the beat is over: a decision that found it under way claimed the value
+            # before (its beat returned at once), and the next decision due claims this one.
+            self.next_beat = time.monotonic() + HEARTBEAT_SECONDS
             self.lock.release()
 
     def share(self) -> int:

@@ -7,6 +7,7 @@ processes admit is exactly the buckets' capacity, and the figure does not depend
 """
 
 import multiprocessing as mp
+import threading
 import time
 
 import pytest
@@ -94,7 +95,10 @@ def test_three_processes_failing_open_admit_one_guaranteed_bucket_together(serve
     for child in children:
         child.start()
     try:
-        up_done.wait(timeout=60)
+        try:
+            up_done.wait(timeout=60)
+        except threading.BrokenBarrierError:  # a child failed: say how
+            pytest.fail(f"a process failed: {[out.get(timeout=5) for _ in range(out.qsize())]}")
         server.stop()
         redis_stopped.set()
         admitted = [out.get(timeout=60) for _ in children]
