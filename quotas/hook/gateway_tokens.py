@@ -22,8 +22,8 @@ from django.db import DatabaseError, transaction
 from django.utils import timezone
 
 from orgs.services.audit import Actor, audit_record
-from quotas.limiter.aio import Claim, background, in_thread
 from quotas.hook.gateway_token_misses import UnknownTokens
+from quotas.limiter.aio import Claim, background, in_thread
 from quotas.limiter.connection import LimiterUnavailable
 from quotas.limiter.gateway_tokens import (
     gateway_tokens_read,
