@@ -1,21 +1,12 @@
-"""The admission queue in the hook's authorize (quotas/hook): the `queue` the event-loop
-runner (quotas/hook/asgi.py) calls for a decision that may wait. config/asgi.py hands it to
-the hook, which cannot import this app (the house: quotas is below admission)."""
+"""The admission queue in the hook's authorize (quotas/hook/hook.py): what it awaits for a
+decision that may wait. config/asgi.py hands it over (authorize_queue_set): the hook cannot
+import this app (the house: quotas is below admission)."""
 
 import asyncio
-from collections.abc import Awaitable, Callable
 
 from admission.engine.waiting import QueueOutcome, queue_decide
 from admission.metrics import QUEUE_OUTCOMES, QUEUE_WAIT_SECONDS, QUEUE_WAITING
 from quotas.limiter.connection import LimiterUnavailable
-
-
-def _gone(receive: Callable[[], Awaitable[dict]]) -> Callable[[], Awaitable[None]]:
-    """What completes when the HTTP client goes away (ASGI `http.disconnect`)."""
-    async def gone() -> None:
-        while (await receive())["type"] != "http.disconnect":
-            pass
-    return gone
 
 
 def _outcome_name(outcome: QueueOutcome) -> str:
@@ -31,14 +22,13 @@ def _outcome_name(outcome: QueueOutcome) -> str:
     return "refused"
 
 
-async def hook_queue(*, receive, in_thread, pool_id: int, **ask) -> QueueOutcome:
-    """queue_decide for one authorize request on the loop; `receive`: the request's ASGI
-    receive (its client's departure ends the wait)."""
+async def hook_queue(*, gone, pool_id: int, **ask) -> QueueOutcome:
+    """queue_decide for one authorize request on the loop; `gone()`: completes when its client
+    goes away (quotas/hook/asgi.py's CLIENT_GONE), which ends the wait."""
     pool = str(pool_id)
     try:
-        outcome = await queue_decide(pool_id=pool_id, gone=_gone(receive) if receive else None,
-                                     in_thread=in_thread, on_wait=QUEUE_WAITING.labels(pool).inc,
-                                     **ask)
+        outcome = await queue_decide(pool_id=pool_id, gone=gone,
+                                     on_wait=QUEUE_WAITING.labels(pool).inc, **ask)
     except LimiterUnavailable:
         QUEUE_OUTCOMES.labels(pool, "unavailable").inc()
         raise

@@ -107,7 +107,10 @@ def pool_seed(capacity: int, budget_ms: int):
 
 def drain(pool, orgs, capacity: int) -> None:
     """Spend what the buckets start with (each org's guarantee and burst, the headroom)."""
-    from quotas.limiter.engine import limiter_authorize
+    from quotas.limiter.engine import limiter_authorize as decide
+
+    def limiter_authorize(**kwargs):  # the engine's decision is a coroutine
+        return asyncio.run(decide(**kwargs))
 
     for _, key in orgs:
         for _ in range(200):

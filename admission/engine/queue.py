@@ -23,8 +23,9 @@ import re
 from pathlib import Path
 from typing import NamedTuple
 
+from quotas.limiter.clock import time_stamps
 from quotas.limiter.connection import SCRIPTS_DIR, engine_config, script_register
-from quotas.limiter.engine import authorize_script_call
+from quotas.limiter.engine import RECORD_GRACE_MS
 from quotas.limiter.schema import (
     KEY,
     AuthorizeArgs,
@@ -33,7 +34,6 @@ from quotas.limiter.schema import (
     lua_expand,
     pool_key,
 )
-from quotas.limiter.steps import ScriptCall
 
 HERE = Path(__file__).parent / "scripts"
 NAME = "queue"
@@ -73,6 +73,12 @@ QueueArgs = NamedTuple("QueueArgs", [*AuthorizeArgs.__annotations__.items(),
                                      ("pool_cap", int), ("org_cap", int),  # waiters at most
                                      ("pump_max", int)])  # decisions per pump at most
 SCRIPT = Script(keys=QueueKeys, args=QueueArgs)
+
+
+class ScriptCall(NamedTuple):
+    name: str
+    keys: QueueKeys
+    args: tuple
 
 
 class Joined(NamedTuple):
@@ -134,16 +140,19 @@ def queue_call(op: str, *, pool_id: int, digest: str, request_id: str, input_tok
                key_tier: str = "unknown", pool_tier: str = "fast", budget_ms: int = -1,
                max_wait_ms: int = 0, pool_cap: int = 0, org_cap: int = 0, pump_max: int = 64,
                now_ms: int) -> ScriptCall:
-    call = authorize_script_call(
-        pool_id=pool_id, digest=digest, request_id=request_id, input_tokens=input_tokens,
-        max_output_tokens=-1 if max_output_tokens is None else max_output_tokens, tier=tier,
-        key_tier=key_tier, pool_tier=pool_tier, dry_run=False, now_ms=now_ms,
-        config=engine_config())
-    keys = QueueKeys(*call.keys, queue_key(pool_id, KEY.queue_orgs),
-                     queue_key(pool_id, QKEY.meta), queue_key(pool_id, QKEY.deadlines),
-                     queue_key(pool_id, QKEY.defaults))
-    return ScriptCall(NAME, keys, QueueArgs(*call.args, op, budget_ms, max_wait_ms, pool_cap,
-                                            org_cap, pump_max))
+    """The queue script's call: authorize's KEYS and ARGV for the request (as engine.py's
+    limiter_authorize builds them), then the queue's."""
+    ttl_ms = engine_config().reservation_ttl_s * 1000
+    day, month = time_stamps(now_ms)
+    keys = QueueKeys(pool_key(pool_id, KEY.registry), pool_key(pool_id, KEY.synced),
+                     pool_key(pool_id, KEY.pool), pool_key(pool_id, KEY.reservation, request_id),
+                     queue_key(pool_id, KEY.queue_orgs), queue_key(pool_id, QKEY.meta),
+                     queue_key(pool_id, QKEY.deadlines), queue_key(pool_id, QKEY.defaults))
+    args = QueueArgs(digest, request_id, input_tokens,
+                     -1 if max_output_tokens is None else max_output_tokens, tier, key_tier,
+                     pool_tier, now_ms, day, month, ttl_ms, 0, ttl_ms + RECORD_GRACE_MS,
+                     op, budget_ms, max_wait_ms, pool_cap, org_cap, pump_max)
+    return ScriptCall(NAME, keys, args)
 
 
 def decision_decode(encoded: str | list | None) -> Decision | None:

@@ -23,7 +23,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import hiredis
 import redis
@@ -37,7 +37,7 @@ from admission.engine.queue import (
     queue_key,
     reply_decode,
 )
-from quotas.limiter.aio import NeedsThread, _ssl_context, script_run_async
+from quotas.limiter.aio import _ssl_context, in_thread, script_call
 from quotas.limiter.clock import clock
 from quotas.limiter.connection import (
     LimiterUnavailable,
@@ -45,13 +45,11 @@ from quotas.limiter.connection import (
     engine_config,
     limiter_client,
     on_limiter_reset,
-    script_run,
 )
 from quotas.limiter.engine import limiter_settle
 from quotas.limiter.schema import KEY, UNSYNCED, Decision, Settlement
 
 logger = logging.getLogger(__name__)
-InThread = Callable[[Callable[..., Any], dict], Awaitable[Any]]
 
 
 @dataclass(frozen=True)
@@ -123,9 +121,8 @@ class _Subscriber(asyncio.Protocol):
 class _Watch:
     """One event loop's waiters, pools and subscription."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, in_thread: InThread) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
-        self.in_thread = in_thread
         self.pools: dict[int, _Pool] = {}
         # channel -> confirmed (a future: done once Redis confirmed the subscription)
         self.channels: dict[str, asyncio.Future] = {}
@@ -292,12 +289,7 @@ class _Watch:
             pool.pumping = False
 
     async def call(self, step) -> Joined:
-        try:
-            reply = await script_run_async(step.name, keys=step.keys, args=step.args)
-        except NeedsThread:
-            reply = await self.in_thread(script_run, {"name": step.name, "keys": step.keys,
-                                                      "args": step.args})
-        return reply_decode(reply)
+        return reply_decode(await script_call(step.name, keys=step.keys, args=step.args))
 
 
 def _pool_of_channel(channel: str) -> int | None:
@@ -312,13 +304,13 @@ def _pool_of_channel(channel: str) -> int | None:
 _watches: dict[asyncio.AbstractEventLoop, _Watch] = {}
 
 
-def _watch(in_thread: InThread) -> _Watch:
+def _watch() -> _Watch:
     loop = asyncio.get_running_loop()
     watch = _watches.get(loop)
     if watch is None:
         for gone in [lp for lp in _watches if lp.is_closed()]:  # loops that ended (tests)
             del _watches[gone]
-        watch = _watches[loop] = _Watch(loop, in_thread)
+        watch = _watches[loop] = _Watch(loop)
     return watch
 
 
@@ -332,23 +324,17 @@ def _watches_close() -> None:
 on_limiter_reset(_watches_close)
 
 
-def _default_in_thread(fn, kwargs: dict):
-    return asyncio.get_running_loop().run_in_executor(None, lambda: fn(**kwargs))
-
-
 async def queue_decide(*, pool_id: int, digest: str, request_id: str, input_tokens: int,
                        max_output_tokens: int | None, tier: str, key_tier: str, pool_tier: str,
                        budget_ms: int, max_wait_ms: int,
                        gone: Callable[[], Awaitable] | None = None,
-                       in_thread: InThread | None = None,
                        on_wait: Callable[[int], object] | None = None) -> QueueOutcome:
     """Decide a request that may wait (budget_ms: what it asked, -1 for its key's or org's
     default; the pool's `max_wait_ms` clamps it): admitted now, refused now, or waiting until
     admitted or its budget ends. `gone()`: completes when the client goes away (the waiter then
     leaves at once). `on_wait(1)` when it starts to wait, `on_wait(-1)` when that ends (a
     gauge). Raises LimiterUnavailable (the pool's failure policy answers)."""
-    in_thread = in_thread or _default_in_thread
-    watch = _watch(in_thread)
+    watch = _watch()
     await watch.subscribed(pool_id)
     ask = {"pool_id": pool_id, "digest": digest, "request_id": request_id,
            "input_tokens": input_tokens, "max_output_tokens": max_output_tokens, "tier": tier,
@@ -374,7 +360,7 @@ async def _join(watch: _Watch, ask: dict, *, budget_ms: int, max_wait_ms: int) -
     if joined.decision is not None and joined.decision.outcome == UNSYNCED:
         rebuild = engine_config().pool_rebuild  # Redis lost the pool: rebuilt, asked again
         if rebuild is not None:
-            await watch.in_thread(rebuild, {"pool_id": ask["pool_id"]})
+            await in_thread(rebuild, pool_id=ask["pool_id"])
             joined = await watch.call(step._replace(args=step.args._replace(
                 now_ms=clock.now_ms())))
         if joined.decision is not None and joined.decision.outcome == UNSYNCED:
@@ -458,10 +444,8 @@ async def _leave_departed(watch: _Watch, ask: dict) -> None:
         left = await watch.call(queue_call("leave", pool_id=ask["pool_id"], digest=ask["digest"],
                                            request_id=ask["request_id"], now_ms=clock.now_ms()))
         if left.state == "done" and left.decision is not None and left.decision.allowed:
-            await watch.in_thread(limiter_settle, {
-                "pool_id": ask["pool_id"],
-                "settlements": [Settlement(request_id=ask["request_id"],
-                                           org_id=left.decision.org_id, input_tokens=0,
-                                           api_key_id=left.decision.api_key_id or 0)]})
+            await in_thread(limiter_settle, pool_id=ask["pool_id"], settlements=[Settlement(
+                request_id=ask["request_id"], org_id=left.decision.org_id, input_tokens=0,
+                api_key_id=left.decision.api_key_id or 0)])
     except Exception:
         logger.exception("queue: a departed waiter could not leave pool %s", ask["pool_id"])

@@ -1,17 +1,16 @@
 """POST /api/gateway/v1/usage: what a gateway reports after each request, recorded by
-metering/usage.py. Served with the hook's checks and error answers (the gateway token, POST,
-the body limit, the one error shape: quotas/hook/), which this app sits above."""
+metering/usage.py. Served beside authorize on the event loop (config/asgi.py), with the hook's
+checks and error answers (the gateway token, the one error shape: quotas/hook/), which this
+app sits above; the recording runs in one of the process's threads (it is a PostgreSQL
+transaction)."""
 
-from django.urls import path
 from prometheus_client import Counter, Histogram
 
 from metering.usage import usage_record
-from quotas.hook import schema
 from quotas.hook.gateway_tokens import GatewayIdentity
-from quotas.hook.hook import Answer, hook_call
+from quotas.hook.hook import Answer, hook_handler
 from quotas.hook.inputs import usage_input
 from quotas.hook.metrics import LATENCY_BUCKETS
-from quotas.hook.views import hook_view
 from sluice.errors import error_body
 
 USAGE_EVENTS = Counter("sluice_usage_events_total", "Usage events by result.", ["result"])
@@ -36,13 +35,4 @@ def usage_handle(body: object, gateway: GatewayIdentity) -> Answer:
                  "duplicates": counts["duplicate"], "rejected": counts["rejected"]}
 
 
-def usage_call(*, method: str, authorization: str, read_body) -> Answer:
-    return hook_call(usage_handle, USAGE_SECONDS, method=method, authorization=authorization,
-                     read_body=read_body)
-
-
-usage = hook_view(usage_call)
-
-urlpatterns = [
-    path("usage", schema.documented_by(schema.UsageSchema)(usage), name="usage"),
-]
+usage = hook_handler(usage_handle, USAGE_SECONDS)

@@ -6,6 +6,7 @@ from datetime import UTC, datetime, time
 from django.contrib import messages
 from django.shortcuts import redirect, render
 from django.utils import timezone
+from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
 from metering.selectors import usage_tokens_by_pool
@@ -175,6 +176,7 @@ def org_queue_default(request, membership):
                   _keys_context(request, membership, queue_form=form), status=status_code)
 
 
+@never_cache  # the answer to a POST may carry a secret: no cache keeps it
 @require_POST
 @org_page(page="keys", roles=KEY_MANAGERS)
 def key_create(request, membership):

@@ -1,10 +1,13 @@
 """OpenAPI description of the hook API.
 
-The hook views are plain Django functions (see views.py). drf-spectacular documents only DRF
-views, so each URL's function carries a schema-only APIView (`documented_by`): the generator
-reads its `extend_schema`, while requests are served by the function and never reach the class.
+The hook is answered on the event loop before Django (quotas/hook/asgi.py, config/asgi.py).
+drf-spectacular documents Django URLs, so each hook path has one in Django's URLconf
+(urls.py) whose view only carries a schema-only APIView (`schema_only`): the generator reads
+its `extend_schema`; a request that reaches it (a server that is not config.asgi) is told
+where the hook is served.
 """
 
+from django.http import JsonResponse
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.utils import OpenApiExample, PolymorphicProxySerializer, extend_schema
 from rest_framework import authentication, exceptions, serializers
@@ -19,6 +22,7 @@ from quotas.hook.inputs import (
     SERVICE_TIERS,
     USAGE_STATUSES,
 )
+from sluice.errors import error_body
 from sluice.openapi import Error, ErrorDetail
 
 
@@ -42,11 +46,16 @@ class GatewayTokenScheme(OpenApiAuthenticationExtension):
                                "(`manage.py gateway_token_create`)."}
 
 
-def documented_by(schema_view: type[APIView]):
-    def attach(view):
-        view.cls, view.initkwargs = schema_view, {}
-        return view
-    return attach
+def schema_only(schema_view: type[APIView]):
+    """A Django view that documents a hook path and serves nothing."""
+    def view(request):
+        return JsonResponse(error_body(
+            code="not_found", message="The hook is served by the event-loop application "
+            "(config.asgi); this server does not run it."), status=404)
+
+    view.cls, view.initkwargs = schema_view, {}
+    view.csrf_exempt = True
+    return view
 
 
 RATELIMIT_HEADERS = [
@@ -214,14 +223,14 @@ class AuthorizeSchema(APIView):
         request=Authorize,
         responses={200: AuthorizeAllowed, 400: Error, 401: AuthorizeUnauthorized,
                    403: AuthorizeRefused, 404: AuthorizeRefused, 409: AuthorizeRefused,
-                   429: AuthorizeRefused, 503: AuthorizeRefused},
+                   413: Error, 429: AuthorizeRefused, 503: AuthorizeRefused},
         examples=[OpenApiExample("request", request_only=True, value={
             "request_id": "req_01HX", "api_key": "sk_0123456789ab_...", "model": "fast-70b",
             "region": "us-east", "input_tokens": 900, "max_output_tokens": 600,
             "service_tier": "auto"})],
     )
     def post(self, request):
-        raise NotImplementedError("served by quotas.hook.views.authorize")
+        raise NotImplementedError("served by quotas.hook.hook.authorize")
 
 
 class UsageEvent(serializers.Serializer):
@@ -258,7 +267,9 @@ class UsageResult(serializers.Serializer):
     error = ErrorDetail(required=False, help_text=(
         "When rejected: unknown_request, invalid_reservation, timestamps_out_of_order, "
         "started_at_out_of_range, finished_at_out_of_range, duration_out_of_range (the window "
-        "an event may carry is in docs/hook.md, Accepted timestamps)."))
+        "an event may carry is in docs/hook.md, Accepted timestamps), implausible_usage (more "
+        "output tokens than the pool's models produce in the event's duration: docs/hook.md, "
+        "Plausible usage)."))
 
 
 class UsageResponse(serializers.Serializer):
@@ -282,7 +293,7 @@ class UsageSchema(APIView):
         request=PolymorphicProxySerializer(component_name="Usage",
                                            serializers=[UsageEvent, UsageBatch],
                                            resource_type_field_name=None),
-        responses={200: UsageResponse, 400: Error, 401: Error},
+        responses={200: UsageResponse, 400: Error, 401: Error, 413: Error, 503: Error},
     )
     def post(self, request):
         raise NotImplementedError("served by metering.api.hook.usage")

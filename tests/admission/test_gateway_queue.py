@@ -5,7 +5,6 @@ waiting needs authorize on its event loop."""
 
 import contextlib
 import threading
-from types import SimpleNamespace
 
 import openai
 import pytest
@@ -29,7 +28,7 @@ def stack_on_server(redis_client, tmp_path):
         server = sluice_server(env=env)
         base, _ = server.__enter__()
         pool = PoolFactory(queue_max_wait_ms=20_000)
-        stack = sluice_stack(live_server=SimpleNamespace(url=base), tmp_path=tmp_path,
+        stack = sluice_stack(sluice_url=base, tmp_path=tmp_path,
                              limits={"pool": pool, **limits})
         made.append((server, stack))
         return stack

@@ -13,11 +13,12 @@ from quotas.hook.fail_open import fail_open_reset
 from quotas.hook.gateway_tokens import gateway_token_cache_clear, gateway_token_create
 from quotas.hook.routing import pool_routes_reload
 from quotas.limiter.connection import limiter_client, limiter_reset
-from quotas.limiter.engine import limiter_authorize
 from quotas.limiter.schema import KEY, pool_key
+from tests.aio import limiter_authorize
 from tests.factories import PoolFactory
+from tests.hook import AUTHORIZE as URL
+from tests.hook import HookClient, served
 from tests.quotas.conftest import tenant_create
-from tests.quotas.hook.test_on_loop import URL, OnLoop
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -28,9 +29,7 @@ def app(redis_client):
     gateway_token_cache_clear()
     fail_open_reset()
     _, token = gateway_token_create(name="edge-queue", actor="test")
-    on_loop = OnLoop(token)
-    yield on_loop
-    on_loop.close()
+    yield HookClient(token)
     gateway_token_cache_clear()
     limiter_reset()
 
@@ -62,7 +61,7 @@ def waiting(pool_id: int) -> int:
 def test_a_bad_budget_is_refused_and_nothing_is_queued(app, value):
     t = queued_tenant()
     drain(t, 1000)
-    r = app.post(body(t, queue_threshold_ms=value))
+    r = app.authorize(body(t, queue_threshold_ms=value))
     assert r.status_code == 400
     assert r.json()["error"]["code"] == "invalid_queue_threshold"
     assert "queue_threshold_ms" in r.json()["error"]["fields"]
@@ -71,7 +70,7 @@ def test_a_bad_budget_is_refused_and_nothing_is_queued(app, value):
 
 def test_a_bad_budget_beside_other_bad_fields_is_named_among_them(app):
     t = queued_tenant()
-    r = app.post(body(t, queue_threshold_ms=-5, input_tokens=-1))
+    r = app.authorize(body(t, queue_threshold_ms=-5, input_tokens=-1))
     assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_input"
     assert {"queue_threshold_ms", "input_tokens"} <= set(r.json()["error"]["fields"])
 
@@ -79,7 +78,7 @@ def test_a_bad_budget_beside_other_bad_fields_is_named_among_them(app):
 def test_a_waiter_is_admitted_and_says_how_long_it_waited(app):
     t = queued_tenant()
     drain(t, 1000)
-    answers = app.many([body(t, queue_threshold_ms=10_000) for _ in range(3)])
+    answers = app.many(URL, [body(t, queue_threshold_ms=10_000) for _ in range(3)])
     assert [a.status_code for a in answers] == [200] * 3
     waited = [a.json() for a in answers if "queued_ms" in a.json()]
     assert waited, [a.json() for a in answers]
@@ -92,7 +91,7 @@ def test_a_waiter_is_admitted_and_says_how_long_it_waited(app):
 def test_an_eta_beyond_the_budget_is_a_429_with_the_eta(app):
     t = queued_tenant()
     drain(t, 1000)  # 100 tokens at 100/s: about a second
-    r = app.post(body(t, queue_threshold_ms=50))
+    r = app.authorize(body(t, queue_threshold_ms=50))
     assert r.status_code == 429
     error = r.json()["error"]
     assert error["code"] == "tps_exceeded" and error["queue_eta_ms"] > 50
@@ -106,14 +105,14 @@ def test_an_eta_beyond_the_budget_is_a_429_with_the_eta(app):
 def test_the_pools_maximum_clamps_the_budget(app):
     t = queued_tenant(max_wait_ms=60)
     drain(t, 1000)
-    r = app.post(body(t, queue_threshold_ms=20_000))
+    r = app.authorize(body(t, queue_threshold_ms=20_000))
     assert r.status_code == 429 and r.json()["queue_budget_ms"] == 60
 
 
 def test_a_pool_without_a_queue_answers_as_today(app):
     t = queued_tenant(max_wait_ms=0)
     drain(t, 1000)
-    r = app.post(body(t, queue_threshold_ms=10_000))
+    r = app.authorize(body(t, queue_threshold_ms=10_000))
     assert r.status_code == 429 and r.json()["error"]["code"] == "tps_exceeded"
     assert "queue_budget_ms" not in r.json()
 
@@ -125,7 +124,7 @@ def test_the_orgs_default_budget_applies_when_the_request_says_nothing(app):
     from quotas.publish import limiter_sync_pool
     limiter_sync_pool(pool_id=t.pool.pk)
     drain(t, 1000)
-    r = app.post(body(t))
+    r = app.authorize(body(t))
     assert r.status_code == 429 and r.json()["queue_budget_ms"] == 50
     assert r.json()["error"]["queue_eta_ms"] > 50
 
@@ -152,12 +151,12 @@ def test_a_client_that_goes_away_leaves_the_queue_at_once(app):
             sent.append(message)
 
         scope = {"type": "http", "method": "POST", "path": URL, "headers": [
-            (b"host", b"127.0.0.1"), (b"content-type", b"application/json"),
-            (b"authorization", app.headers["Authorization"].encode())],
+            (b"host", b"testserver"), (b"content-type", b"application/json"),
+            (b"authorization", app.headers["authorization"].encode())],
             "query_string": b"", "server": ("127.0.0.1", 80), "client": ("127.0.0.1", 1),
             "scheme": "http", "http_version": "1.1", "root_path": "",
             "asgi": {"version": "3.0"}}
-        task = asyncio.ensure_future(app.app(scope, receive, send))
+        task = asyncio.ensure_future(served().app(scope, receive, send))
         for _ in range(1000):  # until it waits in the queue
             if waiting(t.pool.pk):
                 break
@@ -167,6 +166,6 @@ def test_a_client_that_goes_away_leaves_the_queue_at_once(app):
         await task
         assert sent == []  # nobody to answer
 
-    app.loop.run(call())
+    served().loop.run(call())
     assert waiting(t.pool.pk) == 0
     assert not limiter_client().exists(pool_key(t.pool.pk, KEY.queue_orgs))

@@ -10,10 +10,9 @@ import pytest
 from admission.engine.queue import QKEY, queue_key
 from admission.engine.waiting import queue_decide
 from quotas.limiter.connection import limiter_reset
-from quotas.limiter.engine import limiter_authorize
 from quotas.limiter.schema import KEY
 from sluice.secrets import secret_digest
-from tests.aio import LoopThread
+from tests.aio import LoopThread, limiter_authorize
 from tests.factories import PoolFactory
 from tests.quotas.conftest import tenant_create
 

@@ -6,7 +6,6 @@ import uuid
 
 import httpx
 import pytest
-from django.db import connections
 
 from admission.engine.queue import QKEY, queue_key
 from admission.engine.waiting import queue_decide
@@ -14,7 +13,7 @@ from quotas.hook.gateway_tokens import gateway_token_cache_clear, gateway_token_
 from quotas.limiter.connection import LimiterUnavailable, limiter_client, limiter_reset
 from sluice.secrets import secret_digest
 from tests.admission.test_hook_queue import body, drain, queued_tenant
-from tests.aio import LoopThread
+from tests.aio import shared_loop
 from tests.private_redis import PrivateRedis
 from tests.quotas.hook.test_on_loop import URL
 from tests.server import sluice_server
@@ -58,27 +57,17 @@ def test_a_redis_restart_answers_every_waiter_at_once(tmp_path, settings, db):
     server = PrivateRedis(tmp_path / "redis").start()
     settings.REDIS_URL = server.url  # the engine follows (quotas' setting_changed receiver)
     limiter_reset()
-    loop = LoopThread()
+    loop = shared_loop()  # the served loop: a rebuild runs in the process's threads
     try:
         t = queued_tenant(guaranteed_tps=100, max_concurrency=1)
         drain(t, 200)  # holds the one slot: the waiters wait for it
-
-        def closing(fn, kwargs):  # a rebuild reads PostgreSQL: its thread's connection closed
-            try:
-                return fn(**kwargs)
-            finally:
-                connections.close_all()
-
-        def in_thread(fn, kwargs):
-            return asyncio.get_running_loop().run_in_executor(None, closing, fn, kwargs)
 
         async def one():
             try:
                 await queue_decide(pool_id=t.pool.pk, digest=secret_digest(t.plaintext),
                                    request_id=uuid.uuid4().hex, input_tokens=10,
                                    max_output_tokens=10, tier="auto", key_tier="unknown",
-                                   pool_tier="fast", budget_ms=20_000, max_wait_ms=20_000,
-                                   in_thread=in_thread)
+                                   pool_tier="fast", budget_ms=20_000, max_wait_ms=20_000)
             except LimiterUnavailable:
                 return "unavailable"
             return "answered"
@@ -103,4 +92,3 @@ def test_a_redis_restart_answers_every_waiter_at_once(tmp_path, settings, db):
         server.stop()
         limiter_reset()
         loop.run(asyncio.sleep(0.01))
-        loop.close()
