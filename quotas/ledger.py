@@ -204,6 +204,17 @@ def org_guarantee_at(*, org_id: int, pool_id: int, at: datetime) -> tuple[int, i
     return g[0] + sum(o for o, _ in booked), (g[1] or 0) + sum(i for _, i in booked)
 
 
+def bookings_relying_on(*, org_id: int, pool_id: int | None = None,
+                        ending_after: datetime) -> QuerySet[Booking]:
+    """The org's bookings (in one pool, or in all) still to be served after `ending_after`:
+    what an allocation ending then, or the org's suspension or offboarding, would break."""
+    bookings = Booking.objects.filter(org_id=org_id, state__in=BOOKING_LIVE_STATES,
+                                      ends_at__gt=ending_after)
+    if pool_id is not None:
+        bookings = bookings.filter(pool_id=pool_id)
+    return bookings.select_related("pool", "org").order_by("starts_at", "id")
+
+
 def org_bookings(*, org, pool: CapacityPool | None = None) -> QuerySet[Booking]:
     """The org's bookings, latest window first."""
     bookings = Booking.objects.filter(org=org).select_related("pool")
