@@ -118,3 +118,41 @@ def test_an_operator_reads_the_calendar_and_breaks_a_booking_to_lower_capacity(n
     page.get_by_role("link", name="Bookings", exact=True).click()
     expect(page.get_by_role("heading", name="Bookings", exact=True)).to_be_visible()
     main_page(page, "console-bookings")
+
+
+def test_an_operator_suspends_an_org_only_by_ticking_the_bookings_it_breaks(new_page):
+    groups_sync(group_model=Group, permission_model=Permission)
+    operator = UserFactory(username="ops@sluice.dev", is_staff=True)
+    operator.groups.add(Group.objects.get(name="operator"))
+    device = totp_device_for(operator)
+    pool = PoolFactory(model="frontier-fast", region="us-east", capacity_tps=10_000)
+    org = OrganizationFactory(name="Launch Co")
+    AllocationFactory(org=org, pool=pool, guaranteed_tps=1_000, burst_tps=1_000)
+    start, end = _window()
+    booking = booking_confirm(org=org, pool=pool, actor="test", ask=BookingAsk(
+        starts_at=start, ends_at=end, output_tps=5_000))
+    page = new_page()
+
+    page.goto("/admin/")
+    page.get_by_label("Email").fill(operator.username)
+    page.get_by_label("Password").fill(PASSWORD)
+    page.get_by_label("Authentication code").fill(totp_code(device))
+    page.get_by_role("button", name="Sign in").click()
+    page.goto(f"/admin/console/orgs/{org.pk}/")
+    ticked = page.locator(f"#lifecycle [data-booking='{booking.pk}']")
+    expect(ticked).to_be_visible()
+    main_page(page, "console-org-bookings-to-break")
+
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.get_by_role("button", name="Suspend").click()
+    expect(page.locator("#lifecycle .alert-error")).to_contain_text("being suspended breaks them")
+    org.refresh_from_db()
+    assert org.status == "active"
+
+    page.locator(f"#lifecycle [data-booking='{booking.pk}']").check()
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.get_by_role("button", name="Suspend").click()
+    expect(page.locator("#lifecycle .alert-success")).to_contain_text("suspended")
+    booking.refresh_from_db()
+    assert (booking.state, booking.cancelled_by_operator) == (BookingState.CANCELLED, True)
+    assert BookingCharge.objects.get(booking=booking).refund_micros > 0
