@@ -194,6 +194,11 @@ def org_transition(*, org: Organization, action: str, actor: Actor,
     if action not in services:
         raise DomainError(f"Unknown lifecycle action {action!r}.", code="unknown_action",
                           details={"allowed": sorted(services)})
+    if break_bookings and action not in STOPS_SERVICE:
+        raise DomainError(f"{action.replace('_', ' ').capitalize()} breaks no booking.",
+                          code="booking_not_in_conflict",
+                          fields={"break_bookings": ["Only a suspension or an offboarding "
+                                                     "breaks bookings."]})
     # Rollout refuses the decisions that belong to an open application.
     org_transition_requested.emit(org=org, action=action)
     if action == "review_start":
@@ -201,9 +206,4 @@ def org_transition(*, org: Organization, action: str, actor: Actor,
     if action in STOPS_SERVICE:
         return services[action].nested(org=org, actor=actor, reason=reason,
                                        break_bookings=break_bookings)
-    if break_bookings:
-        raise DomainError(f"{action.replace('_', ' ').capitalize()} breaks no booking.",
-                          code="booking_not_in_conflict",
-                          fields={"break_bookings": ["Only a suspension or an offboarding "
-                                                     "breaks bookings."]})
     return services[action].nested(org=org, actor=actor, reason=reason)

@@ -152,6 +152,20 @@ def test_other_transitions_name_no_booking(org, pool):
         org=org, action="restore", actor="ops", break_bookings=[booking.pk]))
 
 
+def test_a_booking_ended_since_it_was_named_is_no_mistake_another_is(org, pool):
+    live = book(org, pool, 48)
+    past = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
+    ended = Booking.objects.create(org=org, pool=pool, starts_at=past - timedelta(hours=2),
+                                   ends_at=past, output_tps=10)
+    other = OrganizationFactory()
+    AllocationFactory(org=other, pool=pool, guaranteed_tps=100, burst_tps=100)
+    theirs = book(other, pool, 48, tps=10)
+    refused("booking_not_in_conflict", lambda: org_suspend(
+        org=org, actor="ops", break_bookings=[live.pk, theirs.pk]))
+    org_suspend(org=org, actor="ops", break_bookings=[live.pk, ended.pk])
+    assert_broken(live)
+
+
 def test_a_suspension_for_payment_breaks_the_bookings_itself(org, pool,
                                                              django_capture_on_commit_callbacks):
     booking = book(org, pool, 48)
