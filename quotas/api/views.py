@@ -14,7 +14,7 @@ from quotas import services
 from quotas.ledger import capacity_conflicts
 from quotas.models import Allocation, AllocationStatus, CapacityPool, LimiterFailurePolicy, Tier
 from quotas.selectors import allocation_get_for_user, pool_capacity_summaries, pool_capacity_summary
-from sluice.api import validated_input
+from sluice.api import break_bookings_field, validated_input
 from sluice.errors import NotFound
 from sluice.openapi import errors
 from sluice.pagination import PaginatedApi, paginate
@@ -122,11 +122,9 @@ class PoolCapacityApi(APIView):
             help_text=PREFILL_HELP + " Absent: unchanged. Declaring it gives the pool's "
             "allocations input TPS in proportion to their output TPS.")
         reason = serializers.CharField(max_length=2000, required=False, default="")
-        break_bookings = serializers.ListField(
-            child=serializers.IntegerField(min_value=1, max_value=2**63 - 1), required=False,
-            default=list,
-            max_length=10_000, help_text="Bookings this change breaks, cancelled with a full "
-            "refund and a notice: the conflicts a lower capacity answered.")
+        break_bookings = break_bookings_field(
+            "Bookings this change breaks, cancelled with a full refund and a notice: the "
+            "conflicts a lower capacity answered.")
 
     @extend_schema(request=InputSerializer, responses={200: PoolSummaryOutput, **errors(422)},
                    description="Change capacity. Lowering it below what is guaranteed answers "
@@ -257,6 +255,10 @@ class AllocationListApi(PaginatedApi, APIView):
 
 class AllocationDetailApi(APIView):
     class InputSerializer(_LimitsInput):
+        break_bookings = break_bookings_field(
+            "With a sooner `valid_until`: every booking of the org in the pool that would end "
+            "after it, cancelled with a full refund and a notice.")
+
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
             for field in self.fields.values():
@@ -268,7 +270,11 @@ class AllocationDetailApi(APIView):
         return Response(AllocationOutput(allocation).data)
 
     @extend_schema(request=InputSerializer, responses={200: AllocationOutput,
-                                                       **errors(409, 422)})
+                                                       **errors(409, 422)},
+                   description="Change an allocation. A `valid_until` sooner than a confirmed "
+                   "booking of the org in the pool ends answers 422 "
+                   "`allocation_ends_before_bookings` with `details.conflicts` unless "
+                   "`break_bookings` names every one of them.")
     def patch(self, request, allocation_id: int):
         allocation = allocation_get_for_user(user=request.user, allocation_id=allocation_id)
         operator_require(user=request.user, perm="quotas.change_allocation")
@@ -281,8 +287,15 @@ class AllocationDetailApi(APIView):
 class AllocationEndApi(APIView):
     class InputSerializer(serializers.Serializer):
         reason = serializers.CharField(max_length=2000, required=False, default="")
+        break_bookings = break_bookings_field(
+            "Every booking of the org in the pool that has not ended: cancelled with a full "
+            "refund and a notice.")
 
-    @extend_schema(request=InputSerializer, responses={200: AllocationOutput, **errors(409)})
+    @extend_schema(request=InputSerializer, responses={200: AllocationOutput,
+                                                       **errors(409, 422)},
+                   description="End an allocation. While bookings of the org in the pool have "
+                   "not ended: 422 `allocation_has_bookings` with `details.conflicts` unless "
+                   "`break_bookings` names every one of them.")
     def post(self, request, allocation_id: int):
         allocation = allocation_get_for_user(user=request.user, allocation_id=allocation_id)
         operator_require(user=request.user, perm="quotas.change_allocation")
