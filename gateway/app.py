@@ -37,8 +37,9 @@ from gateway.attempt import Attempt, now
 from gateway.config import GatewayConfig, Upstream
 from gateway.errors import error_response
 from gateway.estimate import chat_input_tokens, max_output_tokens, responses_input_tokens
+from gateway.headers import answer_headers
 from gateway.metrics import GatewayMetrics
-from gateway.relay import StreamRelay
+from gateway.relay import StreamRelay, Ticker
 from gateway.spools import spool_claim
 
 # Refusals that still mean "this org may use this model" (for /v1/models).
@@ -122,6 +123,8 @@ class Gateway:
         # reservations would carry (each one's progress is its delivered_tokens).
         self.in_flight: dict[str, Attempt] = {}
         self._spool_lock = None
+        self.ticker = (Ticker(config.stream_coalesce_seconds)
+                       if config.stream_coalesce_seconds else None)
         self.routes = {
             "/v1/chat/completions": ("POST", self.chat_completions),
             "/v1/responses": ("POST", self.responses),
@@ -297,7 +300,7 @@ class Gateway:
             # Always ask for the usage chunk: settle needs the exact counts.
             forwarded["stream_options"] = {**(body.get("stream_options") or {}),
                                            "include_usage": True}
-        headers = {**{k: str(v) for k, v in (grant.headers or {}).items()}, **ids}
+        headers = {**answer_headers(grant.headers or {}, grant.tokens_refill_tps), **ids}
         async with _ClientWatched(request) as watch:
             try:
                 response = await self._upstream_send(upstream, path, forwarded, attempt)
@@ -455,7 +458,7 @@ class Gateway:
 
     @staticmethod
     def _refusal(grant: AuthorizeResult, ids: dict) -> Answer:
-        headers = {k: str(v) for k, v in (grant.headers or {}).items()}
+        headers = answer_headers(grant.headers or {}, grant.tokens_refill_tps)
         if grant.retryable is False:
             headers["x-should-retry"] = "false"
         status, code = grant.status_code, grant.error_code

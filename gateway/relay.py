@@ -5,9 +5,15 @@ The relay is a raw ASGI response so that it sees the client leave at once: a tas
 (the upstream stops generating) and reports the request `cancelled` with what was sent.
 
 Whatever one read from the upstream brings (its complete events) goes to the client in one
-write, the bytes as they came: the upstream's own batching is the relay's, and no chunk is
-decoded (gateway/sse.py meters the bytes). After `[DONE]` the upstream's answer is read to its
-end, so its connection goes back to the pool instead of being closed.
+write, the bytes as they came, and no chunk is decoded (gateway/sse.py meters the bytes).
+Writes are coalesced on a tick (GATEWAY_STREAM_COALESCE_MS, 10 ms): the write that carries the
+first token goes at once; after each write the upstream connection is held (not read) until
+the next tick, so whatever the upstream wrote meanwhile comes in one read and leaves in one
+write. A token waits at most one tick; an upstream that writes a token at a time costs a read,
+a wake-up and a write per tick instead of per token. The tick is one clock for every stream
+of the process (one timer; the streams held together are read and written in the same turn
+of the event loop, one poll of the sockets for all of them). After `[DONE]` the upstream's answer is
+read to its end, so its connection goes back to the pool instead of being closed.
 """
 
 import asyncio
@@ -27,6 +33,30 @@ EVENT_MAX_BYTES = 8 * 2 ** 20
 DRAIN_SECONDS = 1.0
 HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"),
            (b"cache-control", b"no-cache")]
+
+
+class Ticker:
+    """Resumes, on each tick of one clock (multiples of `interval` of the loop's time), the
+    upstreams held since the last one: one timer for every stream of the process."""
+
+    def __init__(self, interval: float):
+        self.interval = interval
+        self._held: list[Response] = []
+        self._timer: asyncio.TimerHandle | None = None
+
+    def hold(self, upstream: Response) -> None:
+        upstream.hold()
+        self._held.append(upstream)
+        if self._timer is None:
+            loop = asyncio.get_running_loop()
+            now = loop.time()
+            self._timer = loop.call_at(now - now % self.interval + self.interval, self._tick)
+
+    def _tick(self) -> None:
+        self._timer = None
+        held, self._held = self._held, []
+        for upstream in held:
+            upstream.unhold()  # a no-op for one released or closed meanwhile
 
 
 class StreamRelay:
@@ -69,6 +99,7 @@ class StreamRelay:
 
     async def _pump(self, send) -> None:
         upstream, meter, attempt = self.upstream, self.meter, self.attempt
+        ticker = self.gateway.ticker  # None: coalescing off
         pending = b""
         try:
             while chunk := await upstream.readany():
@@ -91,6 +122,8 @@ class StreamRelay:
                 if out:
                     await send({"type": "http.response.body", "body": out, "more_body": True})
                     attempt.delivered_tokens = meter.deltas  # the request's progress
+                    if ticker and meter.deltas:  # never before the first token is out
+                        ticker.hold(upstream)
         except TimeoutError:
             return await self._fail(send, "upstream_timeout",
                                     "The upstream stopped sending tokens.")

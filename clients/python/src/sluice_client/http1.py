@@ -45,13 +45,21 @@ class _Connection(asyncio.Protocol):
         if self.response is None:  # bytes nobody asked for: the connection is unusable
             self.transport.close()
             return
-        self.response.received = True
+        response = self.response
+        response.received = True
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:
             self._fail(HttpError("the server switched protocols"))
         except httptools.HttpParserError as exc:
             self._fail(HttpError(f"not an HTTP answer: {exc}"))
+        # The body's pieces (one per chunk of a chunked answer: a streaming server's every
+        # write) are woken for once per read, not once each.
+        if response.buffer:
+            if response.buffered > HIGH_WATER and not response.paused:
+                response.paused = True
+                self.transport.pause_reading()
+            response._wake()
 
     def connection_lost(self, exc) -> None:
         self.closed = True
@@ -85,10 +93,6 @@ class _Connection(asyncio.Protocol):
         response = self.response
         response.buffer.append(body)
         response.buffered += len(body)
-        if response.buffered > HIGH_WATER and not response.paused:
-            response.paused = True
-            self.transport.pause_reading()
-        response._wake()
 
     def on_message_complete(self) -> None:
         response = self.response
@@ -115,7 +119,7 @@ class Response:
         self.buffer: collections.deque[bytes] = collections.deque()
         self.buffered = 0
         self.headers_done = self.complete = self.keep_alive = self.until_close = False
-        self.received = self.paused = False
+        self.received = self.paused = self.held = False
         self.error: Exception | None = None
         self._waiter: asyncio.Future | None = None
         self._waiting_since = 0.0
@@ -158,12 +162,30 @@ class Response:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        self.unhold()  # back in the pool, or closing: the connection must see the server close
 
     async def _headers(self) -> None:
         while not self.headers_done:
             if self.error is not None:
                 raise self.error
             await self._wait()
+
+    def hold(self) -> None:
+        """Read nothing from the socket until `unhold()`: what the server sends meanwhile
+        waits in the kernel and comes in one read when reading resumes (one wake-up and one
+        read for a burst of server writes; a relay that writes once a tick holds its
+        upstream until the tick)."""
+        if self.held or self._done or self.complete or self.error is not None:
+            return
+        self.held = True
+        if not self.paused:
+            self.connection.transport.pause_reading()
+
+    def unhold(self) -> None:
+        if self.held:
+            self.held = False
+            if not self.paused and not self.connection.closed:
+                self.connection.transport.resume_reading()
 
     async def readany(self) -> bytes:
         while not self.buffer:
@@ -177,7 +199,8 @@ class Response:
         self.buffered = 0
         if self.paused:
             self.paused = False
-            self.connection.transport.resume_reading()
+            if not self.held:
+                self.connection.transport.resume_reading()
         return data
 
     async def read(self) -> bytes:
