@@ -10,7 +10,9 @@ makes two calls per request.
 Timeouts: `connect_timeout` to open a connection (waiting for a free one counts too), and
 `read_timeout` between two reads of the answer, as a socket read timeout would; a caller may
 pass its own `read_timeout` per request (an answer allowed to take longer, like one that waits
-in an admission queue). Connection problems raise HttpError, timeouts TimeoutError.
+in an admission queue). Connection problems raise HttpError, timeouts TimeoutError; a server
+that took the request and did not answer within `read_timeout` raises ReadTimeout (a
+TimeoutError too), so a caller can tell "reached but slow" from "not reached".
 """
 
 import asyncio
@@ -27,6 +29,11 @@ HIGH_WATER = 2 ** 20
 
 class HttpError(Exception):
     """The connection failed, or the answer was not HTTP."""
+
+
+class ReadTimeout(TimeoutError):
+    """The request was sent on a live connection; no answer (or no next part of it) came
+    within the read timeout."""
 
 
 class _Connection(asyncio.Protocol):
@@ -150,7 +157,7 @@ class Response:
             due = self._waiting_since + self.read_timeout
             if loop.time() >= due:
                 self._timer = None
-                waiter.set_exception(TimeoutError("no answer from the server in time"))
+                waiter.set_exception(ReadTimeout("no answer from the server in time"))
                 return
             self._timer = loop.call_at(due, self._check)
         elif self.complete or self.error is not None:
