@@ -30,7 +30,7 @@ import httpx
 import orjson
 from sluice_client import AuthorizeResult, SluiceUnavailable
 from sluice_client.aio import AsyncSluiceClient
-from sluice_client.http1 import Http1Pool, HttpError, Response
+from sluice_client.http1 import Http1Pool, HttpError, Response, header_lines
 
 from gateway.asgi import Answer, BodyTooLarge, ClientGone, Request, json_answer
 from gateway.attempt import Attempt, now
@@ -116,6 +116,7 @@ class Gateway:
         self.sluice_transport = sluice_transport
         self.sluice: AsyncSluiceClient | None = None
         self._upstream_pools: dict[str, Http1Pool] = {}
+        self._upstream_lines: dict[Upstream, bytes] = {}
         self.keys = KeyVerdicts()
         self._models: tuple[float, list[str]] | None = None
         self.served_models: set[str] = set()  # the models pools were seen serving
@@ -358,11 +359,16 @@ class Gateway:
                              attempt: Attempt) -> Response:
         """The upstream's answer once its headers are in; the body is the caller's to read,
         then to release (or close)."""
-        headers = {"content-type": "application/json", "x-request-id": attempt.request_id}
-        if upstream.api_key:
-            headers["authorization"] = f"Bearer {upstream.api_key}"
+        lines = self._upstream_lines.get(upstream)
+        if lines is None:  # the same on every request to this upstream: encoded once
+            headers = {"content-type": "application/json"}
+            if upstream.api_key:
+                headers["authorization"] = f"Bearer {upstream.api_key}"
+            lines = self._upstream_lines[upstream] = header_lines(headers)
         pool, base = self._upstream_pool(upstream.base_url)
-        return await pool.request("POST", base + path, headers=headers, body=orjson.dumps(body))
+        return await pool.request(
+            "POST", base + path, body=orjson.dumps(body),
+            headers=lines + b"x-request-id: " + attempt.request_id.encode() + b"\r\n")
 
     async def _upstream_refused(self, attempt: Attempt, response: Response,
                                 ids: dict) -> Answer:

@@ -36,7 +36,7 @@ from sluice_client.client import (
     _is_decision,
     authorize_body,
 )
-from sluice_client.http1 import Http1Pool, HttpError, ReadTimeout
+from sluice_client.http1 import Http1Pool, HttpError, ReadTimeout, header_lines
 from sluice_client.spool import Spool
 
 logger = logging.getLogger("sluice_client")
@@ -68,6 +68,7 @@ class AsyncSluiceClient:
         self.spool = Spool(spool_path)
         self._headers = {"Authorization": f"Bearer {token}",
                          "Content-Type": "application/json"}
+        self._header_lines = header_lines(self._headers)  # the same on every call
         self._timeout, self._max_connections = timeout, max_connections
         self._pool: Http1Pool | None = None
         self._prefix = urlsplit(self.base_url).path  # Sluice served under a path
@@ -128,8 +129,9 @@ class AsyncSluiceClient:
                 timeout=httpx.Timeout(self._timeout, read=read_timeout or self._timeout))
             return Reply(response.status_code, response.content)
         self._open()
-        response = await self._pool.request(method, self._prefix + path, headers=self._headers,
-                                            body=data, read_timeout=read_timeout)
+        response = await self._pool.request(method, self._prefix + path,
+                                            headers=self._header_lines, body=data,
+                                            read_timeout=read_timeout)
         try:
             return Reply(response.status, await response.read())
         finally:

@@ -36,6 +36,12 @@ class ReadTimeout(TimeoutError):
     within the read timeout."""
 
 
+def header_lines(headers: dict[str, str]) -> bytes:
+    """Header lines as a request carries them ("Name: value\r\n" each)."""
+    return b"".join(b"%s: %s\r\n" % (name.encode("latin-1"), str(value).encode("latin-1"))
+                    for name, value in headers.items())
+
+
 class _Connection(asyncio.Protocol):
     def __init__(self, pool: "Http1Pool"):
         self.pool = pool
@@ -85,14 +91,19 @@ class _Connection(asyncio.Protocol):
 
     # httptools
     def on_header(self, name: bytes, value: bytes) -> None:
-        self.response.headers[name.decode("latin-1").lower()] = value.decode("latin-1")
+        self.response.raw_headers.append((name, value))  # decoded only if someone reads them
 
     def on_headers_complete(self) -> None:
         response = self.response
         response.status = self.parser.get_status_code()
         response.keep_alive = self.parser.should_keep_alive()
-        response.until_close = ("content-length" not in response.headers and "chunked" not in
-                                response.headers.get("transfer-encoding", ""))
+        response.until_close = True  # no length and not chunked: the close ends the body
+        for name, value in response.raw_headers:
+            name = name.lower()
+            if name == b"content-length" or (name == b"transfer-encoding"
+                                             and b"chunked" in value.lower()):
+                response.until_close = False
+                break
         response.headers_done = True
         response._wake()
 
@@ -122,7 +133,8 @@ class Response:
     def __init__(self, connection: _Connection, read_timeout: float):
         self.connection, self.read_timeout = connection, read_timeout
         self.status = 0
-        self.headers: dict[str, str] = {}
+        self.raw_headers: list[tuple[bytes, bytes]] = []
+        self._decoded: dict[str, str] | None = None
         self.buffer: collections.deque[bytes] = collections.deque()
         self.buffered = 0
         self.headers_done = self.complete = self.keep_alive = self.until_close = False
@@ -132,6 +144,14 @@ class Response:
         self._waiting_since = 0.0
         self._timer: asyncio.TimerHandle | None = None
         self._done = False
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """Lower-case names, latin-1 values (the last of a repeated name)."""
+        if self._decoded is None:
+            self._decoded = {name.decode("latin-1").lower(): value.decode("latin-1")
+                             for name, value in self.raw_headers}
+        return self._decoded
 
     def _wake(self) -> None:
         if self._waiter is not None and not self._waiter.done():
@@ -256,13 +276,18 @@ class Http1Pool:
         self._slots = asyncio.Semaphore(limit)
         self._closed = False
 
-    async def request(self, method: str, target: str, *, headers: dict[str, str] | None = None,
-                      body: bytes = b"", read_timeout: float | None = None) -> Response:
-        """Send one request; return once the answer's status and headers are in."""
+    async def request(self, method: str, target: str, *,
+                      headers: dict[str, str] | bytes | None = None, body: bytes = b"",
+                      read_timeout: float | None = None) -> Response:
+        """Send one request; return once the answer's status and headers are in. `headers`
+        may come encoded (`header_lines(...)`), for a caller that sends the same ones on every
+        request."""
         head = [method.encode(), b" ", target.encode("latin-1"), b" HTTP/1.1\r\n",
                 self.host_header]
-        for name, value in (headers or {}).items():
-            head += [name.encode("latin-1"), b": ", str(value).encode("latin-1"), b"\r\n"]
+        if isinstance(headers, bytes):
+            head.append(headers)
+        elif headers:
+            head.append(header_lines(headers))
         if body or method in ("POST", "PUT", "PATCH"):
             head.append(b"Content-Length: %d\r\n" % len(body))
         head.append(b"\r\n")
