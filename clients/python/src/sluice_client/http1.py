@@ -130,8 +130,10 @@ class Response:
     (whole) or `readany()` (what has come, b"" at its end). Then `release()` (back to the pool
     if read to its end) or `close()`."""
 
-    def __init__(self, connection: _Connection, read_timeout: float):
-        self.connection, self.read_timeout = connection, read_timeout
+    def __init__(self, connection: _Connection, read_timeout: float,
+                 loop: asyncio.AbstractEventLoop):
+        # The loop, kept: asyncio.get_running_loop() makes a getpid() system call each time.
+        self.connection, self.read_timeout, self._loop = connection, read_timeout, loop
         self.status = 0
         self.raw_headers: list[tuple[bytes, bytes]] = []
         self._decoded: dict[str, str] | None = None
@@ -160,7 +162,7 @@ class Response:
     async def _wait(self) -> None:
         """Until the protocol has something for us, at most read_timeout. One timer for the
         whole answer, checked when it fires, not one per wait: a stream waits once per read."""
-        loop = asyncio.get_running_loop()
+        loop = self._loop
         self._waiting_since = loop.time()
         if self._timer is None:
             self._timer = loop.call_at(self._waiting_since + self.read_timeout, self._check)
@@ -171,7 +173,7 @@ class Response:
             self._waiter = None
 
     def _check(self) -> None:
-        loop = asyncio.get_running_loop()
+        loop = self._loop
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             due = self._waiting_since + self.read_timeout
@@ -293,9 +295,10 @@ class Http1Pool:
         head.append(b"\r\n")
         data = b"".join(head) + body
         timeout = self.read_timeout if read_timeout is None else read_timeout
+        loop = asyncio.get_running_loop()
         for attempt in range(2):
             connection, reused = await self._take()
-            response = Response(connection, timeout)
+            response = Response(connection, timeout, loop)
             connection.response = response
             try:
                 connection.transport.write(data)
