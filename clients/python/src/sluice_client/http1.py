@@ -138,7 +138,7 @@ class Response:
         self.raw_headers: list[tuple[bytes, bytes]] = []
         self._decoded: dict[str, str] | None = None
         self.buffer: collections.deque[bytes] = collections.deque()
-        self.buffered = 0
+        self.buffered = self.pieces = 0
         self.headers_done = self.complete = self.keep_alive = self.until_close = False
         self.received = self.paused = self.held = False
         self.error: Exception | None = None
@@ -223,7 +223,8 @@ class Response:
             if self.complete:
                 return b""
             await self._wait()
-        data = b"".join(self.buffer) if len(self.buffer) > 1 else self.buffer[0]
+        self.pieces = len(self.buffer)  # body pieces this read joined (chunks, of a chunked answer)
+        data = b"".join(self.buffer) if self.pieces > 1 else self.buffer[0]
         self.buffer.clear()
         self.buffered = 0
         if self.paused:
