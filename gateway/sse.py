@@ -23,6 +23,7 @@ import orjson
 EVENT_END = b"\n\n"
 
 _CHAT_RARE_KEYS = (b'"refusal":', b'"reasoning_content":')
+_CHAT_RARE = re.compile(rb'"re(?:fusal|asoning_content)":')  # one pass finds either
 _CHAT_TEXT = re.compile(rb'"(?:content|refusal|reasoning_content)"\s*:\s*"(?!")')
 _CHAT_TOOL_CALLS = re.compile(rb'"tool_calls"\s*:\s*\[\s*\{')
 _RESPONSES_DELTA = re.compile(
@@ -46,7 +47,7 @@ class StreamMeter:
         self.deltas = 0       # output deltas passed on
         self.usage: dict | None = None
         self.done = False     # [DONE] was seen (nothing after it is passed on)
-        self.spaced = False   # the upstream writes `"key": value`
+        self.spaced: bool | None = None  # the upstream writes `"key": value` (None: unknown)
         if service_tier is not None:
             tier = orjson.dumps(service_tier)
             self._tier_field = b'"service_tier":' + tier
@@ -67,14 +68,16 @@ class StreamMeter:
         # Each check is one bytes search (C, fastest for long needles); the regular
         # expressions only where a server writes its JSON with spaces (`"key": value`), which
         # shows on every chunk's `"choices": [`.
-        if self.spaced or b'"choices": ' in block:
-            self.spaced = True  # a server that writes spaces writes them on every chunk
+        if self.spaced is None and b'"choices"' in block:
+            # A server writes its JSON one way: the first chunk says which, once per stream.
+            self.spaced = b'"choices": ' in block
+        if self.spaced is not False:
             self.deltas += len(_CHAT_TEXT.findall(block))
             usage = b'"usage"' in block and _USAGE.search(block)
         else:  # compact JSON, as most servers write it
             self.deltas += block.count(b'"content":"') - block.count(b'"content":""')
-            for key in _CHAT_RARE_KEYS:
-                if key in block:
+            if _CHAT_RARE.search(block):
+                for key in _CHAT_RARE_KEYS:
                     self.deltas += block.count(key + b'"') - block.count(key + b'""')
             usage = b'"usage":{' in block
         if b'"tool_calls"' in block:
@@ -111,8 +114,8 @@ class StreamMeter:
             # Every event starts a line (the block starts with one, the others follow a
             # newline): "data: {" elsewhere is inside a string, where JSON escapes newlines.
             tiered = block.replace(b"\ndata: {", b"\n" + self._tier_first)
-            if tiered.startswith(b"data: {"):
-                tiered = self._tier_first + tiered[7:]
+            if tiered.startswith(b"data: {"):  # (a view: the block is copied once, not twice)
+                tiered = self._tier_first + memoryview(tiered)[7:]
             return tiered
         if named == len(_DATA_OBJECT.findall(block)):
             return _TIER.sub(self._tier_field, block)
