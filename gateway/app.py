@@ -30,15 +30,16 @@ import httpx
 import orjson
 from sluice_client import AuthorizeResult, SluiceUnavailable
 from sluice_client.aio import AsyncSluiceClient
-from sluice_client.http1 import Http1Pool, HttpError, Response
+from sluice_client.http1 import Http1Pool, HttpError, Response, header_lines
 
 from gateway.asgi import Answer, BodyTooLarge, ClientGone, Request, json_answer
 from gateway.attempt import Attempt, now
 from gateway.config import GatewayConfig, Upstream
 from gateway.errors import error_response
 from gateway.estimate import chat_input_tokens, max_output_tokens, responses_input_tokens
+from gateway.headers import answer_headers
 from gateway.metrics import GatewayMetrics
-from gateway.relay import StreamRelay
+from gateway.relay import StreamRelay, Ticker
 from gateway.spools import spool_claim
 
 # Refusals that still mean "this org may use this model" (for /v1/models).
@@ -115,6 +116,7 @@ class Gateway:
         self.sluice_transport = sluice_transport
         self.sluice: AsyncSluiceClient | None = None
         self._upstream_pools: dict[str, Http1Pool] = {}
+        self._upstream_lines: dict[Upstream, bytes] = {}
         self.keys = KeyVerdicts()
         self._models: tuple[float, list[str]] | None = None
         self.served_models: set[str] = set()  # the models pools were seen serving
@@ -122,6 +124,8 @@ class Gateway:
         # reservations would carry (each one's progress is its delivered_tokens).
         self.in_flight: dict[str, Attempt] = {}
         self._spool_lock = None
+        self.ticker = (Ticker(config.stream_coalesce_seconds)
+                       if config.stream_coalesce_seconds else None)
         self.routes = {
             "/v1/chat/completions": ("POST", self.chat_completions),
             "/v1/responses": ("POST", self.responses),
@@ -297,7 +301,7 @@ class Gateway:
             # Always ask for the usage chunk: settle needs the exact counts.
             forwarded["stream_options"] = {**(body.get("stream_options") or {}),
                                            "include_usage": True}
-        headers = {**{k: str(v) for k, v in (grant.headers or {}).items()}, **ids}
+        headers = {**answer_headers(grant.headers or {}, grant.tokens_refill_tps), **ids}
         async with _ClientWatched(request) as watch:
             try:
                 response = await self._upstream_send(upstream, path, forwarded, attempt)
@@ -355,11 +359,16 @@ class Gateway:
                              attempt: Attempt) -> Response:
         """The upstream's answer once its headers are in; the body is the caller's to read,
         then to release (or close)."""
-        headers = {"content-type": "application/json", "x-request-id": attempt.request_id}
-        if upstream.api_key:
-            headers["authorization"] = f"Bearer {upstream.api_key}"
+        lines = self._upstream_lines.get(upstream)
+        if lines is None:  # the same on every request to this upstream: encoded once
+            headers = {"content-type": "application/json"}
+            if upstream.api_key:
+                headers["authorization"] = f"Bearer {upstream.api_key}"
+            lines = self._upstream_lines[upstream] = header_lines(headers)
         pool, base = self._upstream_pool(upstream.base_url)
-        return await pool.request("POST", base + path, headers=headers, body=orjson.dumps(body))
+        return await pool.request(
+            "POST", base + path, body=orjson.dumps(body),
+            headers=lines + b"x-request-id: " + attempt.request_id.encode() + b"\r\n")
 
     async def _upstream_refused(self, attempt: Attempt, response: Response,
                                 ids: dict) -> Answer:
@@ -455,7 +464,7 @@ class Gateway:
 
     @staticmethod
     def _refusal(grant: AuthorizeResult, ids: dict) -> Answer:
-        headers = {k: str(v) for k, v in (grant.headers or {}).items()}
+        headers = answer_headers(grant.headers or {}, grant.tokens_refill_tps)
         if grant.retryable is False:
             headers["x-should-retry"] = "false"
         status, code = grant.status_code, grant.error_code

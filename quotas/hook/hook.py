@@ -18,7 +18,7 @@ from quotas.hook import messages
 from quotas.hook.asgi import Answer, Handler
 from quotas.hook.fail_open import fail_open_authorize, fail_open_heartbeat
 from quotas.hook.gateway_tokens import GatewayIdentity, gateway_authenticate_async
-from quotas.hook.headers import ratelimit_headers
+from quotas.hook.headers import ratelimit_headers, tokens_refill_tps
 from quotas.hook.inputs import AuthorizeInput, BadInput, authorize_input, json_body
 from quotas.hook.metrics import AUTHORIZE_SECONDS, DECISIONS, LIMITER_ERRORS
 from quotas.hook.refusals import refusal_count, refusal_counted
@@ -135,7 +135,7 @@ def _decision_answer(d: Decision, *, route: PoolRoute, request_id: str, dry_run:
                 "reserved_tokens": d.reserved_tokens,
                 "reserved_input_tokens": d.reserved_input_tokens,
                 "reserved_output_tokens": d.reserved_output_tokens,
-                "headers": ratelimit_headers(d)}
+                "headers": ratelimit_headers(d), "tokens_refill_tps": tokens_refill_tps(d)}
         if dry_run:
             body["dry_run"] = True
     else:
@@ -143,6 +143,8 @@ def _decision_answer(d: Decision, *, route: PoolRoute, request_id: str, dry_run:
         headers = ratelimit_headers(d) if d.tokens_limit or d.requests_limit else None
         status, body = _refusal(d.outcome, message, status, retry_after_ms=d.retry_after_ms,
                                 headers=headers)
+        if headers:
+            body["tokens_refill_tps"] = tokens_refill_tps(d)
         if d.scope:  # which limit refused: the org's allocation or the key's slice, and which
             body["error"]["scope"] = d.scope
         if d.limit:

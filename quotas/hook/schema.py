@@ -131,6 +131,10 @@ class ServedPool(serializers.Serializer):
     tier = serializers.ChoiceField(choices=["fast", "standard"])
 
 
+REFILL_HELP = ("The tokens/s refilling the bucket the x-ratelimit-*-tokens headers describe "
+               "(with the headers): per-minute headers read 60 x this.")
+
+
 class AuthorizeAllowed(serializers.Serializer):
     allowed = serializers.BooleanField()
     reservation_id = serializers.CharField(
@@ -149,6 +153,7 @@ class AuthorizeAllowed(serializers.Serializer):
         help_text="The smaller of max_output_tokens and the output estimate. Usage beyond it "
                   "is debited when reported (the buckets may owe tokens), the rest refunded.")
     headers = RateLimitHeaders()
+    tokens_refill_tps = serializers.IntegerField(help_text=REFILL_HELP)
     dry_run = serializers.BooleanField(required=False)
     limiter = serializers.ChoiceField(
         choices=["fail_open"], required=False,
@@ -182,6 +187,7 @@ class AuthorizeRefused(serializers.Serializer):
         "does not fit the cap minus month to date minus money held by requests in flight). "
         "409: request_id_conflict. 404: unknown_model. 503: limiter_unavailable."))
     headers = RefusalHeaders()
+    tokens_refill_tps = serializers.IntegerField(required=False, help_text=REFILL_HELP)
 
 
 class AuthorizeUnauthorized(AuthorizeRefused):

@@ -36,7 +36,7 @@ from sluice_client.client import (
     _is_decision,
     authorize_body,
 )
-from sluice_client.http1 import Http1Pool, HttpError
+from sluice_client.http1 import Http1Pool, HttpError, ReadTimeout, header_lines
 from sluice_client.spool import Spool
 
 logger = logging.getLogger("sluice_client")
@@ -68,6 +68,7 @@ class AsyncSluiceClient:
         self.spool = Spool(spool_path)
         self._headers = {"Authorization": f"Bearer {token}",
                          "Content-Type": "application/json"}
+        self._header_lines = header_lines(self._headers)  # the same on every call
         self._timeout, self._max_connections = timeout, max_connections
         self._pool: Http1Pool | None = None
         self._prefix = urlsplit(self.base_url).path  # Sluice served under a path
@@ -101,13 +102,18 @@ class AsyncSluiceClient:
 
     async def authorize(self, *, request_id: str, api_key: str, model: str, input_tokens: int,
                         max_output_tokens: int | None = None, region: str | None = None,
-                        dry_run: bool = False,
-                        service_tier: str | None = None) -> AuthorizeResult:
+                        dry_run: bool = False, service_tier: str | None = None,
+                        read_timeout: float | None = None) -> AuthorizeResult:
+        """`read_timeout`: how long Sluice may take to answer this call, when that may be
+        longer than the client's timeout (a request that may wait in Sluice's admission queue:
+        its wait budget plus the usual timeout). Such a call, once sent, is neither retried
+        nor counted by the breaker when its answer is late: Sluice was reached, the request
+        waited (see _post)."""
         body = authorize_body(request_id=request_id, api_key=api_key, model=model,
                               input_tokens=input_tokens, max_output_tokens=max_output_tokens,
                               region=region, dry_run=dry_run, service_tier=service_tier)
         return AuthorizeResult.from_response(
-            await self._post("/api/gateway/v1/authorize", body))
+            await self._post("/api/gateway/v1/authorize", body, read_timeout=read_timeout))
 
     def _open(self) -> None:
         if self._http is None and self._pool is None:
@@ -115,13 +121,17 @@ class AsyncSluiceClient:
             self._pool = Http1Pool(self.base_url, limit=self._max_connections,
                                    connect_timeout=self._timeout, read_timeout=self._timeout)
 
-    async def _send(self, method: str, path: str, data: bytes = b"") -> Reply:
+    async def _send(self, method: str, path: str, data: bytes = b"", *,
+                    read_timeout: float | None = None) -> Reply:
         if self._http is not None:
-            response = await self._http.request(method, self.base_url + path, content=data)
+            response = await self._http.request(
+                method, self.base_url + path, content=data,
+                timeout=httpx.Timeout(self._timeout, read=read_timeout or self._timeout))
             return Reply(response.status_code, response.content)
         self._open()
-        response = await self._pool.request(method, self._prefix + path, headers=self._headers,
-                                            body=data)
+        response = await self._pool.request(method, self._prefix + path,
+                                            headers=self._header_lines, body=data,
+                                            read_timeout=read_timeout)
         try:
             return Reply(response.status, await response.read())
         finally:
@@ -134,7 +144,12 @@ class AsyncSluiceClient:
         except (TimeoutError, httpx.TransportError, HttpError):
             return False
 
-    async def _post(self, path: str, body: dict) -> Reply:
+    async def _post(self, path: str, body: dict, *, read_timeout: float | None = None) -> Reply:
+        """Sent with retries; after the last, the breaker hears that Sluice is unreachable.
+        A call that declared its own `read_timeout` (one Sluice may hold, as its admission
+        queue does) and got no answer in it is the exception: the request reached Sluice and
+        waited there, which says nothing about Sluice being down; it is neither retried (it
+        may still be waiting) nor counted as a failure."""
         if self.breaker.open:
             raise SluiceUnavailable("Sluice could not be reached a moment ago (probing)")
         last: Exception | None = None
@@ -143,7 +158,13 @@ class AsyncSluiceClient:
             if attempt:
                 await asyncio.sleep(min(0.05 * 2 ** attempt, 1.0))
             try:
-                response = await self._send("POST", path, data)
+                response = await self._send("POST", path, data, read_timeout=read_timeout)
+            except (ReadTimeout, httpx.ReadTimeout) as exc:
+                if read_timeout is not None:
+                    raise SluiceUnavailable("Sluice held the call past its read timeout") \
+                        from exc
+                last = exc
+                continue
             except (TimeoutError, httpx.TransportError, HttpError) as exc:
                 last = exc
                 continue

@@ -51,6 +51,9 @@ class AuthorizeResult:
     retryable: bool | None = None
     scope: str | None = None
     limit: str | None = None
+    # With the headers: the tokens/s refilling the bucket the x-ratelimit-*-tokens headers
+    # describe (per-minute headers read 60 x this); None from a Sluice that does not say it.
+    tokens_refill_tps: int | None = None
 
     @classmethod
     def from_response(cls, response: httpx.Response) -> "AuthorizeResult":
@@ -66,7 +69,7 @@ class AuthorizeResult:
                    reserved_input_tokens=body.get("reserved_input_tokens", 0),
                    reserved_output_tokens=body.get("reserved_output_tokens", 0),
                    retryable=error.get("retryable"), scope=error.get("scope"),
-                   limit=error.get("limit"))
+                   limit=error.get("limit"), tokens_refill_tps=body.get("tokens_refill_tps"))
 
 
 @dataclass(frozen=True)
