@@ -33,6 +33,8 @@ from quotas.limiter.schema import (
     LeaseAnswer,
     LeaseExpireArgs,
     LeaseExpireKeys,
+    LeaseMapArgs,
+    LeaseMapKeys,
     LeaseUpdateArgs,
     LeaseUpdateKeys,
     LookupArgs,
@@ -77,7 +79,7 @@ def _pool_keys(pool_id: int) -> _PoolKeys:
 def _authorize_call(*, pool_id: int, digest: str, request_id: str, input_tokens: int,
                     max_output_tokens: int, tier: str, key_tier: str, pool_tier: str,
                     dry_run: bool, now_ms: int, config: EngineConfig,
-                    lease_owner: str) -> ScriptCall:
+                    lease_owner: str, lease_id: str, lease_for: str) -> ScriptCall:
     pool = _pool_keys(pool_id)
     ttl_ms = config.reservation_ttl_s * 1000
     day, month = time_stamps(now_ms)
@@ -86,23 +88,26 @@ def _authorize_call(*, pool_id: int, digest: str, request_id: str, input_tokens:
         pool.registry, pool.synced, pool.pool, pool.reservation_prefix + request_id),
         AuthorizeArgs(digest, request_id, input_tokens, max_output_tokens, tier, key_tier,
                       pool_tier, now_ms, day, month, ttl_ms, int(dry_run),
-                      ttl_ms + RECORD_GRACE_MS, lease_owner))
+                      ttl_ms + RECORD_GRACE_MS, lease_owner, lease_id, lease_for))
 
 
 def limiter_authorize_steps(*, pool_id: int, api_key: str, request_id: str, input_tokens: int,
                             max_output_tokens: int | None, tier: str = "auto",
                             key_tier: str = "unknown", pool_tier: str = "fast",
                             dry_run: bool = False, digest: str | None = None,
-                            lease_owner: str = "") -> Steps:
+                            lease_owner: str = "", lease_id: str = "",
+                            lease_for: str = "") -> Steps:
     """`limiter_authorize` as steps (steps.py), for a caller that runs them on an event loop.
-    `lease_owner`: the gateway process that holds the reservation as a lease ("": none)."""
+    `lease_owner`: the gateway process that holds the reservation as a lease ("": none);
+    `lease_id`: the signature of its id, signed for `lease_for` ("<org>.<key_id>"), or ""
+    (Decision.lease_mapped 0: the caller maps the id with `limiter_lease_map_steps`)."""
     config = engine_config()
     call = _authorize_call(
         pool_id=pool_id, digest=digest or secret_digest(api_key), request_id=request_id,
         input_tokens=input_tokens,
         max_output_tokens=-1 if max_output_tokens is None else max_output_tokens, tier=tier,
         key_tier=key_tier, pool_tier=pool_tier, dry_run=dry_run, now_ms=clock.now_ms(),
-        config=config, lease_owner=lease_owner)
+        config=config, lease_owner=lease_owner, lease_id=lease_id, lease_for=lease_for)
     decision = reply_decode(Decision, (yield call))
     if decision.outcome == UNSYNCED:
         if config.pool_rebuild is not None:
@@ -168,19 +173,36 @@ LEASE_RELEASE_GRACE_MS = 120_000
 LEASE_CLAIM_MS = 30_000
 
 
+class LeaseNamed(NamedTuple):
+    """A lease as a heartbeat names it: its id's signature and the org and key the id names
+    (unverified: the script compares them with the reservation's), and its progress."""
+    signature: str
+    org_id: int
+    api_key_id: int  # 0: none
+    progress: int
+
+
+def limiter_lease_map_steps(*, pool_id: int, request_id: str, signature: str) -> Steps:
+    """Let the lease id ending in `signature` lead to `request_id`'s reservation (authorize
+    did not: Decision.lease_mapped 0). Raises LimiterUnavailable."""
+    record_ttl_ms = engine_config().reservation_ttl_s * 1000 + RECORD_GRACE_MS
+    yield ScriptCall("lease_map", LeaseMapKeys(
+        reservation=_pool_keys(pool_id).reservation_prefix + request_id,
+        lease_id=pool_key(pool_id, KEY.lease_id, signature)),
+        LeaseMapArgs(request_id=request_id, record_ttl_ms=record_ttl_ms))
+
+
 def limiter_leases_update_steps(*, pool_id: int, owner: str, release: bool,
-                                leases: list[tuple[str, int]]) -> Steps:
-    """Renew (or release) `leases`, (request_id, delivered output tokens) of one pool held by
-    the gateway process `owner`, in one script call: a LeaseAnswer per lease, in order.
-    Raises LimiterUnavailable."""
-    reservation = _pool_keys(pool_id).reservation_prefix
+                                leases: list[LeaseNamed]) -> Steps:
+    """Renew (or release) `leases` of one pool held by the gateway process `owner`, in one
+    script call: a LeaseAnswer per lease, in order. Raises LimiterUnavailable."""
     record_ttl_ms = engine_config().reservation_ttl_s * 1000 + RECORD_GRACE_MS
     keys = [*LeaseUpdateKeys(pool=_pool_keys(pool_id).pool),
-            *[reservation + request_id for request_id, _ in leases]]
+            *[pool_key(pool_id, KEY.lease_id, lease.signature) for lease in leases]]
     args = [*LeaseUpdateArgs(now_ms=clock.now_ms(), owner=owner, release=int(release),
                              release_grace_ms=LEASE_RELEASE_GRACE_MS,
                              record_ttl_ms=record_ttl_ms),
-            *chain.from_iterable(leases)]
+            *chain.from_iterable(lease[1:] for lease in leases)]
     replies = yield ScriptCall("lease_update", keys, args)
     return [reply_decode(LeaseAnswer, reply) for reply in replies]
 

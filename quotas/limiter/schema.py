@@ -107,10 +107,13 @@ class ReservationFields(NamedTuple):
     expires: str = "x"  # epoch ms
     state: str = "s"  # settled; spilled: a marker, served by another pool (absent: open);
     #                   a lease's: released (slot freed, usage awaited), expired (the sweep's)
-    # A lease's only (absent: not a lease): the gateway process holding it, the output tokens
-    # it last reported delivered, when (epoch ms), the request's max_output_tokens (-1: none)
-    # and when it was admitted (epoch ms).
+    # A lease's only (absent: not a lease): the gateway process holding it, the signature its
+    # id (the reservation_id) ends in, the output tokens it last reported delivered, when
+    # (epoch ms), the request's max_output_tokens (-1: none), when it was admitted (epoch ms),
+    # and 1 once the sweep claimed it (it stays so when settled).
     lease_owner: str = "lo"
+    lease_id: str = "li"
+    lease_expired: str = "le"
     progress: str = "lp"
     progress_at: str = "la"
     output_bound: str = "lb"
@@ -205,6 +208,10 @@ class KeyNames(NamedTuple):
     # Sorted set: request_id of every open lease by the instant it is due (its expiry; a
     # released lease's grace; a claimed one's re-claim), which the sweep claims in order.
     leases: str = "leases"
+    # :<signature>, string: the request_id of the lease whose id (its reservation_id) ends in
+    # that signature, kept as long as the reservation's record. A heartbeat names leases by id,
+    # and the id cannot be turned back into its request_id (it is signed, not encrypted).
+    lease_id: str = "lid"
 
 
 KEY = KeyNames()
@@ -262,6 +269,7 @@ class Decision(NamedTuple):
     output_remaining: int = 0
     output_reset_ms: int = 0
     lease_ttl_ms: int = 0  # a lease's (authorize asked for one): how long it lives unrenewed
+    lease_mapped: int = 0  # 1: its id leads to it (else the caller maps it: lease_map)
 
     @property
     def allowed(self) -> bool:
@@ -319,6 +327,11 @@ class AuthorizeArgs(NamedTuple):
     dry_run: int  # 1: decide, reserve nothing
     record_ttl_ms: int  # how long the reservation's record is kept
     lease_owner: str  # the gateway process holding the reservation as a lease ("": no lease)
+    # The signature of the lease's id (its reservation_id), and the "<org>.<key_id>" the caller
+    # computed it for (a cached belief about the API key: stored only if it is the key's).
+    # "": not known before the decision (the caller then maps it: lease_map).
+    lease_id: str
+    lease_for: str
 
 
 class SettleKeys(NamedTuple):
@@ -347,8 +360,10 @@ class LeaseUpdateArgs(NamedTuple):
 
 
 class LeaseItem(NamedTuple):
-    """One lease of a heartbeat or release: its reservation's key, then these."""
-    request_id: str
+    """One lease of a heartbeat or release: the key of its id's signature (KEY.lease_id),
+    then these: the org and API key its id names, and its progress."""
+    org_id: int
+    api_key_id: int  # 0: none
     progress: int  # output tokens delivered so far
 
 
@@ -363,6 +378,16 @@ class LeaseAnswer(NamedTuple):
     """lease_update's reply per lease."""
     status: str  # renewed, released, or the refusal's code
     ttl_ms: int = 0  # renewed: until when it lives from now
+
+
+class LeaseMapKeys(NamedTuple):
+    reservation: str
+    lease_id: str
+
+
+class LeaseMapArgs(NamedTuple):
+    request_id: str
+    record_ttl_ms: int
 
 
 class LeaseExpireKeys(NamedTuple):
@@ -481,6 +506,7 @@ SCRIPTS = {
     "lookup": Script(keys=None, args=LookupArgs, item=LookupItem, reply=HeldReservation),
     "lease_update": Script(keys=LeaseUpdateKeys, args=LeaseUpdateArgs, item=LeaseItem,
                            reply=LeaseAnswer),
+    "lease_map": Script(keys=LeaseMapKeys, args=LeaseMapArgs),
     "lease_expire": Script(keys=LeaseExpireKeys, args=LeaseExpireArgs, reply=ExpiredLease),
     "spill_mark": Script(keys=SpillMarkKeys, args=SpillMarkArgs),
     "org_publish": Script(keys=OrgPublishKeys, args=OrgPublishArgs, shared=("publish",)),

@@ -23,7 +23,7 @@ for _, request_id in ipairs(due) do
     redis.call('ZREM', K.leases, request_id)  -- settled meanwhile, or its record is gone
   else
     if state ~= 'expired' then
-      redis.call('HSET', record, F.res.state, 'expired')
+      redis.call('HSET', record, F.res.state, 'expired', F.res.lease_expired, '1')
       redis.call('ZREM', key(KEY.inflight, org), request_id)  -- no longer counted anyway
       if sliced == '1' then redis.call('ZREM', key(KEY.key_inflight, key_id), request_id) end
     end
