@@ -19,6 +19,9 @@ class UsageStatus(models.TextChoices):
     COMPLETED = "completed", "Completed"
     FAILED = "failed", "Failed"
     CANCELLED = "cancelled", "Cancelled"
+    # The gateway died mid-stream: billed from the last progress checkpoint (Sluice's sweep of
+    # an expired lease, or a replacement gateway process). A later real event replaces it.
+    INTERRUPTED = "interrupted", "Interrupted"
 
 
 class UsageEvent(models.Model):
@@ -85,6 +88,9 @@ class UsageEventKey(models.Model):
     varchar_pattern_ops index, which no query here uses."""
 
     request_id = models.CharField(max_length=128, primary_key=True)
+    # The started_at of its event while that is an interrupted one (else null): a real event
+    # for the request replaces it, and finds it by (org, started_at), the events' index.
+    interrupted_started_at = models.DateTimeField(null=True, blank=True)
 
     FORMER_LABELS = ("quotas.usageeventkey",)
 
