@@ -117,7 +117,7 @@ class UsageHourly(models.Model):
     # Every additive figure of a rollup row: compaction sums exactly these.
     COUNTERS = ("requests", "errors", "input_tokens", "cached_input_tokens", "output_tokens",
                 "premium_input_tokens", "premium_output_tokens", "ttft_ms_total", "ttft_count",
-                "decode_ms_total")
+                "decode_ms_total", "interrupted")
 
     org = models.ForeignKey(Organization, on_delete=models.PROTECT, related_name="+")
     pool = models.ForeignKey(CapacityPool, on_delete=models.PROTECT, related_name="+")
@@ -137,6 +137,9 @@ class UsageHourly(models.Model):
     ttft_ms_total = models.PositiveBigIntegerField(default=0)
     ttft_count = models.PositiveBigIntegerField(default=0)
     decode_ms_total = models.PositiveBigIntegerField(default=0)
+    # Of `requests` (and `errors`), those billed from a lease's last progress: the gateway died
+    # mid-stream (docs/hook.md, Leases). A database default: rows written before it count 0.
+    interrupted = models.PositiveBigIntegerField(default=0, db_default=0)
 
     FORMER_LABELS = ("quotas.usagehourly",)
 

@@ -194,14 +194,15 @@ WITH batch AS (
     INSERT INTO quotas_usagehourly AS h (
         org_id, pool_id, api_key_id, hour, requests, errors, input_tokens, cached_input_tokens,
         output_tokens, premium_input_tokens, premium_output_tokens, ttft_ms_total, ttft_count,
-        decode_ms_total)
+        decode_ms_total, interrupted)
     SELECT org_id, pool_id, api_key_id, date_trunc('hour', started_at, 'UTC'),
            count(*), count(*) FILTER (WHERE status <> 'completed'),
            sum(input_tokens), sum(cached_input_tokens), sum(output_tokens),
            coalesce(sum(input_tokens) FILTER (WHERE premium_eligible), 0),
            coalesce(sum(output_tokens) FILTER (WHERE premium_eligible), 0),
            coalesce(sum(ttft_ms), 0), count(ttft_ms),
-           coalesce(sum(round(extract(epoch FROM finished_at - first_token_at) * 1000)), 0)
+           coalesce(sum(round(extract(epoch FROM finished_at - first_token_at) * 1000)), 0),
+           count(*) FILTER (WHERE status = 'interrupted')
     FROM inserted
     GROUP BY 1, 2, 3, 4
     ORDER BY 1, 2, 3, 4
@@ -215,7 +216,8 @@ WITH batch AS (
         premium_output_tokens = h.premium_output_tokens + EXCLUDED.premium_output_tokens,
         ttft_ms_total = h.ttft_ms_total + EXCLUDED.ttft_ms_total,
         ttft_count = h.ttft_count + EXCLUDED.ttft_count,
-        decode_ms_total = h.decode_ms_total + EXCLUDED.decode_ms_total
+        decode_ms_total = h.decode_ms_total + EXCLUDED.decode_ms_total,
+        interrupted = h.interrupted + EXCLUDED.interrupted
 )
 SELECT request_id FROM inserted
 """
@@ -262,6 +264,7 @@ RETURNING org_id, pool_id, api_key_id, started_at, input_tokens, cached_input_to
 # holds its hours as of compaction; an event recorded later went to an hourly row beside it).
 _INTERRUPTED_ROLLUP_SQL = """
 UPDATE quotas_usagehourly SET requests = requests - 1, errors = errors - 1,
+    interrupted = interrupted - 1,
     input_tokens = input_tokens - %(input_tokens)s,
     cached_input_tokens = cached_input_tokens - %(cached_input_tokens)s,
     output_tokens = output_tokens - %(output_tokens)s,
@@ -270,7 +273,7 @@ UPDATE quotas_usagehourly SET requests = requests - 1, errors = errors - 1,
     decode_ms_total = decode_ms_total - %(decode_ms)s
 WHERE org_id = %(org_id)s AND pool_id = %(pool_id)s
   AND api_key_id IS NOT DISTINCT FROM %(api_key_id)s AND hours = %(hours)s AND hour = %(hour)s
-  AND requests >= 1 AND input_tokens >= %(input_tokens)s AND output_tokens >= %(output_tokens)s
+  AND interrupted >= 1 AND input_tokens >= %(input_tokens)s AND output_tokens >= %(output_tokens)s
 """
 _INTERRUPTED_KEYS_SQL = """
 SELECT request_id FROM quotas_usageeventkey
