@@ -229,7 +229,8 @@ def _limiter_decide_steps(ask: AuthorizeInput, routes: list[PoolRoute]) -> Steps
                     request_id=ask.request_id, input_tokens=ask.input_tokens,
                     max_output_tokens=ask.max_output_tokens, tier=ask.service_tier,
                     key_tier=hint, pool_tier=route.tier, dry_run=ask.dry_run,
-                    lease_owner=ask.lease_owner, lease_id=signature, lease_for=signed_for)
+                    lease_owner=ask.lease_owner, lease_id=signature, lease_for=signed_for,
+                    lease_ttl_ms=route.lease_ttl_ms)
             except LimiterUnavailable as exc:
                 raise LimiterUnavailable(route) from exc
             if (ask.lease_owner and d.api_key_id

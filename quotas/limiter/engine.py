@@ -50,6 +50,8 @@ from quotas.limiter.schema import (
 from quotas.limiter.steps import Blocking, ScriptCall, Steps, steps_run
 from sluice.secrets import secret_digest  # Django-free, like the engine
 
+# A lease's TTL where the caller knows none (quotas/models.py's default; _common.lua's too).
+LEASE_TTL_DEFAULT_MS = 15_000
 # How long a reservation's record outlives its expiry: a late usage report still finds it.
 RECORD_GRACE_MS = 6 * 3600 * 1000
 # A settlement's values in the order settle.lua reads them (attrgetter: one C call each).
@@ -79,9 +81,10 @@ def _pool_keys(pool_id: int) -> _PoolKeys:
 def _authorize_call(*, pool_id: int, digest: str, request_id: str, input_tokens: int,
                     max_output_tokens: int, tier: str, key_tier: str, pool_tier: str,
                     dry_run: bool, now_ms: int, config: EngineConfig,
-                    lease_owner: str, lease_id: str, lease_for: str) -> ScriptCall:
+                    lease_owner: str, lease_id: str, lease_for: str,
+                    lease_ttl_ms: int) -> ScriptCall:
     pool = _pool_keys(pool_id)
-    ttl_ms = config.reservation_ttl_s * 1000
+    ttl_ms = lease_ttl_ms if lease_owner else config.reservation_ttl_s * 1000
     day, month = time_stamps(now_ms)
     # Positional, in the layouts' order: this runs once per inference request.
     return ScriptCall("authorize", AuthorizeKeys(
@@ -96,18 +99,22 @@ def limiter_authorize_steps(*, pool_id: int, api_key: str, request_id: str, inpu
                             key_tier: str = "unknown", pool_tier: str = "fast",
                             dry_run: bool = False, digest: str | None = None,
                             lease_owner: str = "", lease_id: str = "",
-                            lease_for: str = "") -> Steps:
+                            lease_for: str = "",
+                            lease_ttl_ms: int = LEASE_TTL_DEFAULT_MS) -> Steps:
     """`limiter_authorize` as steps (steps.py), for a caller that runs them on an event loop.
     `lease_owner`: the gateway process that holds the reservation as a lease ("": none);
     `lease_id`: the signature of its id, signed for `lease_for` ("<org>.<key_id>"), or ""
-    (Decision.lease_mapped 0: the caller maps the id with `limiter_lease_map_steps`)."""
+    (Decision.lease_mapped 0: the caller maps the id with `limiter_lease_map_steps`);
+    `lease_ttl_ms`: the pool's lease TTL (the caller's cached belief: the heartbeat renews with
+    the one published to Redis)."""
     config = engine_config()
     call = _authorize_call(
         pool_id=pool_id, digest=digest or secret_digest(api_key), request_id=request_id,
         input_tokens=input_tokens,
         max_output_tokens=-1 if max_output_tokens is None else max_output_tokens, tier=tier,
         key_tier=key_tier, pool_tier=pool_tier, dry_run=dry_run, now_ms=clock.now_ms(),
-        config=config, lease_owner=lease_owner, lease_id=lease_id, lease_for=lease_for)
+        config=config, lease_owner=lease_owner, lease_id=lease_id, lease_for=lease_for,
+        lease_ttl_ms=lease_ttl_ms)
     decision = reply_decode(Decision, (yield call))
     if decision.outcome == UNSYNCED:
         if config.pool_rebuild is not None:

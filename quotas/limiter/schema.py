@@ -107,12 +107,11 @@ class ReservationFields(NamedTuple):
     expires: str = "x"  # epoch ms
     state: str = "s"  # settled; spilled: a marker, served by another pool (absent: open);
     #                   a lease's: released (slot freed, usage awaited), expired (the sweep's)
-    # A lease's only (absent: not a lease): the gateway process holding it, the signature its
-    # id (the reservation_id) ends in, the output tokens it last reported delivered, when
-    # (epoch ms), the request's max_output_tokens (-1: none), when it was admitted (epoch ms),
-    # and 1 once the sweep claimed it (it stays so when settled).
+    # A lease's only (absent: not a lease): the gateway process holding it, the output tokens
+    # it last reported delivered (absent: 0) and when (epoch ms; absent: `started`), the
+    # request's max_output_tokens (-1: none), when it was admitted (epoch ms), and 1 once the
+    # sweep claimed it (it stays so when settled). Authorize writes only what it must.
     lease_owner: str = "lo"
-    lease_id: str = "li"
     lease_expired: str = "le"
     progress: str = "lp"
     progress_at: str = "la"
@@ -323,7 +322,7 @@ class AuthorizeArgs(NamedTuple):
     now_ms: int
     day: str  # YYYYMMDD (UTC)
     month: str  # YYYYMM
-    ttl_ms: int  # how long the reservation holds its slot
+    ttl_ms: int  # how long the reservation holds its slot (a lease's: the pool's lease TTL)
     dry_run: int  # 1: decide, reserve nothing
     record_ttl_ms: int  # how long the reservation's record is kept
     lease_owner: str  # the gateway process holding the reservation as a lease ("": no lease)

@@ -36,7 +36,7 @@ for i, item in ipairs(ITEMS) do
     status = release and 'released' or 'unknown_lease'
   elseif tonumber(expires) <= now then
     status = 'lease_expired'  -- the sweep's to claim: exactly one of the two wins
-  elseif p < tonumber(progress) then
+  elseif p < num(progress, 0) then
     status = 'progress_backwards'
   elseif tonumber(bound) >= 0 and p > tonumber(bound) then
     status = 'progress_beyond_reservation'

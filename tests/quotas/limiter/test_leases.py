@@ -54,11 +54,11 @@ def test_a_lease_lives_the_pools_lease_ttl_and_an_old_reservation_today_s(tenant
         ["allowed"] * 4 + ["concurrency_exceeded"]  # the old reservation still holds its own
 
 
-def test_the_pools_published_lease_ttl_is_what_a_lease_gets(tenant):
+def test_a_lease_gets_the_ttl_asked_and_its_heartbeat_the_pools_published_one(tenant):
     tenant.pool.lease_ttl_seconds = 6
     tenant.pool.save()
     limiter_sync_pool(pool_id=tenant.pool.pk)
-    assert admit(tenant, "r1").lease_ttl_ms == 6000
+    assert admit(tenant, "r1", lease_ttl_ms=6000).lease_ttl_ms == 6000
     assert heartbeat(tenant, [("r1", 5)]) == [("renewed", 6000)]
 
 
