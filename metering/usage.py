@@ -24,6 +24,7 @@ from django.db import connection, transaction
 from metering.events import UsageCell, usage_recorded
 from metering.models import UsageStatus
 from metering.partitions import usage_started_at_window
+from metering.plausibility import usage_implausible
 from orgs.services.api_keys import LAST_USED_RESOLUTION, api_key_touch
 from quotas.hook.inputs import UsageInput
 from quotas.hook.reservations import (
@@ -147,6 +148,11 @@ def _attribute(events: list[UsageInput]) -> tuple[list[_Row], list[UsageResult]]
                              else ("unknown_request", "No reservation for this request_id; "
                                    "send the reservation_id authorize returned."))
             rejected.append(UsageResult(e.request_id, REJECTED, code, message))
+            continue
+        implausible = usage_implausible(e, route)
+        if implausible is not None:  # its reservation is left to expire, as if unreported
+            rejected.append(UsageResult(e.request_id, REJECTED, "implausible_usage",
+                                        implausible))
             continue
         rows.append(_Row(e, ref, not live, *usage_speed(e, route)))
     return rows, rejected

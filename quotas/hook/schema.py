@@ -260,7 +260,9 @@ class UsageResult(serializers.Serializer):
     error = ErrorDetail(required=False, help_text=(
         "When rejected: unknown_request, invalid_reservation, timestamps_out_of_order, "
         "started_at_out_of_range, finished_at_out_of_range, duration_out_of_range (the window "
-        "an event may carry is in docs/hook.md, Accepted timestamps)."))
+        "an event may carry is in docs/hook.md, Accepted timestamps), implausible_usage (more "
+        "output tokens than the pool's models produce in the event's duration: docs/hook.md, "
+        "Plausible usage)."))
 
 
 class UsageResponse(serializers.Serializer):
