@@ -172,3 +172,32 @@ def test_a_late_usage_event_racing_the_sweep_is_billed_once(gateway, t, patient_
     events = list(UsageEvent.objects.values_list("request_id", "status", "output_tokens"))
     assert sorted(events) == sorted((r, "completed", 40) for r in leases)
     assert rollup(t) == (rounds, 0, rounds * 100, rounds * 40)
+
+
+def test_a_replacement_in_an_invoiced_month_is_billed_on_the_late_usage_supplement(t):
+    from datetime import UTC, date, datetime
+
+    from billing.models import LineKind
+    from billing.services import invoice_bill_late_usage, invoice_close_month, invoice_paid
+    from metering.usage import usage_record, usage_record_attributed
+    from quotas.hook.inputs import UsageInput
+    from quotas.hook.reservations import ReservationRef, reservation_id_issue
+
+    started = datetime(2026, 10, 20, 9, tzinfo=UTC)
+    interrupted = UsageInput("r1", None, 1_000, 400, "interrupted", started, None,
+                             started + timedelta(seconds=3))
+    usage_record_attributed(events=[interrupted],
+                            refs={"r1": ReservationRef(t.pool.pk, t.org.pk, t.key.pk)})
+    invoice = invoice_paid(invoice=invoice_close_month(
+        org=t.org, month=date(2026, 10, 1), actor="test",
+        now=datetime(2026, 11, 2, tzinfo=UTC))[0])
+    real = UsageInput("r1", reservation_id_issue(pool_id=t.pool.pk, org_id=t.org.pk,
+                                                 api_key_id=t.key.pk, request_id="r1"),
+                      1_000, 2_400, "completed", started, started + timedelta(seconds=1),
+                      started + timedelta(seconds=5))
+    assert usage_record(events=[real])[0].result == "recorded"
+    supplement = invoice_bill_late_usage(invoice=invoice, actor="test")
+    lines = list(supplement.lines.all())
+    tokens = {kind: sum(ln.quantity_tokens for ln in lines if ln.kind == kind)
+              for kind in (LineKind.INPUT, LineKind.OUTPUT)}
+    assert tokens == {LineKind.INPUT: 0, LineKind.OUTPUT: 2_000}  # the difference, once
