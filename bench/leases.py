@@ -24,10 +24,10 @@ def main() -> None:
     parser.add_argument("--block", type=int, default=200)
     args = parser.parse_args()
     django_setup()
+    from metering.api.leases import leases_update_steps
     from quotas.hook import hook
     from quotas.hook.gateway_tokens import GatewayIdentity
     from quotas.hook.hook import authorize_handle
-    from quotas.hook.leases import leases_update_steps
     from quotas.hook.routing import pool_routes_reload
     from quotas.limiter.steps import steps_run
 

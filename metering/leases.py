@@ -15,13 +15,13 @@ A real usage event for the same request, sooner or later, replaces the interrupt
 """
 
 import logging
+from datetime import UTC, datetime
 
 from metering.models import UsageStatus
 from metering.usage import usage_record_attributed
 from quotas.hook.inputs import UsageInput
 from quotas.hook.reservations import ReservationRef
 from quotas.hook.routing import pool_routes_all
-from quotas.limiter.clock import from_epoch_ms
 from quotas.limiter.connection import LimiterUnavailable
 from quotas.limiter.engine import limiter_leases_expire
 from quotas.limiter.schema import ExpiredLease
@@ -30,6 +30,10 @@ logger = logging.getLogger(__name__)
 
 # Leases claimed per pool and call: a sweep second of a fleet's mass failure is a few calls.
 CLAIM_BATCH = 500
+
+
+def from_epoch_ms(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, UTC)
 
 
 def _interrupted(lease: ExpiredLease) -> UsageInput:

@@ -34,10 +34,6 @@ def epoch_ms(at: datetime) -> int:
     return int(at.timestamp() * 1000)
 
 
-def from_epoch_ms(ms: int) -> datetime:
-    return datetime.fromtimestamp(ms / 1000, UTC)
-
-
 def day_stamp(at: datetime) -> str:
     return at.astimezone(UTC).strftime("%Y%m%d")
 

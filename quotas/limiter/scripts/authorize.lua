@@ -12,8 +12,7 @@ local now, input = tonumber(A.now_ms), tonumber(A.input_tokens)
 local max_output = tonumber(A.max_output_tokens)
 local ttl = tonumber(A.ttl_ms)
 local dry = A.dry_run == '1'
--- A lease (the gateway renews it by heartbeat, lease_update.lua) holds its slot for the pool's
--- lease TTL (the caller's A.ttl_ms), not the reservation TTL: a dead gateway costs seconds.
+-- A lease (renewed by heartbeat: lease_update.lua) lives the pool's lease TTL (A.ttl_ms).
 local lease, lease_mapped = #A.lease_owner > 0, 0
 
 local entry = redis.call('HGET', K.registry, A.digest)
