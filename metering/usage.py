@@ -249,19 +249,21 @@ def _columns(rows: list[_Row]) -> dict[str, list]:
     }
 
 
-# A real event replaces the interrupted one of its request (docs/hook.md, Leases): the key of
-# an interrupted record is taken back (its row locked, so a concurrent batch replacing it
-# waits), its event deleted and its rollup taken out, all in the batch's transaction, before
-# the batch claims the key anew.
-_INTERRUPTED_TAKE_SQL = """
-DELETE FROM quotas_usageeventkey
+# A real event replaces the interrupted record of its request (docs/hook.md, Leases), and so
+# does an interrupted one with more output (a gateway's spool knows more than the sweep's
+# checkpoint): the record's key is locked (a concurrent batch replacing it waits), its event
+# deleted, its rollup taken out and its key deleted, in the batch's transaction, before the
+# batch claims the key anew.
+_INTERRUPTED_LOCK_SQL = """
+SELECT request_id, interrupted_started_at FROM quotas_usageeventkey
 WHERE request_id = ANY(%(request_ids)s) AND interrupted_started_at IS NOT NULL
-RETURNING request_id, interrupted_started_at
+ORDER BY request_id FOR UPDATE
 """
+_INTERRUPTED_KEY_DELETE_SQL = "DELETE FROM quotas_usageeventkey WHERE request_id = %(request_id)s"
 _INTERRUPTED_EVENT_DELETE_SQL = """
 DELETE FROM quotas_usageevent
 WHERE org_id = %(org_id)s AND started_at = %(started_at)s AND request_id = %(request_id)s
-  AND status = 'interrupted'
+  AND status = 'interrupted' AND (%(real)s OR output_tokens < %(output_tokens)s)
 RETURNING org_id, pool_id, api_key_id, started_at, input_tokens, cached_input_tokens,
           output_tokens, ttft_ms,
           coalesce(round(extract(epoch FROM finished_at - first_token_at) * 1000), 0)::bigint
@@ -302,14 +304,18 @@ class _Removed:
 
 
 def _interrupted_remove(cursor, rows: list[_Row]) -> list[_Removed]:
-    """Take out the interrupted records that `rows` (real events) replace."""
-    orgs = {r.event.request_id: r.ref.org_id for r in rows}
-    cursor.execute(_INTERRUPTED_TAKE_SQL, {"request_ids": sorted(orgs)})
+    """Take out the interrupted records that `rows` replace."""
+    by_id = {r.event.request_id: r for r in rows}
+    cursor.execute(_INTERRUPTED_LOCK_SQL, {"request_ids": sorted(by_id)})
     removed = []
     for request_id, started_at in cursor.fetchall():
+        new = by_id[request_id]
         cursor.execute(_INTERRUPTED_EVENT_DELETE_SQL, {
-            "org_id": orgs[request_id], "started_at": started_at, "request_id": request_id})
+            "org_id": new.ref.org_id, "started_at": started_at, "request_id": request_id,
+            "real": new.event.status != UsageStatus.INTERRUPTED,
+            "output_tokens": new.event.output_tokens})
         for old in map(lambda values: _Removed(*values), cursor.fetchall()):
+            cursor.execute(_INTERRUPTED_KEY_DELETE_SQL, {"request_id": request_id})
             removed.append(old)
             hour = old.started_at.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
             for hours, at in ((1, hour), (24, hour.replace(hour=0))):
@@ -325,23 +331,21 @@ def _interrupted_remove(cursor, rows: list[_Row]) -> list[_Removed]:
 
 
 def _insert(cursor, rows: list[_Row], received_at: datetime) -> tuple[set[str], list[_Removed]]:
-    """Insert the batch, real events replacing interrupted records: the request_ids inserted,
-    and the interrupted records removed. A record committed by a concurrent batch (the sweep)
-    after this one looked is found when the insert skips its request_id, and replaced then."""
+    """Insert the batch, replacing interrupted records: the request_ids inserted, and the
+    interrupted records removed. A record committed by a concurrent batch (the sweep) after
+    this one looked is found when the insert skips its request_id, and replaced then."""
     inserted, removed, pending = set(), [], rows
     for _ in range(2):
-        real = [r for r in pending if r.event.status != UsageStatus.INTERRUPTED]
-        if real:
-            removed += _interrupted_remove(cursor, real)
+        removed += _interrupted_remove(cursor, pending)
         cursor.execute(_INSERT_SQL, {**_columns(pending), "received_at": received_at})
         got = {request_id for (request_id,) in cursor.fetchall()}
         inserted |= got
-        skipped = sorted(r.event.request_id for r in real if r.event.request_id not in got)
+        skipped = sorted(r.event.request_id for r in pending if r.event.request_id not in got)
         if not skipped:
             break
         cursor.execute(_INTERRUPTED_KEYS_SQL, {"request_ids": skipped})
         again = {request_id for (request_id,) in cursor.fetchall()}
-        pending = [r for r in real if r.event.request_id in again]
+        pending = [r for r in pending if r.event.request_id in again]
         if not pending:
             break
     return inserted, removed

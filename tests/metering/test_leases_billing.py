@@ -109,6 +109,28 @@ def test_the_real_event_replaces_the_interrupted_record(gateway, t):
     assert usage(gateway, "r1", lease, output_tokens=380)["duplicates"] == 1  # and only once
 
 
+def test_a_gateways_interrupted_event_replaces_the_sweeps_only_with_more_output(gateway, t):
+    lease = admit(gateway, t, "r1")
+    heartbeat(gateway, [(lease, 120)])
+    clock.advance(seconds=16)
+    leases_sweep()
+    started = clock.now() - timedelta(seconds=20)
+
+    def interrupted(output_tokens):
+        return gateway.post("/api/gateway/v1/usage", {
+            "request_id": "r1", "reservation_id": lease, "input_tokens": 100,
+            "output_tokens": output_tokens, "status": "interrupted",
+            "started_at": started.isoformat(),
+            "finished_at": (started + timedelta(seconds=2)).isoformat()},
+            content_type="application/json").json()
+    assert interrupted(100)["duplicates"] == 1  # the spool knew less: the sweep's stays
+    assert UsageEvent.objects.get().output_tokens == 120
+    assert interrupted(300)["recorded"] == 1
+    assert (UsageEvent.objects.get().output_tokens, rollup(t)) == (300, (1, 1, 100, 300))
+    assert usage(gateway, "r1", lease, output_tokens=310, started=started)["recorded"] == 1
+    assert (UsageEvent.objects.get().status, rollup(t)) == ("completed", (1, 0, 100, 310))
+
+
 def test_usage_before_expiry_leaves_nothing_to_sweep(gateway, t):
     lease = admit(gateway, t, "r1")
     heartbeat(gateway, [(lease, 300)], url="/api/gateway/v1/leases/release")
