@@ -1,4 +1,4 @@
-"""The production ASGI application (config/asgi.py: authorize on the event loop, everything
+"""The production ASGI application (config/asgi.py: the hook on the event loop, everything
 else through the bridge) with the benchmark endpoints, at the two layers a request can be
 served at. Benchmarks only.
 
@@ -20,13 +20,16 @@ import contextvars
 
 import hiredis
 import orjson
+from django.conf import settings
 
 from bench.wsgi_ceiling import application as wsgi_application
-from config.asgi import asgi_application
-from quotas.hook.wsgi import AUTHORIZE_PATH
-from quotas.limiter import aio, steps
+from config.asgi import HOOK_ROUTES, worker_ready
+from quotas.hook.asgi import hook_application, hook_threads
+from quotas.limiter import aio
 from quotas.limiter.connection import connection_pool_for, limiter_client
-from sluice.asgi_bridge import body_receive
+from sluice.asgi_bridge import body_receive, wsgi_app_as_asgi
+
+AUTHORIZE_PATH = "/api/gateway/v1/authorize"
 
 # An answer of the size of an admission's (~700 bytes), with as many headers.
 STAND_IN = orjson.dumps({"allowed": True, "padding": "x" * 660})
@@ -80,8 +83,11 @@ def _script_run_or_replayed(real):
     return script_run_async
 
 
-steps.script_run_async = _script_run_or_replayed(steps.script_run_async)
-production = asgi_application(wsgi_application)
+aio.script_run_async = _script_run_or_replayed(aio.script_run_async)
+# config/asgi.py's application, its Django behind the bridge being bench/wsgi_ceiling.py's.
+production = hook_application(HOOK_ROUTES, wsgi_app_as_asgi(
+    wsgi_application, executor=hook_threads(),
+    max_body=4 * settings.DATA_UPLOAD_MAX_MEMORY_SIZE, on_startup=worker_ready))
 
 
 async def application(scope, receive, send):

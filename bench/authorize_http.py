@@ -3,8 +3,7 @@
     DATABASE_URL=... REDIS_URL=redis://127.0.0.1:6379/4 python bench/authorize_http.py
 
 The production server (config/serve.py: granian; authorize decided on its event loop, every
-other request through the bridge's threads; DEBUG off), or `--server gunicorn` for a threaded
-WSGI layout to compare with (authorize in gunicorn's threads). Limits are set high so every decision
+other request through the bridge's threads; DEBUG off). Limits are set high so every decision
 runs the whole script and is an admission; every request_id is new.
 
 With wrk (the default when it is on PATH): the empty JSON endpoints as ceilings, /bench/empty
@@ -38,7 +37,6 @@ import uuid
 
 from common import (
     SERVER_PIDS,
-    SERVERS,
     django_setup,
     process_tree_cpu_seconds,
     table,
@@ -58,10 +56,7 @@ def main() -> None:
     # each worker's event loop: a third process on 2 cores only contends for them (alternating
     # full runs on one VM: peak 5,256 against 4,594/s, ratio 0.42 against 0.36).
     parser.add_argument("--workers", type=int, default=2, help="server processes")
-    parser.add_argument("--threads", type=int, default=8,
-                        help="threads per process (either server)")
-    parser.add_argument("--server", choices=SERVERS, default=SERVERS[0],
-                        help="the production server, or the gunicorn layout it replaced")
+    parser.add_argument("--threads", type=int, default=8, help="threads per process")
     parser.add_argument("--loadgen", choices=["wrk", "python"],
                         default="wrk" if wrk.available() else "python")
     parser.add_argument("--sweep", default="1,2,4,8,12,16,24",
@@ -82,8 +77,7 @@ def main() -> None:
     head, tail = json.dumps({"request_id": "@", "api_key": api_key, "model": pool.model,
                              "input_tokens": 200, "max_output_tokens": 300}).split("@")
     headers = {"Authorization": f"Bearer {gateway}"}
-    with web_server(workers=args.workers, threads=args.threads,
-                    kind=args.server) as port:
+    with web_server(workers=args.workers, threads=args.threads) as port:
         if args.loadgen == "wrk":
             with_wrk(args, port, pool, headers, head, tail)
         else:
@@ -114,7 +108,7 @@ def with_wrk(args, port, pool, headers, head, tail) -> None:
     bare = [wrk.run(base + "/bench/empty", connections=c, seconds=args.seconds)
             for c in ceilings]
     on_loop = [wrk.run(base + "/bench/loop-empty", connections=c, seconds=args.seconds)
-               for c in ceilings] if args.server == "granian" else []
+               for c in ceilings]
     django = [wrk.run(base + "/healthz", connections=c, seconds=args.seconds) for c in ceilings]
     redis = limiter_client(bulk=True)
     calls, usec = _script_us(redis)
@@ -122,19 +116,16 @@ def with_wrk(args, port, pool, headers, head, tail) -> None:
              for n, c in enumerate(int(c) for c in args.sweep.split(",")) if c > 0]
     calls_after, usec_after = _script_us(redis)
     script_us = (usec_after - usec) / max(calls_after - calls, 1)  # authorize.lua, in Redis
-    stand_ins, no_redis, cpu = [], [], []
-    if args.server == "granian":
-        from bench.asgi_ceiling import stand_in_loops
+    from bench.asgi_ceiling import stand_in_loops
 
-        # Calibrated to keep Redis as busy as authorize.lua kept it during the sweep.
-        stand_in = posted("/bench/loop-stand-in",
-                          *_stand_in_body(head, tail, stand_in_loops(redis,
-                                                                     microseconds=script_us)),
-                          "s")
-        replayed = posted("/bench/loop-no-redis", head, tail, "n")
-        stand_ins = [stand_in(c) for c in ceilings]
-        no_redis = [replayed(c) for c in ceilings]
-        cpu = _cpu_per_request(args, base, authorize, stand_in, replayed)
+    # Calibrated to keep Redis as busy as authorize.lua kept it during the sweep.
+    stand_in = posted("/bench/loop-stand-in",
+                      *_stand_in_body(head, tail, stand_in_loops(redis, microseconds=script_us)),
+                      "s")
+    replayed = posted("/bench/loop-no-redis", head, tail, "n")
+    stand_ins = [stand_in(c) for c in ceilings]
+    no_redis = [replayed(c) for c in ceilings]
+    cpu = _cpu_per_request(args, base, authorize, stand_in, replayed)
     # Checked after the sweep so that it cannot warm anything up for it.
     metrics = wrk.run(base + "/metrics", connections=1, seconds=1)
 
@@ -157,7 +148,7 @@ def with_wrk(args, port, pool, headers, head, tail) -> None:
             mark = (" <- peak" if r is peak else "") + (" <- ~half of peak" if r is half else "")
             rows.append([name + mark, r.connections, r.rps, f"{r.p50_ms:.2f}",
                          f"{r.p99_ms:.2f}", r.errors])
-    table(f"authorize over HTTP, wrk -t1 (closed loop): {args.server} {args.workers} worker(s) x "
+    table(f"authorize over HTTP, wrk -t1 (closed loop): granian {args.workers} worker(s) x "
           f"{args.threads} thread(s), {args.seconds:.0f} s per row",
           ["endpoint", "conns", "req/s", "p50 ms", "p99 ms", "errors"], rows)
     print(f"\npeak authorize: {peak.rps:,.0f} decisions/s at {peak.connections} connections "
@@ -285,7 +276,7 @@ def with_python(args, port, pool, headers, head: bytes, tail: bytes) -> None:
                     (f"POST authorize, open loop at {peak.rps / 2:,.0f}/s", half)):
         ok = r.statuses.get(200, 0) / max(r.requests, 1) * 100
         rows.append([name, r.rps, r.percentile(50), r.percentile(99), f"{ok:.1f}%"])
-    table(f"authorize over HTTP, Python load generator: {args.server} {args.workers} worker(s) x "
+    table(f"authorize over HTTP, Python load generator: granian {args.workers} worker(s) x "
           f"{args.threads} thread(s), {args.processes}x{args.connections} connections, "
           f"{args.seconds:.0f} s each",
           ["endpoint", "req/s", "p50 ms", "p99 ms", "200s"], rows)

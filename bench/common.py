@@ -1,5 +1,5 @@
 """Shared by the benchmarks: Django set-up with the production settings, a seeded tenant, the
-production web server (or the gunicorn layout it replaced, for comparison), and table printing."""
+production web server, and table printing."""
 
 import contextlib
 import os
@@ -67,7 +67,6 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-SERVERS = ("granian", "gunicorn")
 # port -> the pid of the server serving it (web_server() yields the port)
 SERVER_PIDS: dict[int, int] = {}
 
@@ -85,23 +84,17 @@ def process_tree_cpu_seconds(pid: int) -> float:
 
 
 @contextlib.contextmanager
-def web_server(*, workers: int, threads: int = 8, kind: str = "granian", env: dict | None = None):
-    """The production server (config/serve.py: granian, bodies read before a thread runs a
-    request; DEBUG off), or for comparison the WSGI layout it replaced (gunicorn's gthread
-    worker, `threads` per process), each with its benchmark endpoint /bench/empty."""
+def web_server(*, workers: int, threads: int = 8, env: dict | None = None):
+    """The production server (config/serve.py: granian, the hook on the event loop, bodies
+    read before a thread runs a request; DEBUG off), with the benchmark endpoints
+    (bench/asgi_ceiling.py)."""
     port = free_port()
     metrics_dir = tempfile.mkdtemp(prefix="sluice-metrics-")
     env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": metrics_dir,
            "SLUICE_WEB_CONCURRENCY": str(workers), "SLUICE_WEB_THREADS": str(threads),
            **(env or {})}
-    if kind == "granian":
-        command = [sys.executable, "-m", "config.serve", "--bind", f"127.0.0.1:{port}",
-                   "--app", "bench.asgi_ceiling:application"]
-    else:
-        command = [sys.executable, "-m", "gunicorn", "bench.wsgi_ceiling:application",
-                   "--bind", f"127.0.0.1:{port}", "--workers", str(workers), "--threads",
-                   str(threads), "--worker-class", "gthread", "--keep-alive", "30",
-                   "--backlog", "2048", "--preload"]
+    command = [sys.executable, "-m", "config.serve", "--bind", f"127.0.0.1:{port}",
+               "--app", "bench.asgi_ceiling:application"]
     process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
     SERVER_PIDS[port] = process.pid
     try:

@@ -12,6 +12,7 @@
 """
 
 import argparse
+import asyncio
 import time
 import uuid
 
@@ -24,15 +25,21 @@ def main() -> None:
     parser.add_argument("--block", type=int, default=200)
     args = parser.parse_args()
     django_setup()
-    from metering.api.leases import leases_update_steps
-    from quotas.hook import hook
-    from quotas.hook.gateway_tokens import GatewayIdentity
-    from quotas.hook.hook import authorize_handle
     from quotas.hook.routing import pool_routes_reload
-    from quotas.limiter.steps import steps_run
 
     pool, _, _, api_key, _ = tenant_seed()
     pool_routes_reload()
+    asyncio.run(measure(args, pool, api_key))
+
+
+async def measure(args, pool, api_key) -> None:
+    from metering.api.leases import leases_update
+    from quotas.hook import hook
+    from quotas.hook.asgi import loop_threads_use
+    from quotas.hook.gateway_tokens import GatewayIdentity
+    from quotas.hook.hook import authorize_handle
+
+    loop_threads_use()
     gateway = GatewayIdentity(token_id=0, name="bench")
     run = uuid.uuid4().hex[:8]
     base = {"api_key": api_key, "model": pool.model, "input_tokens": 200,
@@ -40,23 +47,23 @@ def main() -> None:
     lease = {"lease": True, "gateway_process": f"bench-{run}"}
     ids: list[str] = []
 
-    def decide(kind: str, n: int) -> None:
+    async def decide(kind: str, n: int) -> None:
         body = {**base, "request_id": f"{run}-{kind}{n}", **(lease if kind == "l" else {})}
-        status, answer = authorize_handle(body, gateway)
+        status, answer = await authorize_handle(body, gateway)
         assert status == 200 and answer["allowed"], answer
         if kind == "l" and len(ids) < 1000:
             ids.append(answer["lease"]["id"])
 
     for n in range(200):  # warm: caches, connections, the key's org known (signed early)
-        decide("w", n)
-        decide("l", -n - 1)
+        await decide("w", n)
+        await decide("l", -n - 1)
     assert hook._key_owners, "the lease ids should be signed before the decision"
     spent = {"p": 0.0, "l": 0.0}
     for start in range(0, args.decisions, args.block):
         for kind in ("p", "l") if start // args.block % 2 == 0 else ("l", "p"):
             began = time.thread_time()
             for n in range(start, start + args.block):
-                decide(kind, n)
+                await decide(kind, n)
             spent[kind] += time.thread_time() - began
     per = {k: v / args.decisions * 1e6 for k, v in spent.items()}
     table("authorize: CPU per decision in the hook's process (thread time)",
@@ -70,7 +77,7 @@ def main() -> None:
         calls = max(5, 2000 // count)
         began, wall = time.thread_time(), time.perf_counter()
         for _ in range(calls):
-            status, answer = steps_run(leases_update_steps(named, gateway, release=False))
+            status, answer = await leases_update(named, gateway, release=False)
             assert status == 200 and {x["status"] for x in answer["leases"]} == {"renewed"}
         cpu, wall = time.thread_time() - began, time.perf_counter() - wall
         rows.append([count, calls, cpu / calls * 1e3, wall / calls * 1e3,

@@ -6,10 +6,8 @@ Each slow client opens a connection to the server, sends the headers of an autho
 announcing a 1,000-byte body, then one byte of it every second, for the whole run. Meanwhile a
 closed-loop client (4 connections, each a thread with http.client and a 5 s timeout, so that a
 stalled server shows as timeouts instead of hanging the benchmark) asks authorize as fast as
-answers come. The table compares authorize without and with the slow clients, for the
-production server (config/serve.py: granian, bodies read before a thread runs a request) and
-for a threaded layout (gunicorn's gthread worker, 2 processes x 4 threads), where a thread
-reads its own request's body.
+answers come. The table compares authorize without and with the slow clients, on the
+production server (config/serve.py: granian, bodies read on the event loop).
 """
 
 import argparse
@@ -19,7 +17,7 @@ import socket
 import threading
 import time
 
-from common import SERVERS, django_setup, table, tenant_seed, web_server
+from common import django_setup, table, tenant_seed, web_server
 
 PATH = "/api/gateway/v1/authorize"
 
@@ -104,8 +102,6 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10)
     parser.add_argument("--slow", type=int, default=40)
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--threads", type=int, default=4, help="gunicorn threads per worker")
-    parser.add_argument("--servers", default=",".join(SERVERS))
     args = parser.parse_args()
     django_setup()
     pool, _, _, api_key, gateway = tenant_seed()
@@ -113,9 +109,8 @@ def main() -> None:
     head, tail = json.dumps({"request_id": "@", "api_key": api_key, "model": pool.model,
                              "input_tokens": 200, "max_output_tokens": 300}).encode().split(b"@")
     rows = []
-    for kind in args.servers.split(","):
-        threads = args.threads if kind == "gunicorn" else 8
-        with web_server(workers=args.workers, threads=threads, kind=kind) as port:
+    for kind in ("granian",):
+        with web_server(workers=args.workers) as port:
             for phase, slow in (("warm-up", 0), ("alone", 0), (f"{args.slow} slow", args.slow)):
                 tag = f"{kind}-{slow}-{time.time_ns()}"
 

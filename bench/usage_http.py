@@ -25,7 +25,6 @@ from pathlib import Path
 
 from common import (
     SERVER_PIDS,
-    SERVERS,
     django_setup,
     process_tree_cpu_seconds,
     table,
@@ -43,10 +42,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10)
     parser.add_argument("--batch", type=int, default=500)
     parser.add_argument("--workers", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=8,
-                        help="threads per process (either server)")
-    parser.add_argument("--server", choices=SERVERS, default=SERVERS[0],
-                        help="the production server, or the gunicorn layout it replaced")
+    parser.add_argument("--threads", type=int, default=8, help="threads per process")
     parser.add_argument("--loadgen", choices=["wrk", "python"],
                         default="wrk" if wrk.available() else "python")
     parser.add_argument("--batch-connections", type=int, default=4, help="wrk")
@@ -104,8 +100,7 @@ def main() -> None:
                     for n in range(count):
                         f.write(body(size, f"u{pool.pk}-{tag}-{run_tag}-{n}") + "\n")
                 files.append((name, count))
-            with web_server(workers=args.workers, threads=args.threads,
-                    kind=args.server) as port:
+            with web_server(workers=args.workers, threads=args.threads) as port:
                 url = f"http://127.0.0.1:{port}{PATH}"
                 for (size, tag, connections, _), (name, count) in zip(plan, files, strict=True):
                     before = cpu_seconds(port)
@@ -123,11 +118,10 @@ def main() -> None:
                                  f"{r.p50_ms:.2f}", f"{r.p99_ms:.2f}",
                                  *(f"{1e6 * c / max(events, 1):.1f}" for c in spent),
                                  f"{2 * events / sum(spent):,.0f}", note])
-        title = f"usage ingestion over HTTP, wrk -t1 (closed loop): {args.server} " \
+        title = "usage ingestion over HTTP, wrk -t1 (closed loop): granian " \
                 f"{args.workers}x{args.threads}, {args.seconds:.0f} s each"
     else:
-        with web_server(workers=args.workers, threads=args.threads,
-                    kind=args.server) as port:
+        with web_server(workers=args.workers, threads=args.threads) as port:
             for size, tag, connections in ((args.batch, "b", 3), (1, "s", 8)):
                 def make(index: int, n: int, size=size, tag=tag) -> bytes:
                     return body(size, f"u{pool.pk}-{tag}-{index}-{n}").encode()
@@ -139,7 +133,7 @@ def main() -> None:
                              r.rps, r.rps * size, stored(tag) / args.seconds,
                              r.percentile(50), r.percentile(99),
                              ", ".join(f"{k}: {v}" for k, v in r.statuses.items())])
-        title = f"usage ingestion over HTTP, Python load generator: {args.server} " \
+        title = "usage ingestion over HTTP, Python load generator: granian " \
                 f"{args.workers}x{args.threads}, {args.seconds:.0f} s each"
     cpu = ["web CPU µs/event", "PostgreSQL CPU µs/event", "Redis CPU µs/event",
            "wrk CPU µs/event", "2 cores / CPU: events/s"] if args.loadgen == "wrk" else []

@@ -1,8 +1,7 @@
-"""The production WSGI application plus the benchmark endpoint of the bare WSGI layer:
-/bench/empty, an empty JSON answer, served where Django's requests are (in production behind
-the ASGI bridge's threads; `--server gunicorn`, its threads): the ceiling of this server and
-load generator for a request that does no work, and the yardstick of authorize's ratio.
-Benchmarks only."""
+"""Django's WSGI application plus the benchmark endpoint of the bare WSGI layer: /bench/empty,
+an empty JSON answer, served where Django's requests are (behind the ASGI bridge's threads):
+the ceiling of this server and load generator for a request that does no work, and the
+yardstick of authorize's ratio. Benchmarks only."""
 
 from config.wsgi import application as sluice
 

@@ -1,5 +1,6 @@
-"""The production web server: granian serving config.asgi (Django's WSGI application behind a
-bridge that reads whole bodies first), in production, in `dev.py run` and in the benchmarks:
+"""The production web server: granian serving config.asgi (the hook answered on the event loop,
+Django's WSGI application behind a bridge that reads whole bodies first), in production, in
+`dev.py run` and in the benchmarks:
 
     python -m config.serve --bind 0.0.0.0:8000
 

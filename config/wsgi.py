@@ -1,3 +1,6 @@
+"""Django's WSGI application. The production server serves it behind config/asgi.py (which
+answers the hook itself); WSGI_APPLICATION names it for Django's own tools."""
+
 import os
 
 from django.core.wsgi import get_wsgi_application
@@ -9,13 +12,3 @@ application = get_wsgi_application()
 # Every URLconf and the views it names imported now, while the worker starts, and not by its
 # first request (~250 ms: the admin, DRF, the schema, every app's views).
 get_resolver().url_patterns  # noqa: B018 - the property imports them
-
-# The hook (authorize before every inference request, usage after it) is served before Django's
-# middleware stack.
-from metering.api import leases  # noqa: E402
-from metering.api.hook import usage_call  # noqa: E402
-from quotas.hook.wsgi import hook_fast_path  # noqa: E402
-
-application = hook_fast_path(application, usage_call=usage_call, calls={
-    leases.HEARTBEAT_PATH: leases.lease_heartbeat_call,
-    leases.RELEASE_PATH: leases.lease_release_call})

@@ -3,10 +3,10 @@ from django.core.signals import setting_changed
 
 
 def hosts_setting_changed(*, setting: str, **kwargs) -> None:
-    """The hook's fast paths remember their Host checks: forget them when ALLOWED_HOSTS
+    """The hook remembers its Host checks (quotas/hook/asgi.py): forget them when ALLOWED_HOSTS
     changes (override_settings in tests)."""
     if setting == "ALLOWED_HOSTS":
-        from quotas.hook.wsgi import host_refusals_forget
+        from quotas.hook.asgi import host_refusals_forget
 
         host_refusals_forget()
 

@@ -6,7 +6,7 @@ thread for as long as it likes; 40 such clients hold every thread of a gunicorn 
 and authorize stalls (bench/slow_clients.py). Here the body is collected on the event loop,
 chunk by chunk as it arrives (a slow client costs a coroutine), and only a complete request is
 handed to one of `threads` threads, which run the WSGI application exactly as a threaded WSGI
-server would (Sluice's, with authorize's fast path: config/wsgi.py). Chunked request bodies
+server would (Django's: config/wsgi.py). Chunked request bodies
 arrive whole, with their Content-Length. Responses are sent as the application yields them.
 """
 

@@ -124,3 +124,30 @@ def stripe(stripe_server, settings):
     settings.STRIPE_API_BASE = stripe_server.url
     settings.STRIPE_WEBHOOK_SECRET = WEBHOOK_SECRET
     return stripe_server
+
+
+@pytest.fixture(autouse=True)
+def _served_connections_closed():
+    """The served application's threads (tests/hook.py) close their database connections
+    after each test that used them."""
+    yield
+    from tests.hook import served_connections_close
+
+    served_connections_close()
+
+
+@pytest.fixture(scope="session")
+def served_http(django_db_setup, django_db_blocker):
+    """The production application (config/asgi.py: the hook on its event loop, Django behind
+    the bridge) over real HTTP in this process, for the whole run: what a gateway calls.
+    Tests that use it commit their rows (transactional_db), as with live_server."""
+    from tests.hook import served_over_http
+
+    server = served_over_http()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def served_url(served_http, transactional_db) -> str:
+    return served_http.url

@@ -5,7 +5,6 @@ a gateway authorizes a request with it and reports the usage."""
 from datetime import timedelta
 
 import pytest
-from django.test import Client
 from django.utils import timezone
 
 from metering.models import UsageHourly
@@ -17,9 +16,10 @@ from quotas.limiter.connection import limiter_reset
 from rollout.applications import application_decide, application_reviewer_assign
 from rollout.waves import waves_open_due
 from tests.factories import PoolFactory, RolloutWaveFactory
+from tests.hook import HookClient
 from tests.waitlist import applicant_org, submit, tick_required
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)  # the served app's threads read rows
 
 
 @pytest.fixture
@@ -28,7 +28,7 @@ def gateway(redis_client):
     gateway_token_cache_clear()
     pool_routes_reload()
     _, plaintext = gateway_token_create(name="edge-journey", actor="test")
-    return Client(HTTP_AUTHORIZATION=f"Bearer {plaintext}")
+    return HookClient(HTTP_AUTHORIZATION=f"Bearer {plaintext}")
 
 
 def test_application_to_authorized_traffic(operator, gateway, django_capture_on_commit_callbacks):

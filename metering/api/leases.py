@@ -11,7 +11,6 @@ all leases. Every lease is answered alone; a malformed body is refused whole, no
 
 import re
 from collections import defaultdict
-from collections.abc import Callable
 from typing import NamedTuple
 
 from django.urls import path
@@ -21,20 +20,17 @@ from rest_framework import serializers
 from rest_framework.views import APIView
 
 from quotas.hook import messages, schema
+from quotas.hook.asgi import Answer
 from quotas.hook.gateway_tokens import GatewayIdentity
-from quotas.hook.hook import Answer, hook_steps
-from quotas.hook.inputs import GATEWAY_PROCESS, MAX_TOKENS, BadInput
+from quotas.hook.hook import hook_answer
+from quotas.hook.inputs import GATEWAY_PROCESS, MAX_TOKENS, BadInput, json_body
 from quotas.hook.metrics import LATENCY_BUCKETS
-from quotas.hook.views import hook_view
 from quotas.limiter.connection import LimiterUnavailable
-from quotas.limiter.engine import LeaseNamed, limiter_leases_update_steps
+from quotas.limiter.engine import LeaseNamed, limiter_leases_update
 from quotas.limiter.schema import RENEWED, LeaseAnswer
-from quotas.limiter.steps import Steps, steps_run
 from sluice.errors import error_body
 from sluice.openapi import Error
 
-HEARTBEAT_PATH = "/api/gateway/v1/leases/heartbeat"
-RELEASE_PATH = "/api/gateway/v1/leases/release"
 MAX_LEASES = 1000  # named in one call
 LEASE_SECONDS = Histogram("sluice_lease_update_seconds",
                           "Lease heartbeat and release handling time.", ["call"],
@@ -99,7 +95,7 @@ def _answer(lease_id: str, answer: LeaseAnswer) -> dict:
     return {"id": lease_id, "status": answer.status}
 
 
-def leases_update_steps(body: object, gateway: GatewayIdentity, *, release: bool) -> Steps:
+async def leases_update(body: object, gateway: GatewayIdentity, *, release: bool) -> Answer:
     """A heartbeat's (release False) or a release's answer: (status, body)."""
     process, leases = leases_input(body)
     by_pool: dict[int, list[tuple[int, LeaseNamed]]] = defaultdict(list)
@@ -114,7 +110,7 @@ def leases_update_steps(body: object, gateway: GatewayIdentity, *, release: bool
                                                      lease.delivered_output_tokens)))
     for pool_id, named in by_pool.items():
         try:
-            replies = yield from limiter_leases_update_steps(
+            replies = await limiter_leases_update(
                 pool_id=pool_id, owner=process, release=release,
                 leases=[lease for _, lease in named])
         except LimiterUnavailable:
@@ -127,34 +123,24 @@ def leases_update_steps(body: object, gateway: GatewayIdentity, *, release: bool
     return 200, {"leases": answers}
 
 
-def _heartbeat_handle(body: object, gateway: GatewayIdentity) -> Steps:
-    return (yield from leases_update_steps(body, gateway, release=False))
+async def _heartbeat_handle(raw: bytes, gateway: GatewayIdentity) -> Answer:
+    return await leases_update(json_body(raw), gateway, release=False)
 
 
-def _release_handle(body: object, gateway: GatewayIdentity) -> Steps:
-    return (yield from leases_update_steps(body, gateway, release=True))
+async def _release_handle(raw: bytes, gateway: GatewayIdentity) -> Answer:
+    return await leases_update(json_body(raw), gateway, release=True)
 
 
-def lease_heartbeat_steps(*, method: str, authorization: str, read_body: Callable[[], bytes]
-                          ) -> Steps:
-    """POST leases/heartbeat with the hook's checks around it: what the event loop runs
-    (quotas/hook/asgi.py, given it by config/asgi.py)."""
-    return hook_steps(_heartbeat_handle, LEASE_SECONDS.labels("heartbeat"), method=method,
-                      authorization=authorization, read_body=read_body)
+async def lease_heartbeat(authorization: str, raw: bytes) -> Answer:
+    """POST leases/heartbeat, on the event loop (config/asgi.py's route table)."""
+    return await hook_answer(_heartbeat_handle, LEASE_SECONDS.labels("heartbeat"),
+                             authorization, raw)
 
 
-def lease_release_steps(*, method: str, authorization: str, read_body: Callable[[], bytes]
-                        ) -> Steps:
-    return hook_steps(_release_handle, LEASE_SECONDS.labels("release"), method=method,
-                      authorization=authorization, read_body=read_body)
-
-
-def lease_heartbeat_call(**kwargs) -> Answer:
-    return steps_run(lease_heartbeat_steps(**kwargs))
-
-
-def lease_release_call(**kwargs) -> Answer:
-    return steps_run(lease_release_steps(**kwargs))
+async def lease_release(authorization: str, raw: bytes) -> Answer:
+    """POST leases/release."""
+    return await hook_answer(_release_handle, LEASE_SECONDS.labels("release"), authorization,
+                             raw)
 
 
 class LeaseProgress(serializers.Serializer):
@@ -212,7 +198,7 @@ class LeaseHeartbeatSchema(APIView):
         examples=[_LEASE_EXAMPLE],
     )
     def post(self, request):
-        raise NotImplementedError("served by lease_heartbeat below")
+        raise NotImplementedError("served by lease_heartbeat (config/asgi.py)")
 
 
 class LeaseReleaseSchema(APIView):
@@ -231,15 +217,11 @@ class LeaseReleaseSchema(APIView):
         examples=[_LEASE_EXAMPLE],
     )
     def post(self, request):
-        raise NotImplementedError("served by lease_release below")
+        raise NotImplementedError("served by lease_release (config/asgi.py)")
 
 
-lease_heartbeat = hook_view(lease_heartbeat_call)
-lease_release = hook_view(lease_release_call)
-
+# For the OpenAPI description only (config/urls.py): config/asgi.py serves them.
 urlpatterns = [
-    path("leases/heartbeat", schema.documented_by(LeaseHeartbeatSchema)(lease_heartbeat),
-         name="lease_heartbeat"),
-    path("leases/release", schema.documented_by(LeaseReleaseSchema)(lease_release),
-         name="lease_release"),
+    path("leases/heartbeat", schema.schema_only(LeaseHeartbeatSchema), name="lease_heartbeat"),
+    path("leases/release", schema.schema_only(LeaseReleaseSchema), name="lease_release"),
 ]

@@ -21,12 +21,12 @@ from django.conf import settings
 from django.db import DatabaseError
 
 from orgs.models import ApiKey, OrgStatus, SuspensionReason
+from quotas.limiter.aio import Claim, background
 from quotas.limiter.clock import clock, epoch_ms, ms_until_next_utc_day
 from quotas.limiter.connection import LimiterUnavailable
 from quotas.limiter.fleet import fleet_heartbeat
 from quotas.limiter.schema import ALLOWED, Decision
 from quotas.limiter.state import BUCKET_SECONDS
-from quotas.limiter.steps import Background, Claim, Steps
 from quotas.selectors import allocations_in_force
 from sluice.secrets import secret_digest, secret_parse_lookup
 
@@ -65,13 +65,15 @@ class _Fleet:
             if self.pid != os.getpid():  # first beat, or a worker forked from the master
                 self.pid = os.getpid()
                 self.process_id = f"{os.uname().nodename}:{self.pid}:{uuid.uuid4().hex[:8]}"
-            self.next_beat = time.monotonic() + HEARTBEAT_SECONDS
             self.size = fleet_heartbeat(process_id=self.process_id,
                                         now_ms=epoch_ms(clock.now()),
                                         live_ms=int(LIVE_SECONDS * 1000))
         except LimiterUnavailable:
             pass  # the last count stays; the next beat tries again
         finally:
+            # Set once the beat is over: a decision that found it under way claimed the value
+            # before (its beat returned at once), and the next decision due claims this one.
+            self.next_beat = time.monotonic() + HEARTBEAT_SECONDS
             self.lock.release()
 
     def share(self) -> int:
@@ -84,12 +86,12 @@ _lock = threading.Lock()
 _fleet = _Fleet()
 
 
-def fail_open_heartbeat_steps() -> Steps:
-    """Taken after each decision Redis took (quotas/limiter/steps.py): a heartbeat, in the
+def fail_open_heartbeat() -> None:
+    """Called on the event loop after each decision Redis took: a heartbeat, in the
     background, when one is due (at most one per HEARTBEAT_SECONDS)."""
     fleet = _fleet
     if time.monotonic() >= fleet.next_beat and fleet.claim.take(fleet.next_beat):
-        yield Background(fleet.beat, {})
+        background(fleet.beat)
 
 
 def _caller_load(api_key: str, pool_id: int) -> _Caller | None:

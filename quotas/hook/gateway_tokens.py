@@ -23,13 +23,13 @@ from django.utils import timezone
 
 from orgs.services.audit import Actor, audit_record
 from quotas.hook.gateway_token_misses import UnknownTokens
+from quotas.limiter.aio import Claim, background, in_thread
 from quotas.limiter.connection import LimiterUnavailable
 from quotas.limiter.gateway_tokens import (
     gateway_tokens_read,
     gateway_tokens_used_record,
     gateway_tokens_write,
 )
-from quotas.limiter.steps import Background, Blocking, Claim, Steps
 from quotas.models import GatewayToken
 from quotas.publish import gateway_tokens_publish_later, gateway_tokens_usable
 from sluice.errors import Conflict, DomainError
@@ -195,23 +195,23 @@ def gateway_authenticate(authorization: str) -> GatewayIdentity | None:
     return _used(_known.current().get(digest) or _known.miss(plaintext, digest))
 
 
-def gateway_authenticate_steps(authorization: str) -> Steps:
-    """gateway_authenticate as steps (quotas/limiter/steps.py): answered from the set in
-    memory when it holds the answer; a stale set is refreshed in the background meanwhile, and
-    only a first load or an unknown token waits (in a thread) for Redis or PostgreSQL."""
+async def gateway_authenticate_async(authorization: str) -> GatewayIdentity | None:
+    """gateway_authenticate on the event loop: answered from the set in memory when it holds
+    the answer; a stale set is refreshed in the background meanwhile, and only a first load or
+    an unknown token waits (in a thread) for Redis or PostgreSQL."""
     presented = _presented(authorization)
     if presented is None:
         return None
     known = _known
     if known.by_digest is not None:
         if known.stale() and known.refresh.take(known.fresh_until):
-            yield Background(known.current, {})
+            background(known.current)
         identity = known.by_digest.get(presented[1])
         if identity is not None:
             return _used(identity)
         if known.missed(presented[1]):
             return None
-    return (yield Blocking(gateway_authenticate, {"authorization": authorization}))
+    return await in_thread(gateway_authenticate, authorization=authorization)
 
 
 def gateway_token_cache_clear() -> None:

@@ -1,22 +1,23 @@
-"""The gateway hook's logic, independent of how the HTTP request arrived.
+"""The gateway hook's handlers, served on the event loop by quotas/hook/asgi.py.
 
-`authorize_steps` and `hook_call` (the other endpoints': usage, metering/api/hook.py) take the
-method, the Authorization header and a reader of the body, and give (status, JSON-ready body).
-Authorize is written as steps (quotas/limiter/steps.py): `authorize_call` runs them in the
-calling thread, for the Django views (views.py, every hook URL) and the WSGI fast path in front
-of Django (wsgi.py); the production server runs them on its event loop (asgi.py), where a
-decision needs no thread.
+A handler takes the Authorization header and the body, and gives (status, JSON-ready body).
+`authorize` decides on the loop: the scripts awaited on the loop's Redis link
+(quotas/limiter/aio.py), and only what may block (a pool rebuilt from PostgreSQL, a fail-open
+decision, the gateway tokens or the pools read for the first time) in a thread. `hook_handler`
+makes the handler of an endpoint whose work runs in a thread (usage: metering/api/hook.py),
+with authorize's checks and error answers around it.
 """
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from django.db import InterfaceError, OperationalError
 
 from quotas.hook import messages
-from quotas.hook.fail_open import fail_open_authorize, fail_open_heartbeat_steps
-from quotas.hook.gateway_tokens import GatewayIdentity, gateway_authenticate_steps
+from quotas.hook.asgi import Answer, Handler
+from quotas.hook.fail_open import fail_open_authorize, fail_open_heartbeat
+from quotas.hook.gateway_tokens import GatewayIdentity, gateway_authenticate_async
 from quotas.hook.headers import ratelimit_headers
 from quotas.hook.inputs import AuthorizeInput, BadInput, authorize_input, json_body
 from quotas.hook.metrics import AUTHORIZE_SECONDS, DECISIONS, LIMITER_ERRORS
@@ -27,21 +28,16 @@ from quotas.hook.routing import (
     TIERS_SERVING,
     PoolRoute,
     RouteError,
-    pool_routes_steps,
+    pool_routes,
 )
+from quotas.limiter.aio import background, in_thread
 from quotas.limiter.connection import LimiterUnavailable
-from quotas.limiter.engine import (
-    limiter_authorize_steps,
-    limiter_lease_map_steps,
-    limiter_spill_mark_steps,
-)
+from quotas.limiter.engine import limiter_authorize, limiter_lease_map, limiter_spill_mark
 from quotas.limiter.schema import SPILLED, TIER_MISMATCH, Decision
-from quotas.limiter.steps import Background, Blocking, Steps, steps_run
 from sluice.errors import error_body
 from sluice.secrets import secret_digest
 
 logger = logging.getLogger(__name__)
-Answer = tuple[int, dict]
 
 
 def _error(code: str, message: str, status: int, *, fields: dict | None = None) -> Answer:
@@ -65,62 +61,64 @@ def _refusal(code: str, message: str, status: int, *, retry_after_ms: int | None
                     "headers": headers}
 
 
-def hook_steps(handler, histogram, *, method: str, authorization: str,
-                read_body: Callable[[], bytes]) -> Steps:
-    """POST only, a valid gateway token, a JSON body: then `handler(parsed, gateway)`'s steps.
-    The body is read (`read_body`, which raises BadInput when it is too large) only for a
-    known gateway."""
+async def hook_answer(handle: Callable[[bytes, GatewayIdentity], Awaitable[Answer]], histogram,
+                      authorization: str, raw: bytes) -> Answer:
+    """A valid gateway token, then `await handle(raw, gateway)`; every failure answered in the
+    one error shape, and the time taken observed in `histogram`. What each handler of the
+    server's route table (config/asgi.py) runs inside."""
     started = time.perf_counter()
     try:
-        if method != "POST":
-            return _error("method_not_allowed", "Use POST.", 405)
-        gateway = yield from gateway_authenticate_steps(authorization)
+        gateway = await gateway_authenticate_async(authorization)
         if gateway is None:
             return _error("invalid_gateway_token",
                           "A valid gateway token is required (Bearer gw_...).", 401)
-        return (yield from handler(json_body(read_body()), gateway))
+        return await handle(raw, gateway)
     except BadInput as exc:
         return _error(exc.code, exc.message, 400, fields=exc.fields)
     except (OperationalError, InterfaceError):
         # PostgreSQL unreachable: a 503, so a client keeps the usage for later instead of
         # hunting in it for an event to blame (a 500 says "failed on this request").
-        logger.exception("gateway hook: %s could not reach PostgreSQL", handler.__name__)
+        logger.exception("gateway hook: %s could not reach PostgreSQL", handle.__name__)
         return _error("database_unavailable", "The database is unreachable; retry shortly.",
                       503)
     except Exception:
-        # Django's handler would answer its HTML page, and the fast path none at all.
-        logger.exception("gateway hook: %s failed", handler.__name__)
+        logger.exception("gateway hook: %s failed", handle.__name__)
         return _error("internal_error", "The server failed to answer; try again.", 500)
     finally:
         histogram.observe(time.perf_counter() - started)
 
 
-def authorize_steps(*, method: str, authorization: str, read_body: Callable[[], bytes]
-                    ) -> Steps:
-    """Authorize: every answer that admits nothing says `allowed: false`, whoever refused (the
-    limiter, the input checks, the gateway token), so a gateway reads one field."""
-    status, body = yield from hook_steps(_authorize_handle_steps, AUTHORIZE_SECONDS,
-                                          method=method, authorization=authorization,
-                                          read_body=read_body)
+async def _authorize_raw(raw: bytes, gateway: GatewayIdentity) -> Answer:
+    return await authorize_handle(json_body(raw), gateway)
+
+
+async def authorize(authorization: str, raw: bytes) -> Answer:
+    """POST /api/gateway/v1/authorize. Every answer that admits nothing says `allowed: false`,
+    whoever refused (the limiter, the input checks, the gateway token), so a gateway reads one
+    field."""
+    status, body = await hook_answer(_authorize_raw, AUTHORIZE_SECONDS, authorization, raw)
     return status, (body if "allowed" in body else {"allowed": False, **body})
 
 
-def authorize_call(*, method: str, authorization: str, read_body: Callable[[], bytes]
-                   ) -> Answer:
-    return steps_run(authorize_steps(method=method, authorization=authorization,
-                                     read_body=read_body))
+authorize.refused = {"allowed": False}  # what the server's own refusals (405, 413) add
 
 
-def hook_call(handler: Callable[[object, GatewayIdentity], Answer], histogram, *, method: str,
-              authorization: str, read_body: Callable[[], bytes]) -> Answer:
-    """Another hook endpoint (usage: metering/api/hook.py) with authorize's checks and error
-    answers around it: `handler(body, gateway)` runs in the calling thread."""
-    def handler_steps(body: object, gateway: GatewayIdentity) -> Steps:
-        return (yield Blocking(handler, {"body": body, "gateway": gateway}))
+def hook_handler(handle: Callable[[object, GatewayIdentity], Answer], histogram) -> Handler:
+    """The handler of an endpoint whose work may block (usage: metering/api/hook.py):
+    `handle(body, gateway)` runs in a thread, the body parsed there too."""
+    def parsed(raw: bytes, gateway: GatewayIdentity) -> Answer:
+        return handle(json_body(raw), gateway)
 
-    handler_steps.__name__ = handler.__name__
-    return steps_run(hook_steps(handler_steps, histogram, method=method,
-                                 authorization=authorization, read_body=read_body))
+    async def in_a_thread(raw: bytes, gateway: GatewayIdentity) -> Answer:
+        return await in_thread(parsed, raw=raw, gateway=gateway)
+
+    in_a_thread.__name__ = handle.__name__
+
+    async def handler(authorization: str, raw: bytes) -> Answer:
+        return await hook_answer(in_a_thread, histogram, authorization, raw)
+
+    handler.__name__ = handler.__qualname__ = handle.__name__.removesuffix("_handle")
+    return handler
 
 
 def lease_answer(*, lease_id: str, ttl_ms: int) -> dict:
@@ -193,7 +191,8 @@ def _candidates(routes: list[PoolRoute], service_tier: str, hint: str) -> list[P
     return [r for r in routes if r.tier in TIERS_SERVING[hint]]
 
 
-def _limiter_decide_steps(ask: AuthorizeInput, routes: list[PoolRoute]) -> Steps:
+async def _limiter_decide(ask: AuthorizeInput, routes: list[PoolRoute]
+                          ) -> tuple[Decision, PoolRoute, str] | None:
     """Ask the pools in order until one admits or refuses for good: (decision, route,
     reservation_id made before the decision or ""), or None when no pool of a tier the key's
     default allows serves the model. Raises LimiterUnavailable (with the route it happened on
@@ -205,7 +204,7 @@ def _limiter_decide_steps(ask: AuthorizeInput, routes: list[PoolRoute]) -> Steps
         for route in _candidates(routes, ask.service_tier, hint):
             reservation_id, signature, signed_for = _lease_signed(ask, digest, route.pool_id)
             try:
-                d = yield from limiter_authorize_steps(
+                d = await limiter_authorize(
                     pool_id=route.pool_id, api_key=ask.api_key, digest=digest,
                     request_id=ask.request_id, input_tokens=ask.input_tokens,
                     max_output_tokens=ask.max_output_tokens, tier=ask.service_tier,
@@ -227,7 +226,7 @@ def _limiter_decide_steps(ask: AuthorizeInput, routes: list[PoolRoute]) -> Steps
                 continue
             if d.allowed:
                 if refused:
-                    yield from _spills_mark_steps(refused, ask, d)
+                    await _spills_mark(refused, ask, d)
                 return d, route, reservation_id
             refused.append((d, route))
             if ask.service_tier != "auto" or d.outcome not in SPILL_ON:
@@ -244,8 +243,8 @@ def _limiter_decide_steps(ask: AuthorizeInput, routes: list[PoolRoute]) -> Steps
     return (*refused[0], "") if refused else None
 
 
-def _spills_mark_steps(refused: list[tuple[Decision, PoolRoute]], ask: AuthorizeInput,
-                       d: Decision) -> Steps:
+async def _spills_mark(refused: list[tuple[Decision, PoolRoute]], ask: AuthorizeInput,
+                      d: Decision) -> None:
     """A request the fast pool refused for capacity and the standard one admitted: a retry of
     it must find its reservation in the standard pool, not be admitted by the fast one too."""
     if ask.dry_run:
@@ -253,8 +252,8 @@ def _spills_mark_steps(refused: list[tuple[Decision, PoolRoute]], ask: Authorize
     for refusal, route in refused:
         if refusal.outcome in ("tps_exceeded", "pool_capacity_exhausted"):
             try:
-                yield from limiter_spill_mark_steps(pool_id=route.pool_id,
-                                                    request_id=ask.request_id, org_id=d.org_id)
+                await limiter_spill_mark(pool_id=route.pool_id, request_id=ask.request_id,
+                                         org_id=d.org_id)
             except LimiterUnavailable:
                 logger.warning("could not mark %s as spilled in pool %s", ask.request_id,
                                route.pool_id)
@@ -272,18 +271,19 @@ def _decisions_counted(outcome: str, limiter: str):
     return counter
 
 
-def _authorize_handle_steps(body: object, gateway: GatewayIdentity) -> Steps:
+async def authorize_handle(body: object, gateway: GatewayIdentity) -> Answer:
+    """Authorize's decision for a parsed body."""
     ask = authorize_input(body)
     try:
-        routes = yield from pool_routes_steps(model=ask.model, region=ask.region,
-                                              service_tier=ask.service_tier)
+        routes = await pool_routes(model=ask.model, region=ask.region,
+                                   service_tier=ask.service_tier)
     except RouteError as exc:
         if exc.code == "unknown_model":
             return _refusal(exc.code, exc.message, 404)
         return _error(exc.code, exc.message, 400)
     limiter = "redis"
     try:
-        decided = yield from _limiter_decide_steps(ask, routes)
+        decided = await _limiter_decide(ask, routes)
         if decided is None:
             return _refusal("unknown_model", f"No pool serves model {ask.model!r} on the API "
                             "key's default service tier.", 404)
@@ -298,42 +298,36 @@ def _authorize_handle_steps(body: object, gateway: GatewayIdentity) -> Steps:
         LIMITER_ERRORS.labels(policy).inc()
         decision, reservation_id = None, ""
         if route.fail_open:
-            decision = yield Blocking(_fail_open_decide, {"ask": ask, "route": route})
+            decision = await in_thread(_fail_open_decide, ask=ask, route=route)
         if decision is None:
             _decisions_counted("limiter_unavailable", policy).inc()
             return _refusal("limiter_unavailable", messages.LIMITER_UNAVAILABLE, 503,
                             retry_after_ms=messages.LIMITER_UNAVAILABLE_RETRY_MS)
         limiter = "fail_open"
     else:
-        yield from fail_open_heartbeat_steps()
+        fail_open_heartbeat()
     _decisions_counted(decision.outcome, limiter).inc()
     if refusal_counted(decision=decision, limiter=limiter):  # off the decision's path
-        yield Background(refusal_count, {"decision": decision, "pool_id": route.pool_id,
-                                         "limiter": limiter})
+        background(refusal_count, decision=decision, pool_id=route.pool_id, limiter=limiter)
     if decision.allowed and not ask.dry_run:
         reservation_id = reservation_id or reservation_id_issue(
             pool_id=route.pool_id, org_id=decision.org_id, api_key_id=decision.api_key_id,
             request_id=ask.request_id)
         if decision.lease_ttl_ms and not decision.lease_mapped:
-            yield from _lease_map_steps(route.pool_id, ask.request_id, reservation_id)
+            await _lease_map(route.pool_id, ask.request_id, reservation_id)
     return _decision_answer(decision, route=route, reservation_id=reservation_id or None,
                             dry_run=ask.dry_run, limiter=limiter)
 
 
-def _lease_map_steps(pool_id: int, request_id: str, reservation_id: str) -> Steps:
+async def _lease_map(pool_id: int, request_id: str, reservation_id: str) -> None:
     """Map a lease's id where authorize could not: once per API key and process."""
     try:
-        yield from limiter_lease_map_steps(pool_id=pool_id, request_id=request_id,
-                                           signature=reservation_id.rpartition("_")[2])
+        await limiter_lease_map(pool_id=pool_id, request_id=request_id,
+                                signature=reservation_id.rpartition("_")[2])
     except LimiterUnavailable:
         # Admitted all the same: its heartbeats answer unknown_lease, it expires after the
         # TTL (billed from no progress), and its usage event replaces that.
         logger.warning("lease %s of pool %s could not be mapped", request_id, pool_id)
-
-
-def authorize_handle(body: object, gateway: GatewayIdentity) -> Answer:
-    """Authorize's decision for a parsed body, in this thread (the benchmarks, tests)."""
-    return steps_run(_authorize_handle_steps(body, gateway))
 
 
 def _fail_open_decide(ask: AuthorizeInput, route: PoolRoute) -> Decision | None:

@@ -63,28 +63,6 @@ def _refuse(body: object, fields: dict) -> BadInput:
     return BadInput("The request is invalid.", fields=fields)
 
 
-def body_too_large(limit: int) -> BadInput:
-    return BadInput(f"The body must be at most {limit} bytes.", code="malformed_request")
-
-
-def body_read(environ: dict, *, limit: int) -> bytes:
-    """A hook request's body from its WSGI environ: Content-Length bytes, or, when the body is
-    chunked (no Content-Length, which a WSGI server may pass on as is), up to the end of the
-    stream. More than `limit` bytes is malformed_request, as is a missing length."""
-    length = environ.get("CONTENT_LENGTH") or ""
-    stream = environ["wsgi.input"]
-    if length:
-        if not length.isdigit() or int(length) > limit:
-            raise body_too_large(limit)
-        return stream.read(int(length))
-    if "chunked" not in environ.get("HTTP_TRANSFER_ENCODING", "").lower():
-        return b""
-    body = stream.read(limit + 1)
-    if len(body) > limit:
-        raise body_too_large(limit)
-    return body
-
-
 class _Fields:
     """Collects per-field errors while reading one JSON object."""
 

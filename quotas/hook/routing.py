@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from django.db import DatabaseError
 
-from quotas.limiter.steps import Background, Blocking, Claim, Steps
+from quotas.limiter.aio import Claim, background, in_thread
 from quotas.models import CapacityPool, LimiterFailurePolicy, Tier
 
 logger = logging.getLogger(__name__)
@@ -126,19 +126,19 @@ def pool_routes_for(*, model: str, region: str | None = None,
     return found
 
 
-def pool_routes_steps(*, model: str, region: str | None = None,
-                      service_tier: str = "auto") -> Steps:
-    """pool_routes_for as steps (quotas/limiter/steps.py): what it found before is answered
-    from memory (a table past REFRESH_SECONDS is reloaded in the background meanwhile); a
-    first load, or a question not asked before, waits in a thread (it may read PostgreSQL)."""
+async def pool_routes(*, model: str, region: str | None = None,
+                      service_tier: str = "auto") -> list[PoolRoute]:
+    """pool_routes_for on the event loop: what it found before is answered from memory (a
+    table past REFRESH_SECONDS is reloaded in the background meanwhile); a first load, or a
+    question not asked before, waits in a thread (it may read PostgreSQL)."""
     if _routes.by_id:
         if _routes.stale(REFRESH_SECONDS) and _routes.reload.take(_routes.loaded_at):
-            yield Background(_routes.fresh, {"max_age": REFRESH_SECONDS})
+            background(_routes.fresh, max_age=REFRESH_SECONDS)
         asked = _routes.asked.get((model, region, service_tier))
         if asked is not None:
             return asked
-    return (yield Blocking(pool_routes_for, {"model": model, "region": region,
-                                             "service_tier": service_tier}))
+    return await in_thread(pool_routes_for, model=model, region=region,
+                           service_tier=service_tier)
 
 
 def pool_route_by_id(pool_id: int) -> PoolRoute | None:

@@ -1,12 +1,15 @@
 """OpenAPI description of the hook API.
 
-The hook views are plain Django functions (see views.py). drf-spectacular documents only DRF
-views, so each URL's function carries a schema-only APIView (`documented_by`): the generator
-reads its `extend_schema`, while requests are served by the function and never reach the class.
+The hook is answered on the event loop before Django (quotas/hook/asgi.py, config/asgi.py).
+drf-spectacular documents Django URLs, so each hook path has one in Django's URLconf
+(urls.py) whose view only carries a schema-only APIView (`schema_only`): the generator reads
+its `extend_schema`; a request that reaches it (a server that is not config.asgi) is told
+where the hook is served.
 """
 
+from django.http import JsonResponse
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
-from drf_spectacular.utils import OpenApiExample, extend_schema
+from drf_spectacular.utils import OpenApiExample, PolymorphicProxySerializer, extend_schema
 from rest_framework import authentication, exceptions, serializers
 from rest_framework.parsers import JSONParser
 from rest_framework.views import APIView
@@ -14,10 +17,13 @@ from rest_framework.views import APIView
 from quotas.hook.gateway_tokens import gateway_authenticate
 from quotas.hook.inputs import (
     GATEWAY_PROCESS,
+    MAX_EVENTS,
     MAX_TOKENS,
     REQUEST_ID,
     SERVICE_TIERS,
+    USAGE_STATUSES,
 )
+from sluice.errors import error_body
 from sluice.openapi import Error, ErrorDetail
 
 
@@ -41,11 +47,16 @@ class GatewayTokenScheme(OpenApiAuthenticationExtension):
                                "(`manage.py gateway_token_create`)."}
 
 
-def documented_by(schema_view: type[APIView]):
-    def attach(view):
-        view.cls, view.initkwargs = schema_view, {}
-        return view
-    return attach
+def schema_only(schema_view: type[APIView]):
+    """A Django view that documents a hook path and serves nothing."""
+    def view(request):
+        return JsonResponse(error_body(
+            code="not_found", message="The hook is served by the event-loop application "
+            "(config.asgi); this server does not run it."), status=404)
+
+    view.cls, view.initkwargs = schema_view, {}
+    view.csrf_exempt = True
+    return view
 
 
 RATELIMIT_HEADERS = [
@@ -212,12 +223,74 @@ class AuthorizeSchema(APIView):
         request=Authorize,
         responses={200: AuthorizeAllowed, 400: Error, 401: AuthorizeUnauthorized,
                    403: AuthorizeRefused, 404: AuthorizeRefused, 409: AuthorizeRefused,
-                   429: AuthorizeRefused, 503: AuthorizeRefused},
+                   413: Error, 429: AuthorizeRefused, 503: AuthorizeRefused},
         examples=[OpenApiExample("request", request_only=True, value={
             "request_id": "req_01HX", "api_key": "sk_0123456789ab_...", "model": "fast-70b",
             "region": "us-east", "input_tokens": 900, "max_output_tokens": 600,
             "service_tier": "auto"})],
     )
     def post(self, request):
-        raise NotImplementedError("served by quotas.hook.views.authorize")
+        raise NotImplementedError("served by quotas.hook.hook.authorize")
 
+
+class UsageEvent(serializers.Serializer):
+    request_id = serializers.RegexField(REQUEST_ID, max_length=128)
+    reservation_id = serializers.CharField(
+        required=False, help_text="What authorize returned. Lets usage be attributed when "
+                                  "Redis no longer holds the reservation (expired, or "
+                                  "admitted while failing open); without it such usage is "
+                                  "rejected with code unknown_request.")
+    input_tokens = serializers.IntegerField(min_value=0, max_value=MAX_TOKENS)
+    cached_input_tokens = serializers.IntegerField(
+        min_value=0, max_value=MAX_TOKENS, required=False, default=0,
+        help_text="Of input_tokens, those the upstream served from its prompt cache (OpenAI: "
+                  "usage.prompt_tokens_details.cached_tokens): they use no prefill capacity "
+                  "and are billed at the cached input price. At most input_tokens.")
+    output_tokens = serializers.IntegerField(min_value=0, max_value=MAX_TOKENS)
+    status = serializers.ChoiceField(choices=USAGE_STATUSES)
+    started_at = serializers.DateTimeField()
+    first_token_at = serializers.DateTimeField(allow_null=True, required=False)
+    finished_at = serializers.DateTimeField()
+
+
+class UsageBatch(serializers.Serializer):
+    events = serializers.ListField(child=UsageEvent(), min_length=1, max_length=MAX_EVENTS,
+                                   help_text=f"1 to {MAX_EVENTS} events.")
+
+
+class UsageResult(serializers.Serializer):
+    request_id = serializers.CharField()
+    result = serializers.ChoiceField(choices=["recorded", "duplicate", "rejected"])
+    error = ErrorDetail(required=False, help_text=(
+        "When rejected: unknown_request, invalid_reservation, timestamps_out_of_order, "
+        "started_at_out_of_range, finished_at_out_of_range, duration_out_of_range (the window "
+        "an event may carry is in docs/hook.md, Accepted timestamps), implausible_usage (more "
+        "output tokens than the pool's models produce in the event's duration: docs/hook.md, "
+        "Plausible usage)."))
+
+
+class UsageResponse(serializers.Serializer):
+    results = UsageResult(many=True)
+    recorded = serializers.IntegerField()
+    duplicates = serializers.IntegerField()
+    rejected = serializers.IntegerField()
+
+
+class UsageSchema(APIView):
+    authentication_classes = [GatewayTokenAuthentication]
+    permission_classes: list = []
+    parser_classes = [JSONParser]
+
+    @extend_schema(
+        operation_id="gateway_usage", tags=["gateway"],
+        summary="Report usage: one event, or {\"events\": [...]} (up to 1,000)",
+        description="Every event is durable in PostgreSQL before the answer. Idempotent by "
+                    "request_id: a duplicate is acknowledged and never counted twice. A "
+                    "malformed body is a 400 and writes nothing.",
+        request=PolymorphicProxySerializer(component_name="Usage",
+                                           serializers=[UsageEvent, UsageBatch],
+                                           resource_type_field_name=None),
+        responses={200: UsageResponse, 400: Error, 401: Error, 413: Error, 503: Error},
+    )
+    def post(self, request):
+        raise NotImplementedError("served by metering.api.hook.usage")

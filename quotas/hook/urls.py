@@ -1,11 +1,11 @@
-"""The hook's authorize URL. config/urls.py serves it under /api/gateway/v1/ beside metering's
-usage and leases (metering/api/hook.py, metering/api/leases.py)."""
+"""The hook's paths in Django's URLconf, for its OpenAPI description only: authorize (quotas)
+and usage (metering) are answered on the event loop before Django (config/asgi.py)."""
 
 from django.urls import path
 
-from quotas.hook import schema, views
+from quotas.hook import schema
 
 urlpatterns = [
-    path("authorize", schema.documented_by(schema.AuthorizeSchema)(views.authorize),
-         name="authorize"),
+    path("authorize", schema.schema_only(schema.AuthorizeSchema), name="authorize"),
+    path("usage", schema.schema_only(schema.UsageSchema), name="usage"),
 ]

@@ -12,14 +12,21 @@ Where to connect, and how (TLS, a Unix socket, credentials, the database), is re
 synchronous client's connection pool for the call's first key (connection.py): one URL, parsed
 once, by redis-py. Failures go through the same circuit breaker as the threads' calls. What
 this cannot do (follow a cluster redirection, load a script the server lost) it leaves to the
-synchronous client: `NeedsThread` tells the caller to run the call there.
+synchronous client, in a thread (`script_call`).
+
+What else an event loop must not wait for (a pool rebuilt from PostgreSQL, a cache reloaded) runs
+in the loop's default executor: `in_thread` waits for it, `background` does not. The server sets
+that executor (quotas/hook/asgi.py).
 """
 
 import asyncio
+import logging
 import ssl
 import threading
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
+from typing import Any
 
 import hiredis
 import redis
@@ -34,8 +41,11 @@ from quotas.limiter.connection import (
     hot_call_failed,
     limiter_client,
     on_limiter_reset,
+    script_run,
     script_sha,
 )
+
+logger = logging.getLogger(__name__)
 
 # More calls waiting on one connection than this: Redis is not keeping up (or hangs), and the
 # call fails at once instead of queueing behind the others.
@@ -44,6 +54,42 @@ MAX_WAITING = 10_000
 AFTER_POLL_SECONDS = 0.001
 # Error replies that only the synchronous client can deal with.
 _THREAD_ERRORS = ("NOSCRIPT", "MOVED", "ASK", "TRYAGAIN", "CLUSTERDOWN")
+
+
+async def in_thread(fn: Callable[..., Any], /, **kwargs) -> Any:
+    """`fn(**kwargs)` in the running loop's default executor, awaited."""
+    return await asyncio.get_running_loop().run_in_executor(None, partial(fn, **kwargs))
+
+
+def _logged(future: asyncio.Future) -> None:
+    if not future.cancelled() and future.exception() is not None:
+        logger.error("background work failed", exc_info=future.exception())
+
+
+def background(fn: Callable[..., Any], /, **kwargs) -> None:
+    """`fn(**kwargs)` in the running loop's default executor, not waited for: its failure is
+    logged, never the caller's (not even when the threads are gone: a server stopping)."""
+    try:
+        future = asyncio.get_running_loop().run_in_executor(None, partial(fn, **kwargs))
+    except RuntimeError as exc:
+        logger.warning("background %s not started: %s", fn.__qualname__, exc)
+        return
+    future.add_done_callback(_logged)
+
+
+class Claim:
+    """Who schedules a refresh: `take(period)` is True the first time it sees `period` (what
+    identifies the current period: the time it ends or began), so that one request of the many
+    that find a cache stale schedules its refresh, not every one of them."""
+
+    def __init__(self) -> None:
+        self.period: object = None
+
+    def take(self, period: object) -> bool:
+        if self.period == period:
+            return False
+        self.period = period
+        return True
 
 
 class NeedsThread(Exception):
@@ -255,3 +301,11 @@ async def script_run_async(name: str, *, keys: Sequence[str], args: Sequence):
         raise hot_call_failed(name, exc) from exc
     hot_call_answered()
     return reply
+
+
+async def script_call(name: str, *, keys: Sequence[str], args: Sequence):
+    """script_run_async, or the synchronous client in a thread for what only it can do."""
+    try:
+        return await script_run_async(name, keys=keys, args=args)
+    except NeedsThread:
+        return await in_thread(script_run, name=name, keys=keys, args=args)

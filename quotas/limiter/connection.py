@@ -8,8 +8,9 @@ may take `timeout_s` (50 ms), a reply `reply_timeout_s` (250 ms). A Redis that r
 not accept the connection costs at most the first; a reply that is slow on a busy machine is
 waited for up to the second instead of turning the request away. Every failure (refused, reset,
 no reply in time, or an error reply such as READONLY after a failover or OOM) raises
-LimiterUnavailable, and the pool's failure policy answers; repeated failures open a short
-circuit breaker so the following requests do not each wait again. The bulk one (settling
+LimiterUnavailable, and the pool's failure policy answers; a call left without a reply (or
+repeated failures) opens a circuit breaker so the following requests do not each wait again,
+until a probe finds Redis answering. The bulk one (settling
 batches, publishing, lookups for usage ingestion) may wait longer: those calls are off the
 request's critical path and carry hundreds of events.
 
@@ -34,13 +35,14 @@ from quotas.limiter.schema import SCRIPTS, lua_expand, lua_prelude
 logger = logging.getLogger(__name__)
 
 SCRIPTS_DIR = Path(__file__).parent / "scripts"
-# After BREAKER_FAILURES failures in a row, skip Redis for BREAKER_SECONDS and apply the
-# failure policy directly: a dead Redis then costs one timeout per period, not one per request.
-# A reply later than reply_timeout_s counts only once Redis has answered nothing for
-# HANG_SECONDS: one slow moment fails the requests it held, not the next half second's.
+# The hot calls' breaker, one per process (its threads' calls and every event loop's). It opens
+# after the first call left without a reply for reply_timeout_s (a hung Redis: every call after
+# it would wait as long), or after BREAKER_FAILURES other failures in a row (refused, reset, an
+# error reply). While open, every hot call fails at once and the pool's policy answers; a probe
+# thread PINGs Redis every PROBE_SECONDS (each PING given reply_timeout_s) and closes it on the
+# first answer. A reply that is slow but within reply_timeout_s is an answer: it never opens.
 BREAKER_FAILURES = 3
-BREAKER_SECONDS = 0.5
-HANG_SECONDS = 1.0
+PROBE_SECONDS = 0.05
 CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
 
 
@@ -60,9 +62,9 @@ class EngineConfig:
 _lock = threading.Lock()
 _config: EngineConfig | None = None
 _clients: dict[bool, redis.Redis | RedisCluster] = {}
-_broken_until = 0.0
-_failures = 0
-_last_reply = 0.0  # monotonic time of the hot client's last answer
+_open = False  # the breaker
+_failures = 0  # hot calls failed in a row
+_generation = 0  # bumped by limiter_reset: a probe of an earlier one stops
 
 
 class LimiterUnavailable(Exception):
@@ -112,7 +114,7 @@ def limiter_client(*, bulk: bool = False) -> redis.Redis | RedisCluster:
 
 def limiter_reset() -> None:
     """Forget the clients and close the breaker (tests that stop Redis or change its URL)."""
-    global _broken_until, _failures
+    global _open, _failures, _generation
     with _lock:
         for client in _clients.values():
             client.close()
@@ -120,7 +122,7 @@ def limiter_reset() -> None:
         for conn in _hot_connections:
             conn.disconnect()
         _hot_connections.clear()
-        _broken_until, _failures = 0.0, 0
+        _open, _failures, _generation = False, 0, _generation + 1
     _script.cache_clear()
     for reset in _resets:
         reset()
@@ -254,28 +256,68 @@ def _script_run_hot(name: str, *, keys: Sequence[str], args: Sequence):
     return reply
 
 
-# The hot calls' circuit breaker, shared by this module's threads and by the event loops of
-# aio.py: a Redis that is down is down for both.
+# The hot calls' circuit breaker (BREAKER_FAILURES above), shared by this module's threads and
+# by the event loops of aio.py: a Redis that is down is down for both.
 
 def hot_breaker_check() -> None:
     """Raises LimiterUnavailable while the breaker is open."""
-    if _broken_until and time.monotonic() < _broken_until:
-        raise LimiterUnavailable("circuit open after repeated Redis failures")
+    if _open:
+        raise LimiterUnavailable("Redis did not answer: skipped until a probe finds it answering")
+
+
+def hot_breaker_open() -> bool:
+    return _open
 
 
 def hot_call_failed(name: str, exc: Exception) -> LimiterUnavailable:
-    """Count a failed hot call (a slow reply only once Redis has been silent HANG_SECONDS),
-    open the breaker after BREAKER_FAILURES, and return the error to raise."""
-    global _broken_until, _failures
-    if not isinstance(exc, SlowReply) or time.monotonic() - _last_reply > HANG_SECONDS:
-        _failures += 1
-    if _failures >= BREAKER_FAILURES:
-        _broken_until = time.monotonic() + BREAKER_SECONDS
-    # At most BREAKER_FAILURES lines per BREAKER_SECONDS and process, however long it lasts.
+    """Count a failed hot call, open the breaker (at once for a call left without a reply),
+    and return the error to raise."""
+    global _failures
+    _failures += 1
+    if not _open and (isinstance(exc, SlowReply | TimeoutError | redis.TimeoutError)
+                      or _failures >= BREAKER_FAILURES):
+        _breaker_open()
     logger.warning("limiter: %s failed (%s): %s", name, type(exc).__name__, exc)
     return LimiterUnavailable(str(exc))
 
 
 def hot_call_answered() -> None:
-    global _broken_until, _failures, _last_reply
-    _failures, _broken_until, _last_reply = 0, 0.0, time.monotonic()
+    """Redis answered: the breaker closes (a call in flight, or the probe, heard it)."""
+    global _open, _failures
+    _failures, _open = 0, False
+
+
+def _breaker_open() -> None:
+    global _open
+    with _lock:
+        if _open:
+            return
+        _open = True
+        generation = _generation
+    logger.warning("limiter: breaker open; the pools' failure policies answer until Redis does")
+    threading.Thread(target=_probe, args=(generation,), name="limiter-probe",
+                     daemon=True).start()
+
+
+def _probe(generation: int) -> None:
+    """PING Redis until it answers, then close the breaker (off every request's path)."""
+    client = None
+    try:
+        while _open and generation == _generation:
+            try:
+                if client is None:
+                    config = engine_config()
+                    client = redis_client_create(
+                        config.redis_url, socket_connect_timeout=config.timeout_s,
+                        socket_timeout=config.reply_timeout_s, health_check_interval=0)
+                client.ping()
+            except (redis.RedisError, OSError):
+                time.sleep(PROBE_SECONDS)
+                continue
+            if generation == _generation:
+                hot_call_answered()
+                logger.warning("limiter: Redis answers again; breaker closed")
+            return
+    finally:
+        if client is not None:
+            client.close()

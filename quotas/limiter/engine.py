@@ -3,8 +3,8 @@
 `limiter_authorize` hashes the presented API key (Redis only ever sees digests), runs
 authorize.lua in the pool's slot, and decodes the reply into a `Decision`. When the pool's key
 registry is missing (Redis flushed or restarted), it calls the configured `pool_rebuild` and
-asks once more: the engine itself never reads a database. `limiter_authorize_steps` is the
-same decision as steps (steps.py), which an event loop runs without a thread.
+asks once more: the engine itself never reads a database. Authorize runs on an event loop
+(aio.py): the script awaited there, the rebuild in a thread.
 
 Output estimates: settle keeps, per org (and API key) and pool, a histogram of the output
 lengths of completed requests, and derives its p95; authorize reserves the smaller of
@@ -20,8 +20,9 @@ from itertools import chain
 from operator import attrgetter
 from typing import NamedTuple
 
+from quotas.limiter.aio import in_thread, script_call
 from quotas.limiter.clock import clock, day_stamp, epoch_ms, time_stamps
-from quotas.limiter.connection import EngineConfig, engine_config, script_run
+from quotas.limiter.connection import engine_config, script_run
 from quotas.limiter.schema import (
     KEY,
     UNSYNCED,
@@ -47,7 +48,6 @@ from quotas.limiter.schema import (
     pool_key,
     reply_decode,
 )
-from quotas.limiter.steps import Blocking, ScriptCall, Steps, steps_run
 from sluice.secrets import secret_digest  # Django-free, like the engine
 
 # A lease's TTL where the caller knows none (quotas/models.py's default; _common.lua's too).
@@ -78,68 +78,51 @@ def _pool_keys(pool_id: int) -> _PoolKeys:
                      reservation_prefix=pool_key(pool_id, KEY.reservation, ""))
 
 
-def _authorize_call(*, pool_id: int, digest: str, request_id: str, input_tokens: int,
-                    max_output_tokens: int, tier: str, key_tier: str, pool_tier: str,
-                    dry_run: bool, now_ms: int, config: EngineConfig,
-                    lease_owner: str, lease_id: str, lease_for: str,
-                    lease_ttl_ms: int) -> ScriptCall:
-    pool = _pool_keys(pool_id)
-    ttl_ms = lease_ttl_ms if lease_owner else config.reservation_ttl_s * 1000
-    day, month = time_stamps(now_ms)
-    # Positional, in the layouts' order: this runs once per inference request.
-    return ScriptCall("authorize", AuthorizeKeys(
-        pool.registry, pool.synced, pool.pool, pool.reservation_prefix + request_id),
-        AuthorizeArgs(digest, request_id, input_tokens, max_output_tokens, tier, key_tier,
-                      pool_tier, now_ms, day, month, ttl_ms, int(dry_run),
-                      ttl_ms + RECORD_GRACE_MS, lease_owner, lease_id, lease_for))
-
-
-def limiter_authorize_steps(*, pool_id: int, api_key: str, request_id: str, input_tokens: int,
+async def limiter_authorize(*, pool_id: int, api_key: str, request_id: str, input_tokens: int,
                             max_output_tokens: int | None, tier: str = "auto",
                             key_tier: str = "unknown", pool_tier: str = "fast",
                             dry_run: bool = False, digest: str | None = None,
-                            lease_owner: str = "", lease_id: str = "",
-                            lease_for: str = "",
-                            lease_ttl_ms: int = LEASE_TTL_DEFAULT_MS) -> Steps:
-    """`limiter_authorize` as steps (steps.py), for a caller that runs them on an event loop.
-    `lease_owner`: the gateway process holding it as a lease ("": none), for `lease_ttl_ms`;
-    `lease_id`: its id's signature, signed for `lease_for` ("<org>.<key_id>"), or "" (then
-    Decision.lease_mapped is 0: map it with `limiter_lease_map_steps`)."""
-    config = engine_config()
-    call = _authorize_call(
-        pool_id=pool_id, digest=digest or secret_digest(api_key), request_id=request_id,
-        input_tokens=input_tokens,
-        max_output_tokens=-1 if max_output_tokens is None else max_output_tokens, tier=tier,
-        key_tier=key_tier, pool_tier=pool_tier, dry_run=dry_run, now_ms=clock.now_ms(),
-        config=config, lease_owner=lease_owner, lease_id=lease_id, lease_for=lease_for,
-        lease_ttl_ms=lease_ttl_ms)
-    decision = reply_decode(Decision, (yield call))
-    if decision.outcome == UNSYNCED:
-        if config.pool_rebuild is not None:
-            yield Blocking(config.pool_rebuild, {"pool_id": pool_id})
-            decision = reply_decode(Decision, (yield call))
-        if decision.outcome == UNSYNCED:  # the pool still has no state for this key's org
-            decision = Decision(outcome="invalid_api_key")
-    return decision
-
-
-def limiter_authorize(**kwargs) -> Decision:
+                            lease_owner: str = "", lease_id: str = "", lease_for: str = "",
+                            lease_ttl_ms: int = LEASE_TTL_DEFAULT_MS) -> Decision:
     """Decide one request in one pool. `max_output_tokens` None: reserve the output estimate
     alone. `tier` is what the request asked for (auto, priority, default), `pool_tier` the
     pool's (fast, standard), `key_tier` what the caller believes the key's default tier is
     ("unknown" if it has no idea): a mismatch answers TIER_MISMATCH with the key's tier, and
     nothing is reserved. `digest`: the key's, when the caller has it already. Raises
-    LimiterUnavailable when Redis cannot be reached. (Keywords: limiter_authorize_steps'.)"""
-    return steps_run(limiter_authorize_steps(**kwargs))
+    LimiterUnavailable when Redis cannot be reached. `lease_owner`: the gateway process holding
+    it as a lease ("": none), for `lease_ttl_ms`; `lease_id`: its id's signature, signed for
+    `lease_for` ("<org>.<key_id>"), or "" (then Decision.lease_mapped is 0: limiter_lease_map)."""
+    config = engine_config()
+    pool = _pool_keys(pool_id)
+    ttl_ms = lease_ttl_ms if lease_owner else config.reservation_ttl_s * 1000
+    now_ms = clock.now_ms()
+    day, month = time_stamps(now_ms)
+    # Positional, in the layouts' order: this runs once per inference request.
+    keys = AuthorizeKeys(pool.registry, pool.synced, pool.pool,
+                         pool.reservation_prefix + request_id)
+    args = AuthorizeArgs(digest or secret_digest(api_key), request_id, input_tokens,
+                         -1 if max_output_tokens is None else max_output_tokens, tier, key_tier,
+                         pool_tier, now_ms, day, month, ttl_ms, int(dry_run),
+                         ttl_ms + RECORD_GRACE_MS, lease_owner, lease_id, lease_for)
+    decision = reply_decode(Decision, await script_call("authorize", keys=keys, args=args))
+    if decision.outcome == UNSYNCED:
+        if config.pool_rebuild is not None:
+            await in_thread(config.pool_rebuild, pool_id=pool_id)
+            decision = reply_decode(Decision, await script_call("authorize", keys=keys,
+                                                                args=args))
+        if decision.outcome == UNSYNCED:  # the pool still has no state for this key's org
+            decision = Decision(outcome="invalid_api_key")
+    return decision
 
 
-def limiter_spill_mark_steps(*, pool_id: int, request_id: str, org_id: int) -> Steps:
+async def limiter_spill_mark(*, pool_id: int, request_id: str, org_id: int) -> None:
     """Mark `request_id` in this pool as served by another one: a retry of it here answers
     SPILLED instead of being admitted twice. Raises LimiterUnavailable."""
     record_ttl_ms = engine_config().reservation_ttl_s * 1000 + RECORD_GRACE_MS
-    yield ScriptCall("spill_mark",
-                     SpillMarkKeys(reservation=pool_key(pool_id, KEY.reservation, request_id)),
-                     SpillMarkArgs(org=org_id, record_ttl_ms=record_ttl_ms))
+    await script_call("spill_mark",
+                      keys=SpillMarkKeys(reservation=pool_key(pool_id, KEY.reservation,
+                                                              request_id)),
+                      args=SpillMarkArgs(org=org_id, record_ttl_ms=record_ttl_ms))
 
 
 def limiter_settle(*, pool_id: int, settlements: list[Settlement]) -> int:
@@ -185,17 +168,17 @@ class LeaseNamed(NamedTuple):
     progress: int
 
 
-def limiter_lease_map_steps(*, pool_id: int, request_id: str, signature: str) -> Steps:
+async def limiter_lease_map(*, pool_id: int, request_id: str, signature: str) -> None:
     """Map the lease id ending in `signature` to `request_id`. Raises LimiterUnavailable."""
     record_ttl_ms = engine_config().reservation_ttl_s * 1000 + RECORD_GRACE_MS
-    yield ScriptCall("lease_map", LeaseMapKeys(
+    await script_call("lease_map", keys=LeaseMapKeys(
         reservation=_pool_keys(pool_id).reservation_prefix + request_id,
         lease_id=pool_key(pool_id, KEY.lease_id, signature)),
-        LeaseMapArgs(request_id=request_id, record_ttl_ms=record_ttl_ms))
+        args=LeaseMapArgs(request_id=request_id, record_ttl_ms=record_ttl_ms))
 
 
-def limiter_leases_update_steps(*, pool_id: int, owner: str, release: bool,
-                                leases: list[LeaseNamed]) -> Steps:
+async def limiter_leases_update(*, pool_id: int, owner: str, release: bool,
+                                leases: list[LeaseNamed]) -> list[LeaseAnswer]:
     """Renew (or release) `leases` of one pool held by the gateway process `owner`, in one
     script call: a LeaseAnswer per lease, in order. Raises LimiterUnavailable."""
     record_ttl_ms = engine_config().reservation_ttl_s * 1000 + RECORD_GRACE_MS
@@ -205,7 +188,7 @@ def limiter_leases_update_steps(*, pool_id: int, owner: str, release: bool,
                              release_grace_ms=LEASE_RELEASE_GRACE_MS,
                              record_ttl_ms=record_ttl_ms),
             *chain.from_iterable(lease[1:] for lease in leases)]
-    replies = yield ScriptCall("lease_update", keys, args)
+    replies = await script_call("lease_update", keys=keys, args=args)
     return [reply_decode(LeaseAnswer, reply) for reply in replies]
 
 

@@ -1,5 +1,5 @@
-"""The gateway client against the real service (pytest-django's live_server, real PostgreSQL
-and Redis). Sluice's outage is a closed port, then the live server again."""
+"""The gateway client against the real service (the served application over HTTP, real
+PostgreSQL and Redis). Sluice's outage is a closed port, then the served one again."""
 
 import json
 import socket
@@ -23,14 +23,14 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
-def service(live_server, redis_client):
+def service(served_url, redis_client):
     limiter_reset()
     gateway_token_cache_clear()
     t = tenant_create(guaranteed_tps=1000, burst_tps=1000, daily_tokens=10**6,
                       max_concurrency=2)
     pool_routes_reload()
     _, token = gateway_token_create(name="edge", actor="test")
-    yield live_server.url, token, t
+    yield served_url, token, t
     limiter_reset()
 
 

@@ -101,13 +101,14 @@ def _creates_key(page, org) -> str:
     return page.locator("[data-secret]").inner_text()
 
 
-def _sends_traffic(site, pool, api_key: str) -> None:
-    """Through the gateway hook over real HTTP, as an edge gateway would."""
+def _sends_traffic(hook_url, pool, api_key: str) -> None:
+    """Through the gateway hook over real HTTP, as an edge gateway would (the production
+    application: it answers the hook on its event loop)."""
     limiter_reset()
     gateway_token_cache_clear()
     pool_routes_reload()
     _, token = gateway_token_create(name="edge-e2e", actor="test")
-    gateway = httpx.Client(base_url=site, headers={"Authorization": f"Bearer {token}"})
+    gateway = httpx.Client(base_url=hook_url, headers={"Authorization": f"Bearer {token}"})
     now = timezone.now()
     for i in range(3):
         decision = gateway.post("/api/gateway/v1/authorize", json={
@@ -123,7 +124,7 @@ def _sends_traffic(site, pool, api_key: str) -> None:
         assert usage.status_code == 200, usage.text
 
 
-def test_org_journey_from_application_to_invoice(new_page, site, redis_client):
+def test_org_journey_from_application_to_invoice(new_page, site, served_url, redis_client):
     pool = PoolFactory(model="frontier-fast", region="eu-west", tier="fast", capacity_tps=5_000)
     PriceVersion.objects.create(
         pool=pool, effective_from=datetime(2026, 1, 1, tzinfo=UTC),
@@ -135,7 +136,7 @@ def test_org_journey_from_application_to_invoice(new_page, site, redis_client):
     screenshot(page, "portal-status-application-submitted")
     _approved_and_admitted(page, org, pool)
     api_key = _creates_key(page, org)
-    _sends_traffic(site, pool, api_key)
+    _sends_traffic(served_url, pool, api_key)
 
     page.get_by_role("link", name="Usage").click()
     expect(page.locator('[data-field="hour_tokens"]')).to_have_text("1,500")

@@ -1,4 +1,4 @@
-"""The reference gateway over real HTTP: pytest-django's live_server (Sluice, with real
+"""The reference gateway over real HTTP: Sluice's served application (tests/hook.py, with real
 PostgreSQL and Redis), the simulated upstream and the gateway served by uvicorn in threads,
 driven by the official `openai` SDK."""
 
@@ -72,7 +72,7 @@ def stored_event(request_id: str) -> UsageEvent:
     return event
 
 
-def sluice_stack(*, live_server, tmp_path, limits: dict, sim_config: SimConfig | None = None,
+def sluice_stack(*, sluice_url: str, tmp_path, limits: dict, sim_config: SimConfig | None = None,
                  upstream_timeout: float = 2.0, max_body_bytes: int | None = None):
     limiter_reset()
     gateway_token_cache_clear()
@@ -83,21 +83,21 @@ def sluice_stack(*, live_server, tmp_path, limits: dict, sim_config: SimConfig |
     config.models, config.api_key = (tenant.pool.model,), UPSTREAM_SECRET
     sim = ServerThread(sim_app(config)).start()
     gateway = ServerThread(create_app(GatewayConfig(
-        sluice_url=live_server.url, gateway_token=token,
+        sluice_url=sluice_url, gateway_token=token,
         upstreams={"*": Upstream(sim.url + "/v1", UPSTREAM_SECRET)},
         spool_path=str(tmp_path / "usage.jsonl"), upstream_timeout=upstream_timeout,
         usage_flush_interval=0.05,
         **({"max_body_bytes": max_body_bytes} if max_body_bytes else {})))).start()
-    return Stack(tenant=tenant, sluice_url=live_server.url, gateway_token=token, sim=sim,
+    return Stack(tenant=tenant, sluice_url=sluice_url, gateway_token=token, sim=sim,
                  gateway=gateway)
 
 
 @pytest.fixture
-def stack_factory(live_server, redis_client, tmp_path):
+def stack_factory(served_url, redis_client, tmp_path):
     made: list[Stack] = []
 
     def make(**kwargs) -> Stack:
-        made.append(sluice_stack(live_server=live_server, tmp_path=tmp_path, **kwargs))
+        made.append(sluice_stack(sluice_url=served_url, tmp_path=tmp_path, **kwargs))
         return made[-1]
 
     yield make

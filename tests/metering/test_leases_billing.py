@@ -6,7 +6,6 @@ from datetime import timedelta
 import pytest
 from django.db import connections
 from django.db.models import Sum
-from django.test import Client
 
 from metering.leases import leases_sweep
 from metering.models import UsageEvent, UsageEventKey, UsageHourly
@@ -17,9 +16,10 @@ from quotas.limiter.clock import clock
 from quotas.limiter.connection import limiter_client
 from quotas.limiter.schema import KEY, pool_key
 from quotas.publish import limiter_sync_pool
+from tests.hook import HookClient
 from tests.quotas.conftest import tenant_create, threads_race
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 PROCESS = "proc-1"
 
 
@@ -28,7 +28,7 @@ def gateway(limiter):
     gateway_token_cache_clear()
     hook._key_owners.clear()
     _, plaintext = gateway_token_create(name="edge-1", actor="test")
-    return Client(HTTP_AUTHORIZATION=f"Bearer {plaintext}")
+    return HookClient(plaintext)
 
 
 @pytest.fixture
@@ -163,7 +163,6 @@ def test_an_interrupted_event_never_replaces_a_real_one(gateway, t):
     assert UsageEvent.objects.get().output_tokens == 380
 
 
-@pytest.mark.django_db(transaction=True)
 def test_a_late_usage_event_racing_the_sweep_is_billed_once(gateway, t, patient_redis):
     """Each round: a lease expires, and its real usage event and the sweep run at once. Either
     order ends with the real event alone, its rollup counted once."""
@@ -184,8 +183,7 @@ def test_a_late_usage_event_racing_the_sweep_is_billed_once(gateway, t, patient_
                     leases_sweep()
             else:
                 for request_id, lease in leases.items():
-                    usage(Client(HTTP_AUTHORIZATION=gateway.defaults["HTTP_AUTHORIZATION"]),
-                          request_id, lease, output_tokens=40, started=started)
+                    usage(gateway, request_id, lease, output_tokens=40, started=started)
         finally:
             connections.close_all()
 

@@ -3,7 +3,6 @@
 from datetime import timedelta
 
 import pytest
-from django.test import Client
 from rest_framework.test import APIClient
 
 from metering.models import RefusalMinute
@@ -15,11 +14,12 @@ from quotas.models import Tier
 from quotas.publish import limiter_sync_pool
 from tests.billing.conftest import usage_add
 from tests.factories import PoolFactory
+from tests.hook import HookClient
 from tests.metering.test_usage_ingest import authorize, event
 from tests.openai_schemas import openai_validate
 from tests.quotas.conftest import tenant_create
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)  # the served app's threads read rows
 USAGE = "/api/gateway/v1/usage"
 
 
@@ -27,7 +27,7 @@ USAGE = "/api/gateway/v1/usage"
 def gateway(limiter):
     gateway_token_cache_clear()
     _, plaintext = gateway_token_create(name="edge-1", actor="test")
-    return Client(HTTP_AUTHORIZATION=f"Bearer {plaintext}")
+    return HookClient(HTTP_AUTHORIZATION=f"Bearer {plaintext}")
 
 
 @pytest.fixture

@@ -6,12 +6,12 @@ from datetime import timedelta
 
 import pytest
 from django.db import connection
-from django.test import Client
 
 from metering.models import UsageEvent, UsageHourly
 from quotas.hook.gateway_tokens import gateway_token_cache_clear, gateway_token_create
 from quotas.hook.reservations import reservation_id_issue
 from quotas.hook.routing import pool_routes_reload
+from tests.hook import HookClient
 from tests.quotas.conftest import tenant_create, threads_race
 
 USAGE = "/api/gateway/v1/usage"
@@ -45,7 +45,7 @@ def test_overlapping_batches_in_random_orders_never_answer_5xx(limiter, limiter_
     statuses, recorded = [], []
 
     def send(i: int) -> None:
-        client = Client(HTTP_AUTHORIZATION=f"Bearer {token}", raise_request_exception=False)
+        client = HookClient(HTTP_AUTHORIZATION=f"Bearer {token}", raise_request_exception=False)
         try:
             r = client.post(USAGE, {"events": [events[x] for x in batches[i]]},
                             content_type="application/json")

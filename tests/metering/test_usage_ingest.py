@@ -5,15 +5,15 @@ from datetime import timedelta
 
 import pytest
 from django.db import connection
-from django.test import Client
 
 from metering.models import UsageEvent, UsageHourly
 from orgs.models import ApiKey
 from quotas.hook.gateway_tokens import gateway_token_cache_clear, gateway_token_create
 from quotas.hook.routing import pool_routes_reload
+from tests.hook import HookClient
 from tests.quotas.conftest import tenant_create
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)  # the served app's threads read rows
 USAGE = "/api/gateway/v1/usage"
 AUTHORIZE = "/api/gateway/v1/authorize"
 
@@ -22,7 +22,7 @@ AUTHORIZE = "/api/gateway/v1/authorize"
 def gateway(limiter):
     gateway_token_cache_clear()
     _, plaintext = gateway_token_create(name="edge-1", actor="test")
-    return Client(HTTP_AUTHORIZATION=f"Bearer {plaintext}")
+    return HookClient(HTTP_AUTHORIZATION=f"Bearer {plaintext}")
 
 
 @pytest.fixture
@@ -234,7 +234,7 @@ def test_concurrent_retries_of_the_same_batch_count_each_event_once(limiter, lim
     recorded = []
 
     def send():
-        client = Client(HTTP_AUTHORIZATION=f"Bearer {token}")
+        client = HookClient(HTTP_AUTHORIZATION=f"Bearer {token}")
         barrier.wait()
         try:
             recorded.append(_post(client, {"events": events}).json()["recorded"])

@@ -8,7 +8,6 @@ from datetime import UTC, date, datetime, timedelta
 import pytest
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
-from django.test import Client
 from django.utils import timezone
 
 from metering.models import UsageEvent, UsageEventKey, UsageHourly
@@ -24,6 +23,7 @@ from metering.usage import usage_record
 from quotas.hook.gateway_tokens import gateway_token_cache_clear, gateway_token_create
 from sluice.months import month_after
 from tests.conftest import usage_partitions_for_tests
+from tests.hook import HookClient
 from tests.metering.usage_events import month_start, routed_tenant, usage_event
 
 PARTITIONING = ("quotas", "0006_usage_partitions")
@@ -226,7 +226,7 @@ def test_an_event_with_no_partition_to_go_in_is_rejected_alone(tenant, limiter_c
     assert list(UsageEvent.objects.values_list("request_id", flat=True)) == ["now"]
 
 
-@pytest.mark.django_db
+@pytest.mark.django_db(transaction=True)  # the served app's threads read the rows
 def test_the_usage_api_rejects_such_an_event_on_its_own(limiter):
     tenant = routed_tenant()
     gateway_token_cache_clear()
@@ -240,7 +240,7 @@ def test_the_usage_api_rejects_such_an_event_on_its_own(limiter):
                 "started_at": started_at.isoformat(),
                 "first_token_at": None, "finished_at": (started_at + SECOND).isoformat()}
 
-    response = Client(HTTP_AUTHORIZATION=f"Bearer {token}").post(
+    response = HookClient(HTTP_AUTHORIZATION=f"Bearer {token}").post(
         "/api/gateway/v1/usage", {"events": [body("ok", now - SECOND),
                                              body("ancient", datetime(2001, 1, 1, tzinfo=UTC))]},
         content_type="application/json")

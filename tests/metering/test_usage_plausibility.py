@@ -8,7 +8,6 @@ case needs a real authorize, over the hook."""
 from datetime import timedelta
 
 import pytest
-from django.test import Client
 
 from metering.models import UsageEvent
 from metering.plausibility import OUTPUT_BURST_TOKENS, SPEED_CEILING_FACTOR
@@ -18,6 +17,7 @@ from quotas.hook.inputs import usage_input
 from quotas.hook.reservations import reservation_id_issue
 from quotas.hook.routing import pool_routes_reload
 from quotas.limiter.engine import limiter_reservations_lookup
+from tests.hook import HookClient
 
 pytestmark = pytest.mark.django_db
 
@@ -76,16 +76,17 @@ def test_the_bound_is_the_pool_s_ceiling_over_the_request_s_whole_duration(tenan
                        "whole": "recorded", "instant": "recorded"}
 
 
+@pytest.mark.django_db(transaction=True)  # the served hook's threads see committed rows
 def test_a_refused_event_leaves_its_reservation_and_may_be_reported_again(tenant,
                                                                           limiter_clock,
                                                                           record):
     gateway_token_cache_clear()
     _, token = gateway_token_create(name="edge", actor="test")
-    hook = Client(HTTP_AUTHORIZATION=f"Bearer {token}")
+    hook = HookClient(token)
     pool_routes_reload()
     granted = hook.post("/api/gateway/v1/authorize", {
         "request_id": "r1", "api_key": tenant.plaintext, "model": tenant.pool.model,
-        "input_tokens": 10, "max_output_tokens": 40}, content_type="application/json").json()
+        "input_tokens": 10, "max_output_tokens": 40}).json()
     assert granted["allowed"] is True, granted
     now = limiter_clock.now()
     forged = event(tenant, "r1", output_tokens=10_000_000, started=now - timedelta(seconds=2),

@@ -5,7 +5,6 @@ settled."""
 from datetime import timedelta
 
 import pytest
-from django.test import Client
 
 from metering.models import UsageEvent, UsageHourly
 from metering.usage import FUTURE_SKEW, LONGEST_REQUEST
@@ -13,8 +12,9 @@ from quotas.hook.gateway_tokens import gateway_token_cache_clear, gateway_token_
 from quotas.hook.reservations import reservation_id_issue
 from quotas.hook.routing import pool_routes_reload
 from quotas.publish import limiter_sync_pool
+from tests.hook import HookClient
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)  # the served app's threads read rows
 USAGE, AUTHORIZE = "/api/gateway/v1/usage", "/api/gateway/v1/authorize"
 
 
@@ -23,7 +23,7 @@ def hook(tenant):
     pool_routes_reload()
     gateway_token_cache_clear()
     _, token = gateway_token_create(name="edge", actor="test")
-    return Client(HTTP_AUTHORIZATION=f"Bearer {token}", raise_request_exception=False)
+    return HookClient(HTTP_AUTHORIZATION=f"Bearer {token}", raise_request_exception=False)
 
 
 def event(tenant, request_id, started, finished, first=None) -> dict:

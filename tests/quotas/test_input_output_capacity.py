@@ -7,13 +7,14 @@ from decimal import Decimal
 import pytest
 from django.db import connection
 
-from quotas.limiter.engine import limiter_authorize, limiter_settle
+from quotas.limiter.engine import limiter_settle
 from quotas.limiter.schema import Settlement
 from quotas.models import Allocation
 from quotas.publish import limiter_sync_pool
 from quotas.selectors import pool_guaranteed_input_tps, pool_guaranteed_tps
 from quotas.services import allocation_change, allocation_grant, pool_capacity_set
 from sluice.errors import DomainError, Unprocessable
+from tests.aio import limiter_authorize
 from tests.factories import AllocationFactory, OrganizationFactory, PoolFactory
 from tests.quotas.conftest import tenant_create, threads_race
 

@@ -4,19 +4,20 @@ admission engine enforces them in the same script as the org's, all or nothing; 
 show the tighter; a refusal by the key's slice says `error.scope: "key"`."""
 
 import pytest
-from django.test import Client
 
 from orgs.models import ApiKey, AuditEvent, Role
 from orgs.services.api_keys import KeySlice, api_key_create, api_key_limits_set
 from quotas.hook.gateway_tokens import gateway_token_cache_clear, gateway_token_create
 from quotas.hook.routing import pool_routes_reload
-from quotas.limiter.engine import limiter_authorize, limiter_settle
+from quotas.limiter.engine import limiter_settle
 from quotas.limiter.schema import Settlement
 from quotas.publish import limiter_sync_pool
+from tests.aio import limiter_authorize
 from tests.factories import AllocationFactory, MembershipFactory, PoolFactory, UserFactory
+from tests.hook import HookClient
 from tests.quotas.conftest import tenant_create, threads_race
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)  # the served app's threads read rows
 
 
 def sliced(t, *, commit, default_service_tier="auto", **limits) -> tuple[ApiKey, str]:
@@ -124,7 +125,7 @@ def test_a_refusal_by_the_key_says_scope_key_over_http(t, django_capture_on_comm
     pool_routes_reload()
     _, token = gateway_token_create(name="edge-slices", actor="test")
     _, secret = sliced(t, commit=django_capture_on_commit_callbacks, max_concurrency=1)
-    hook = Client(HTTP_AUTHORIZATION=f"Bearer {token}")
+    hook = HookClient(HTTP_AUTHORIZATION=f"Bearer {token}")
     body = {"api_key": secret, "model": t.pool.model, "input_tokens": 1,
             "max_output_tokens": 1}
     assert hook.post("/api/gateway/v1/authorize", {**body, "request_id": "a"},

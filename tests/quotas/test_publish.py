@@ -9,11 +9,11 @@ from django.db import transaction
 from orgs.services.api_keys import api_key_create
 from orgs.services.lifecycle import org_suspend
 from quotas.limiter import state
-from quotas.limiter.engine import limiter_authorize
 from quotas.limiter.schema import KEY, ORG, POOL, pool_key
 from quotas.publish import limits_publish_pools_now_or_queue
 from quotas.services import allocation_change, pool_capacity_set, pool_settings_set
 from rollout.waves import wave_open
+from tests.aio import limiter_authorize
 from tests.factories import PoolFactory, RolloutWaveFactory
 from tests.quotas.conftest import tenant_create
 from tests.waitlist import approved_application

@@ -9,7 +9,6 @@ from metering.models import UsageHourly
 from orgs.models import SuspensionReason
 from orgs.services.api_keys import api_key_revoke
 from orgs.services.lifecycle import org_offboard, org_restore, org_suspend
-from quotas.limiter.engine import limiter_authorize
 from quotas.publish import (
     limiter_sync_pool,
     limits_publish_orgs_now_or_queue,
@@ -17,6 +16,7 @@ from quotas.publish import (
     spend_cap_set,
 )
 from quotas.services import allocation_change, allocation_end
+from tests.aio import limiter_authorize
 from tests.quotas.conftest import tenant_create
 
 pytestmark = pytest.mark.django_db
@@ -73,6 +73,7 @@ def test_allocation_change_is_published(tenant, commit):
     assert authorize(tenant, "r2").outcome == "concurrency_exceeded"
 
 
+@pytest.mark.django_db(transaction=True)  # the rebuild reads the rows in the loop's threads
 def test_flushed_redis_is_rebuilt_by_authorize_with_the_days_usage(
         tenant, limiter, limiter_clock):
     hour = limiter_clock.now().replace(minute=0)

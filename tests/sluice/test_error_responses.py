@@ -6,9 +6,10 @@ import pytest
 from django.test import Client
 
 from quotas.api import views as quota_views
+from tests.hook import HookClient
 from tests.sluice.test_error_shape import one_shape
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)  # the served app's threads read rows
 
 
 def test_an_unmatched_api_url_is_the_json_404(operator_client):
@@ -51,7 +52,7 @@ def test_an_exception_in_the_hook_is_the_json_500(monkeypatch, redis_client):
     monkeypatch.setattr(hook, "usage_record", boom)
     gateway_token_cache_clear()
     _, token = gateway_token_create(name="edge", actor="test")
-    client = Client(HTTP_AUTHORIZATION=f"Bearer {token}", raise_request_exception=False)
+    client = HookClient(HTTP_AUTHORIZATION=f"Bearer {token}", raise_request_exception=False)
     r = client.post("/api/gateway/v1/usage", {"request_id": "x"}, content_type="application/json")
     assert r.status_code == 400  # malformed first: the handler is only reached when valid
     monkeypatch.setattr(hook, "usage_input", lambda body: [])

@@ -1,18 +1,17 @@
 """Every error answer has the one shape of sluice/errors.py, whoever found the problem:
 DRF's validation and authentication, a service's validation, a domain refusal (409, 422), the
-gateway hook (Django view and WSGI fast path)."""
+gateway hook (served on the event loop)."""
 
 from decimal import Decimal
 
-import httpx
 import pytest
-from django.test import Client
 from django.utils import timezone
 from rest_framework.test import APIClient
 
 from orgs.models import OrgStatus
 from quotas.hook.gateway_tokens import gateway_token_cache_clear, gateway_token_create
 from tests.factories import AllocationFactory, OrganizationFactory, PoolFactory
+from tests.hook import HookClient
 
 pytestmark = pytest.mark.django_db
 
@@ -77,10 +76,11 @@ def test_domain_refusals_carry_details(operator_client):
         422, "capacity_exhausted", 0)
 
 
+@pytest.mark.django_db(transaction=True)  # the served app's threads read the token
 def test_the_gateway_hook_answers_in_the_same_shape():
     gateway_token_cache_clear()
     _, token = gateway_token_create(name="edge", actor="test")
-    hook = Client(HTTP_AUTHORIZATION=f"Bearer {token}")
+    hook = HookClient(token)
     r = hook.post("/api/gateway/v1/authorize", {"request_id": "r1"},
                   content_type="application/json")
     body = r.json()
@@ -89,17 +89,12 @@ def test_the_gateway_hook_answers_in_the_same_shape():
     assert (r.status_code, error["code"]) == (400, "invalid_input")
     # max_output_tokens is optional (absent: the output estimate alone).
     assert {"api_key", "model", "input_tokens"} <= set(error["fields"])
-    r = Client(HTTP_AUTHORIZATION="Bearer gw_nope").post(
-        "/api/gateway/v1/usage", {}, content_type="application/json")
+    r = HookClient("gw_nope").post("/api/gateway/v1/usage", {})
     assert (r.status_code, one_shape(r.json())["code"]) == (401, "invalid_gateway_token")
 
 
-def test_the_wsgi_fast_path_refuses_in_the_same_shape():
-    from config.wsgi import application
-
-    with httpx.Client(transport=httpx.WSGITransport(app=application),
-                      base_url="http://evil.example") as fast:
-        r = fast.post("/api/gateway/v1/authorize", json={})
+def test_the_hook_refuses_a_bad_host_in_the_same_shape():
+    r = HookClient(headers={"host": "evil.example"}).post("/api/gateway/v1/authorize", {})
     body = r.json()
     assert body.pop("allowed") is False
     assert (r.status_code, one_shape(body)["code"]) == (400, "bad_host")

@@ -13,9 +13,10 @@ from quotas.hook.gateway_tokens import (
 )
 from quotas.hook.reservations import reservation_id_parse
 from quotas.hook.routing import pool_routes_reload
+from tests.hook import HookClient
 from tests.quotas.conftest import tenant_create
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)  # the served app's threads read rows
 URL = "/api/gateway/v1/authorize"
 
 
@@ -24,7 +25,7 @@ def gateway(tenant):
     gateway_token_cache_clear()
     pool_routes_reload()
     token, plaintext = gateway_token_create(name="edge-1", actor="test")
-    client = Client(HTTP_AUTHORIZATION=f"Bearer {plaintext}")
+    client = HookClient(HTTP_AUTHORIZATION=f"Bearer {plaintext}")
     client.token = token
     return client
 
@@ -115,7 +116,7 @@ def test_waitlisted_org_with_a_prepared_allocation_is_403(gateway, tenant):
 
 @pytest.mark.parametrize("auth", [None, "Bearer gw_000000000000_nope", "Bearer op_x_y"])
 def test_missing_or_wrong_gateway_token_is_401(tenant, auth):
-    client = Client(HTTP_AUTHORIZATION=auth) if auth else Client()
+    client = HookClient(HTTP_AUTHORIZATION=auth) if auth else HookClient()
     r = post(client, ask(tenant))
     assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_gateway_token"
 
@@ -133,7 +134,7 @@ def test_gateway_token_commands(tenant, capsys, django_capture_on_commit_callbac
     plaintext = capsys.readouterr().out.strip()
     assert plaintext.startswith("gw_")
     gateway_token_cache_clear()
-    client = Client(HTTP_AUTHORIZATION=f"Bearer {plaintext}")
+    client = HookClient(HTTP_AUTHORIZATION=f"Bearer {plaintext}")
     pool_routes_reload()
     assert post(client, ask(tenant)).status_code == 200
     with django_capture_on_commit_callbacks(execute=True):  # publishes after the commit

@@ -3,14 +3,14 @@
 output gets that contract's answers, field for field; the newer fields come beside them."""
 
 import pytest
-from django.test import Client
 
 from quotas.hook.gateway_tokens import gateway_token_cache_clear, gateway_token_create
 from quotas.hook.routing import pool_routes_reload
+from tests.hook import HookClient
 from tests.metering.test_usage_ingest import event
 from tests.quotas.conftest import tenant_create
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)  # the served app's threads read rows
 AUTHORIZE, USAGE = "/api/gateway/v1/authorize", "/api/gateway/v1/usage"
 V1_HEADERS = {f"x-ratelimit-{kind}-{what}" for what in ("tokens", "tokens-day", "requests")
               for kind in ("limit", "remaining", "reset")}
@@ -20,7 +20,7 @@ V1_HEADERS = {f"x-ratelimit-{kind}-{what}" for what in ("tokens", "tokens-day", 
 def gateway(limiter):
     gateway_token_cache_clear()
     _, token = gateway_token_create(name="edge-v1", actor="test")
-    return Client(HTTP_AUTHORIZATION=f"Bearer {token}")
+    return HookClient(HTTP_AUTHORIZATION=f"Bearer {token}")
 
 
 @pytest.fixture

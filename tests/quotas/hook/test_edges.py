@@ -1,15 +1,11 @@
 """The hook's edges: bodies nested deep, too large or chunked;
 request ids with a trailing newline; a null reservation_id; refusals that keep the authorize
-shape (`allowed`); 405 with `Allow`. Through the Django view and the WSGI fast path alike."""
+shape (`allowed`); 405 with `Allow`. Through the served application (tests/hook.py)."""
 
 from datetime import timedelta
 
-import httpx
 import orjson
 import pytest
-from django.core import signals
-from django.db import close_old_connections
-from django.test import Client
 
 from orgs.models import OrgStatus
 from orgs.services.api_keys import api_key_create
@@ -19,9 +15,10 @@ from quotas.hook.routing import pool_routes_reload
 from quotas.limiter.clock import clock
 from quotas.publish import limiter_sync_pool
 from tests.factories import OrganizationFactory
+from tests.hook import HookClient
 from tests.sluice.test_error_shape import one_shape
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)  # the served app's threads read rows
 AUTHORIZE, USAGE = "/api/gateway/v1/authorize", "/api/gateway/v1/usage"
 
 
@@ -33,33 +30,16 @@ def token(tenant):
 
 
 @pytest.fixture
-def view(token):
-    """The Django views, through Django's test client (500s answered, not raised)."""
-    client = Client(HTTP_AUTHORIZATION=f"Bearer {token}", raise_request_exception=False)
-
-    def post(path, content, **headers):
-        return client.generic("POST", path, content, content_type="application/json",
-                               **{f"HTTP_{k.upper().replace('-', '_')}": v
-                                  for k, v in headers.items()})
-    post.client = client
-    return post
+def hook(token) -> HookClient:
+    return HookClient(token)
 
 
 @pytest.fixture
-def wsgi(token):
-    """config.wsgi (the fast path in front of Django) over HTTP semantics, through httpx."""
-    from config.wsgi import application
-
-    signals.request_started.disconnect(close_old_connections)
-    signals.request_finished.disconnect(close_old_connections)
-    transport = httpx.WSGITransport(app=application, raise_app_exceptions=False)
-    client = httpx.Client(transport=transport, base_url="http://127.0.0.1",
-                          headers={"Authorization": f"Bearer {token}",
-                                   "Content-Type": "application/json"})
-    yield client
-    client.close()
-    signals.request_started.connect(close_old_connections)
-    signals.request_finished.connect(close_old_connections)
+def view(hook):
+    """post(path, body bytes, **headers)."""
+    def post(path, content, **headers):
+        return hook.post(path, content=content, headers=headers)
+    return post
 
 
 def shape(r) -> dict:
@@ -87,39 +67,37 @@ DEEP = [b"[" * 1000, b"[" * 1000 + b"]" * 1000, b'{"a":' * 1000 + b"1" + b"}" * 
 
 @pytest.mark.parametrize("path", [AUTHORIZE, USAGE])
 @pytest.mark.parametrize("body", DEEP, ids=["open", "closed", "objects", "events", "deeper"])
-def test_deeply_nested_json_is_400_malformed_request(view, wsgi, path, body):
-    for r in (view(path, body), wsgi.post(path, content=body)):
+def test_deeply_nested_json_is_400_malformed_request(view, hook, path, body):
+    for r in (view(path, body), hook.post(path, content=body)):
         assert r.status_code == 400, r.content[:200]
         assert shape(r)["code"] == "malformed_request"
 
 
-def test_a_body_past_the_upload_limit_is_the_json_400(view, wsgi, settings):
+def test_a_body_past_the_upload_limit_is_the_json_413(view, settings):
     body = b'{"events": [' + b" " * (settings.DATA_UPLOAD_MAX_MEMORY_SIZE + 10) + b"]}"
     for path in (USAGE, AUTHORIZE):
-        for r in (view(path, body), wsgi.post(path, content=body)):
-            assert r.status_code == 400, r.content[:200]
-            assert shape(r)["code"] == "malformed_request"
+        r = view(path, body)
+        assert r.status_code == 413, r.content[:200]
+        assert shape(r)["code"] == "request_too_large"
 
 
-def _chunks(data: bytes):
-    yield data[:10]
-    yield data[10:]
+def _chunks(data: bytes) -> list[bytes]:
+    return [data[:10], data[10:]]
 
 
-def test_chunked_bodies_are_read(wsgi, tenant, limiter_clock):
-    r = wsgi.post(AUTHORIZE, content=_chunks(orjson.dumps(ask(tenant))))
-    assert "content-length" not in r.request.headers
+def test_chunked_bodies_are_read(hook, tenant, limiter_clock):
+    r = hook.post(AUTHORIZE, chunks=_chunks(orjson.dumps(ask(tenant))))
     assert (r.status_code, r.json()["allowed"]) == (200, True), r.json()
-    r = wsgi.post(USAGE, content=_chunks(orjson.dumps(usage_event(
+    r = hook.post(USAGE, chunks=_chunks(orjson.dumps(usage_event(
         tenant, reservation_id=r.json()["reservation_id"], request_id="e1"))))
     assert (r.status_code, r.json()["recorded"]) == (200, 1), r.json()
 
 
-def test_chunked_body_past_the_limit_is_400(wsgi, settings):
+def test_chunked_body_past_the_limit_is_413(hook, settings):
     big = b'{"a": "' + b"x" * (settings.DATA_UPLOAD_MAX_MEMORY_SIZE + 10) + b'"}'
     for path in (AUTHORIZE, USAGE):
-        r = wsgi.post(path, content=_chunks(big))
-        assert r.status_code == 400 and shape(r)["code"] == "malformed_request"
+        r = hook.post(path, chunks=_chunks(big))
+        assert r.status_code == 413 and shape(r)["code"] == "request_too_large"
 
 
 @pytest.mark.parametrize("request_id", ["abc\n", "abc\r\n", "\nabc"])
@@ -140,22 +118,21 @@ def test_a_null_reservation_id_is_refused(view, tenant):
     assert set(r.json()["error"]["fields"]["events"]["0"]) == {"reservation_id"}
 
 
-def test_every_authorize_refusal_says_allowed_false(view, wsgi, tenant):
+def test_every_authorize_refusal_says_allowed_false(view, hook, tenant):
     answers = [view(AUTHORIZE, orjson.dumps(ask(tenant)), authorization="Bearer gw_nope"),
-               wsgi.post(AUTHORIZE, json=ask(tenant), headers={"Authorization": "Bearer x"}),
-               view(AUTHORIZE, b"{"), wsgi.post(AUTHORIZE, content=b"{"),
+               hook.post(AUTHORIZE, json=ask(tenant), headers={"Authorization": "Bearer x"}),
+               view(AUTHORIZE, b"{"),
                view(AUTHORIZE, orjson.dumps(ask(tenant, input_tokens=-1))),
-               wsgi.post(AUTHORIZE, json=ask(tenant, input_tokens=-1))]
-    assert [r.status_code for r in answers] == [401, 401, 400, 400, 400, 400]
+               view(AUTHORIZE, orjson.dumps(ask(tenant)), host="evil.example")]
+    assert [r.status_code for r in answers] == [401, 401, 400, 400, 400]
     for r in answers:
         body = r.json()
         assert body.pop("allowed") is False
         one_shape({"error": body["error"]})
 
 
-def test_405_names_the_allowed_method(view, wsgi):
-    for r in (view.client.get(AUTHORIZE), view.client.get(USAGE), wsgi.get(AUTHORIZE),
-              wsgi.put(USAGE)):
+def test_405_names_the_allowed_method(hook):
+    for r in (hook.get(AUTHORIZE), hook.get(USAGE), hook.put(USAGE)):
         assert r.status_code == 405
         assert r.headers["Allow"] == "POST"
         assert shape(r)["code"] == "method_not_allowed"

@@ -7,6 +7,8 @@ processes admit is exactly the buckets' capacity, and the figure does not depend
 """
 
 import multiprocessing as mp
+import threading
+import time
 
 import pytest
 
@@ -17,6 +19,7 @@ from quotas.hook.routing import pool_routes_reload
 from quotas.limiter.connection import limiter_reset
 from quotas.limiter.state import BUCKET_SECONDS
 from quotas.models import LimiterFailurePolicy
+from tests.aio import LoopThread
 from tests.factories import PoolFactory
 from tests.private_redis import PrivateRedis
 from tests.quotas.conftest import tenant_create
@@ -28,24 +31,30 @@ COST = 10
 GATEWAY = GatewayIdentity(token_id=0, name="test")
 
 
-def _authorize(t, request_id):
-    return authorize_handle({"request_id": request_id, "api_key": t.plaintext,
+def _authorize(loop, t, request_id):
+    return loop.run(authorize_handle({"request_id": request_id, "api_key": t.plaintext,
                              "model": t.pool.model, "input_tokens": COST - 1,
-                             "max_output_tokens": 1}, GATEWAY)
+                             "max_output_tokens": 1}, GATEWAY))
 
 
 def _process(index, t, rounds, up_done, redis_stopped, out):
     """Two decisions while Redis is up, one per round: by the second each process's heartbeat
     counts all of them. Then, Redis stopped, take every token this process's bucket admits."""
+    loop = LoopThread()  # this process's own, as a worker's
     try:
         for n in range(2):
             rounds.wait()
-            assert _authorize(t, f"p{index}-up{n}")[0] == 200
+            assert _authorize(loop, t, f"p{index}-up{n}")[0] == 200
+        for n in range(500):  # heartbeats run in the background: until one has counted all
+            if fail_open._fleet.size == PROCESSES:
+                break
+            time.sleep(0.01)
+            assert _authorize(loop, t, f"p{index}-more{n}")[0] == 200
         up_done.wait()
         redis_stopped.wait()
         admitted = 0
         while True:
-            status, body = _authorize(t, f"p{index}-{admitted}")
+            status, body = _authorize(loop, t, f"p{index}-{admitted}")
             if status != 200:
                 assert body["error"]["code"] == "tps_exceeded", body
                 break
@@ -86,7 +95,10 @@ def test_three_processes_failing_open_admit_one_guaranteed_bucket_together(serve
     for child in children:
         child.start()
     try:
-        up_done.wait(timeout=60)
+        try:
+            up_done.wait(timeout=60)
+        except threading.BrokenBarrierError:  # a child failed: say how
+            pytest.fail(f"a process failed: {[out.get(timeout=5) for _ in range(out.qsize())]}")
         server.stop()
         redis_stopped.set()
         admitted = [out.get(timeout=60) for _ in children]

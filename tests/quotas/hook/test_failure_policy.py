@@ -4,7 +4,6 @@ policy applies, and usage is still recorded in PostgreSQL."""
 from datetime import timedelta
 
 import pytest
-from django.test import Client
 
 from metering.models import UsageEvent
 from quotas.hook.fail_open import fail_open_reset
@@ -13,10 +12,11 @@ from quotas.hook.routing import pool_routes_reload
 from quotas.limiter.connection import limiter_reset
 from quotas.models import LimiterFailurePolicy
 from tests.factories import PoolFactory
+from tests.hook import HookClient
 from tests.private_redis import PrivateRedis
 from tests.quotas.conftest import tenant_create
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)  # the served app's threads read rows
 
 
 @pytest.fixture
@@ -34,7 +34,7 @@ def private_redis(tmp_path, settings, limiter_clock):
 def gateway(private_redis):
     gateway_token_cache_clear()
     _, plaintext = gateway_token_create(name="edge", actor="test")
-    return Client(HTTP_AUTHORIZATION=f"Bearer {plaintext}")
+    return HookClient(HTTP_AUTHORIZATION=f"Bearer {plaintext}")
 
 
 def ask(client, t, request_id, *, cost=100, api_key=None):

@@ -3,7 +3,6 @@ PostgreSQL and Redis (the Django views; the WSGI fast path and the event loop se
 steps: test_on_loop.py)."""
 
 import pytest
-from django.test import Client
 
 from quotas.hook import hook
 from quotas.hook.gateway_tokens import gateway_token_cache_clear, gateway_token_create
@@ -12,9 +11,10 @@ from quotas.limiter.clock import clock
 from quotas.limiter.connection import limiter_client
 from quotas.limiter.schema import KEY, pool_key
 from quotas.publish import limiter_sync_pool
+from tests.hook import HookClient
 from tests.quotas.hook.test_authorize import ask, post
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 HEARTBEAT, RELEASE = "/api/gateway/v1/leases/heartbeat", "/api/gateway/v1/leases/release"
 PROCESS = "9f1c2d0e4b6a4f0c8e1d2b3a4c5d6e7f"
 
@@ -39,7 +39,7 @@ def gateway(tenant):
     gateway_token_cache_clear()
     pool_routes_reload()
     _, plaintext = gateway_token_create(name="edge-1", actor="test")
-    return Client(HTTP_AUTHORIZATION=f"Bearer {plaintext}")
+    return HookClient(plaintext)
 
 
 @pytest.fixture(autouse=True)
@@ -137,6 +137,6 @@ def test_authorize_refuses_a_malformed_lease_request(gateway, tenant, extra):
     assert not limiter_client().exists(pool_key(tenant.pool.pk, KEY.reservation, "r1"))
 
 
-def test_a_heartbeat_needs_a_gateway_token(tenant, client):
-    r = leases_post(client, HEARTBEAT, [("rsv_1", 1)])
+def test_a_heartbeat_needs_a_gateway_token(tenant):
+    r = leases_post(HookClient(), HEARTBEAT, [("rsv_1", 1)])
     assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_gateway_token"

@@ -5,14 +5,14 @@ import re
 from pathlib import Path
 
 import pytest
-from django.test import Client
 
 from quotas.hook.gateway_tokens import gateway_token_cache_clear, gateway_token_create
 from quotas.hook.routing import pool_routes_reload
 from quotas.limiter.state import BUCKET_SECONDS
+from tests.hook import HookClient
 from tests.quotas.conftest import tenant_create
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)  # the served app's threads read rows
 URL = "/api/gateway/v1/authorize"
 HOOK_DOCS = Path(__file__).resolve().parents[3] / "docs" / "hook.md"
 
@@ -21,7 +21,7 @@ HOOK_DOCS = Path(__file__).resolve().parents[3] / "docs" / "hook.md"
 def gateway(limiter):
     gateway_token_cache_clear()
     _, plaintext = gateway_token_create(name="edge-hints", actor="test")
-    return Client(HTTP_AUTHORIZATION=f"Bearer {plaintext}")
+    return HookClient(HTTP_AUTHORIZATION=f"Bearer {plaintext}")
 
 
 def ask(client, t, request_id, *, input_tokens=10, max_output_tokens=10, **extra):

@@ -121,7 +121,7 @@ def test_one_connection_carries_request_after_request_whose_bodies_were_read_by_
                 ).encode() + body
 
     with socket.create_connection((host, int(port)), timeout=30) as sock:
-        for n in range(3):  # authorize on the loop, then usage through the bridge's threads
+        for n in range(3):  # authorize on the loop, then usage in the threads
             body = json.dumps({"request_id": f"ka{n}", "api_key": t.plaintext,
                                "model": t.pool.model, "input_tokens": 1}).encode()
             sock.sendall(post(PATH, body))
@@ -130,3 +130,19 @@ def test_one_connection_carries_request_after_request_whose_bodies_were_read_by_
             sock.sendall(post("/api/gateway/v1/usage", b'{"events": "none"}'))
             status, answer = _response(sock)
             assert status == 400 and json.loads(answer)["error"]["code"]
+
+
+@pytest.mark.parametrize("path", [PATH, "/api/gateway/v1/usage"])
+def test_a_declared_length_past_the_limit_is_answered_413_without_its_body(server, path):
+    """Headers declaring a body past DATA_UPLOAD_MAX_MEMORY_SIZE, and no body: the answer comes
+    from the declared length, before a byte of the body (the server would otherwise wait for
+    it until its own timeout)."""
+    base, _ = server
+    host, port = base.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nAuthorization: Bearer "
+                     f"gw_000000000000_nope\r\nContent-Type: application/json\r\n"
+                     f"Content-Length: {10**9}\r\n\r\n".encode())
+        status, answer = _response(sock)  # the body never comes: only its length can tell
+    assert status == 413
+    assert json.loads(answer)["error"]["code"] == "request_too_large"

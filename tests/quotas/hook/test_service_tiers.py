@@ -4,7 +4,6 @@ spills to the org's standard allocation, and the answer names the pool and tier 
 
 import pytest
 from django.db import connection
-from django.test import Client
 
 from metering.models import UsageEvent
 from orgs.services.api_keys import KeySlice, api_key_create, api_key_limits_set
@@ -15,10 +14,11 @@ from quotas.limiter.clock import clock
 from quotas.models import Allocation
 from quotas.publish import limiter_sync_pool
 from tests.factories import AllocationFactory, OrganizationFactory, PoolFactory
+from tests.hook import HookClient
 from tests.metering.test_usage_ingest import USAGE, event
 from tests.quotas.conftest import threads_race
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)  # the served app's threads read rows
 URL = "/api/gateway/v1/authorize"
 
 
@@ -47,7 +47,7 @@ class Tiers:
 def hook(limiter):
     gateway_token_cache_clear()
     _, token = gateway_token_create(name="edge-tiers", actor="test")
-    return Client(HTTP_AUTHORIZATION=f"Bearer {token}")
+    return HookClient(HTTP_AUTHORIZATION=f"Bearer {token}")
 
 
 def ask(client, tiers, request_id, *, input_tokens=100, max_output_tokens=400, api_key=None,
@@ -162,7 +162,7 @@ def test_fifty_threads_spill_what_the_fast_pool_cannot_hold(limiter, patient_red
     answers: list = [None] * 50
 
     def worker(i):
-        client = Client(HTTP_AUTHORIZATION=f"Bearer {token}")
+        client = HookClient(HTTP_AUTHORIZATION=f"Bearer {token}")
         try:
             answers[i] = ask(client, tiers, f"w{i}", input_tokens=50, max_output_tokens=50)
         finally:
@@ -175,10 +175,10 @@ def test_fifty_threads_spill_what_the_fast_pool_cannot_hold(limiter, patient_red
     assert tiers_served.count("standard") == 40
     # Each request holds exactly one reservation: the fast bucket is empty, the standard one
     # lent 40 x 100 tokens of its 100,000.
-    fast_left = ask(Client(HTTP_AUTHORIZATION=f"Bearer {token}"), tiers, "after-f",
+    fast_left = ask(HookClient(HTTP_AUTHORIZATION=f"Bearer {token}"), tiers, "after-f",
                     input_tokens=0, max_output_tokens=1, service_tier="priority")
     assert fast_left.status_code == 429
-    standard = ask(Client(HTTP_AUTHORIZATION=f"Bearer {token}"), tiers, "after-s",
+    standard = ask(HookClient(HTTP_AUTHORIZATION=f"Bearer {token}"), tiers, "after-s",
                    input_tokens=0, max_output_tokens=1, service_tier="default").json()
     assert standard["headers"]["x-ratelimit-remaining-tokens"] == str(100_000 - 40 * 100 - 1)
 

@@ -7,7 +7,6 @@ import time
 
 import pytest
 from django.db import connection
-from django.test import Client
 
 from billing.services.accounts import spend_cap_set
 from billing.services.caps import month_to_date_micros
@@ -17,6 +16,7 @@ from quotas.limiter.clock import clock, month_stamp
 from quotas.limiter.connection import limiter_client
 from quotas.limiter.schema import pool_tag
 from quotas.publish import limiter_sync_pool
+from tests.hook import HookClient
 from tests.metering.test_usage_ingest import AUTHORIZE, USAGE, authorize, event
 from tests.quotas.conftest import tenant_create
 
@@ -29,7 +29,7 @@ REPORTERS, REQUESTS_EACH = 4, 5
 def gateway(limiter):
     gateway_token_cache_clear()
     _, plaintext = gateway_token_create(name="edge-cap", actor="test")
-    return Client(HTTP_AUTHORIZATION=f"Bearer {plaintext}")
+    return HookClient(HTTP_AUTHORIZATION=f"Bearer {plaintext}")
 
 
 def counter(t) -> int:
@@ -62,7 +62,7 @@ def test_concurrent_usage_reaches_the_cap_and_authorize_refuses(gateway):
     barrier = threading.Barrier(REPORTERS)
 
     def report(worker: int) -> None:
-        client = Client(HTTP_AUTHORIZATION=gateway.defaults["HTTP_AUTHORIZATION"])
+        client = HookClient(headers=gateway.headers)
         barrier.wait()
         for n in range(REQUESTS_EACH):
             request_id, decision = authorize_within_cap(client, t, f"w{worker}-{n}")

@@ -8,9 +8,9 @@ from datetime import timedelta
 import pytest
 
 from quotas.bookings import BookingAsk, booking_create
-from quotas.limiter.engine import limiter_authorize
 from quotas.limiter.state import limiter_org_guarantee
 from quotas.publish import limiter_sync_pool, limits_publish_orgs
+from tests.aio import limiter_authorize
 from tests.factories import PoolFactory
 from tests.quotas.conftest import FROZEN_AT, tenant_create
 

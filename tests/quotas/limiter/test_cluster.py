@@ -7,16 +7,16 @@ serving KEYS[1]'s slot, asked directly (no MOVED redirection on the way).
 """
 
 import pytest
-from django.test import Client
 from redis.cluster import RedisCluster
 
 from quotas.hook.fail_open import fail_open_reset
 from quotas.hook.gateway_tokens import gateway_token_cache_clear, gateway_token_create
 from quotas.hook.routing import pool_routes_reload
 from quotas.limiter.connection import limiter_client, limiter_reset
-from quotas.limiter.engine import limiter_authorize
 from quotas.limiter.schema import KEY, pool_key
+from tests.aio import limiter_authorize
 from tests.factories import PoolFactory
+from tests.hook import HookClient
 from tests.private_redis import PrivateCluster
 from tests.quotas.conftest import tenant_create
 
@@ -108,6 +108,7 @@ def test_each_authorize_runs_on_the_node_serving_its_pool(limiter, cluster):
     assert {port: after[port] - before[port] for port in after} == expected
 
 
+@pytest.mark.django_db(transaction=True)  # the served app's threads read the rows
 def test_the_hook_serves_authorize_from_a_cluster(limiter, settings):
     fail_open_reset()
     gateway_token_cache_clear()
@@ -116,7 +117,7 @@ def test_the_hook_serves_authorize_from_a_cluster(limiter, settings):
                       daily_tokens=10**6, max_concurrency=100)
     pool_routes_reload()
     limiter.flushdb()  # and a rebuild of the pool, and of the gateway tokens, on the way
-    answer = Client(HTTP_AUTHORIZATION=f"Bearer {plaintext}").post(
+    answer = HookClient(HTTP_AUTHORIZATION=f"Bearer {plaintext}").post(
         "/api/gateway/v1/authorize", {"request_id": "r1", "api_key": t.plaintext,
                                       "model": t.pool.model, "input_tokens": 1,
                                       "max_output_tokens": 1}, content_type="application/json")
@@ -139,13 +140,9 @@ def test_the_event_loop_asks_each_pools_node_over_its_own_connection(limiter, cl
     for t in tenants:
         expected[nodes.get_node_from_key(pool_key(t.pool.pk, KEY.registry)).port] += 1
     on_loop = OnLoop(plaintext)
-    try:
-        before = _evalsha_calls(cluster)
-        answers = on_loop.many([{"request_id": "r1", "api_key": t.plaintext,
-                                 "model": t.pool.model, "input_tokens": 1,
-                                 "max_output_tokens": 1} for t in tenants])
-        after = _evalsha_calls(cluster)
-    finally:
-        on_loop.close()
+    before = _evalsha_calls(cluster)
+    answers = on_loop.many([{"request_id": "r1", "api_key": t.plaintext, "model": t.pool.model,
+                             "input_tokens": 1, "max_output_tokens": 1} for t in tenants])
+    after = _evalsha_calls(cluster)
     assert [a.json()["org"] for a in answers] == [t.org.pk for t in tenants]
     assert {port: after[port] - before[port] for port in after} == expected

@@ -6,8 +6,9 @@ from datetime import timedelta
 import pytest
 
 from quotas.limiter.connection import engine_config, engine_configure
-from quotas.limiter.engine import limiter_authorize, limiter_settle
+from quotas.limiter.engine import limiter_settle
 from quotas.limiter.schema import Settlement
+from tests.aio import limiter_authorize
 from tests.quotas.conftest import tenant_create
 
 pytestmark = pytest.mark.django_db

@@ -8,7 +8,6 @@ from datetime import timedelta
 
 import pytest
 from django.db import connection
-from django.test import Client
 
 from metering.models import UsageEvent
 from quotas import publish
@@ -16,14 +15,15 @@ from quotas.hook.fail_open import fail_open_reset
 from quotas.hook.gateway_tokens import gateway_token_cache_clear, gateway_token_create
 from quotas.hook.routing import pool_routes_reload
 from quotas.limiter.connection import limiter_reset
-from quotas.limiter.engine import limiter_authorize
 from quotas.limiter.schema import KEY, pool_key
 from quotas.models import LimiterFailurePolicy
+from tests.aio import limiter_authorize
 from tests.factories import PoolFactory
+from tests.hook import HookClient
 from tests.private_redis import PrivateRedis
 from tests.quotas.conftest import tenant_create
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)  # the served app's threads read rows
 POLICIES = [(LimiterFailurePolicy.FAIL_CLOSED, 503), (LimiterFailurePolicy.FAIL_OPEN, 200)]
 
 
@@ -50,7 +50,7 @@ def another_server(tmp_path):
 @pytest.fixture
 def gateway(server):
     _, plaintext = gateway_token_create(name="edge", actor="test")
-    return Client(HTTP_AUTHORIZATION=f"Bearer {plaintext}")
+    return HookClient(HTTP_AUTHORIZATION=f"Bearer {plaintext}")
 
 
 def tenant_in(policy=LimiterFailurePolicy.FAIL_CLOSED):

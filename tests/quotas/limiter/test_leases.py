@@ -12,23 +12,19 @@ from quotas.limiter.engine import (
     LEASE_CLAIM_MS,
     LEASE_RELEASE_GRACE_MS,
     LeaseNamed,
-    limiter_authorize,
+    limiter_lease_map,
     limiter_leases_expire,
-    limiter_leases_update_steps,
+    limiter_leases_update,
     limiter_settle,
 )
 from quotas.limiter.schema import KEY, POOL, Settlement, pool_key
-from quotas.limiter.steps import steps_run
 from quotas.models import LEASE_TTL_DEFAULT_SECONDS
 from quotas.publish import limiter_sync_pool
+from tests.aio import limiter_authorize, on_loop
 from tests.quotas.conftest import threads_race
 
 pytestmark = pytest.mark.django_db
 GW, OTHER = "gw-process-a", "gw-process-b"
-
-
-def limiter_leases_update(**kwargs):
-    return steps_run(limiter_leases_update_steps(**kwargs))
 
 
 def admit(t, request_id, *, lease=GW, max_output_tokens=100, **kwargs):
@@ -42,8 +38,8 @@ def admit(t, request_id, *, lease=GW, max_output_tokens=100, **kwargs):
 def heartbeat(t, leases, *, owner=GW, release=False):
     """leases: (request_id, progress); answers (status, ttl_ms)."""
     named = [LeaseNamed(f"sig-{r}", t.org.pk, t.key.pk, progress) for r, progress in leases]
-    return [(a.status, a.ttl_ms) for a in limiter_leases_update(
-        pool_id=t.pool.pk, owner=owner, release=release, leases=named)]
+    return [(a.status, a.ttl_ms) for a in on_loop(limiter_leases_update(
+        pool_id=t.pool.pk, owner=owner, release=release, leases=named))]
 
 
 def test_a_lease_lives_the_pools_lease_ttl_and_an_old_reservation_today_s(tenant, settings):
@@ -101,21 +97,18 @@ def test_each_lease_is_answered_alone(tenant):
 
 
 def test_a_lease_id_leads_to_its_lease_only_when_signed_for_its_org_and_key(tenant):
-    from quotas.limiter.engine import limiter_lease_map_steps
-
     d = limiter_authorize(pool_id=tenant.pool.pk, api_key=tenant.plaintext, request_id="r1",
                           input_tokens=1, max_output_tokens=10, lease_owner=GW,
                           lease_id="sig-r1", lease_for=f"{tenant.org.pk}.999")
     assert d.lease_mapped == 0 and admit(tenant, "r2").lease_mapped == 1
     assert heartbeat(tenant, [("r1", 1)]) == [("unknown_lease", 0)]
-    steps_run(limiter_lease_map_steps(pool_id=tenant.pool.pk, request_id="r1",
-                                      signature="sig-r1"))
+    on_loop(limiter_lease_map(pool_id=tenant.pool.pk, request_id="r1", signature="sig-r1"))
     assert heartbeat(tenant, [("r1", 1)]) == [("renewed", 15000)]
     # An id naming another org or key than the lease's leads nowhere.
-    assert [a.status for a in limiter_leases_update(
+    assert [a.status for a in on_loop(limiter_leases_update(
         pool_id=tenant.pool.pk, owner=GW, release=False,
         leases=[LeaseNamed("sig-r1", tenant.org.pk + 1, tenant.key.pk, 2),
-                LeaseNamed("sig-r1", tenant.org.pk, 0, 2)])] == ["unknown_lease"] * 2
+                LeaseNamed("sig-r1", tenant.org.pk, 0, 2)]))] == ["unknown_lease"] * 2
 
 
 def test_without_max_output_tokens_progress_has_no_bound_but_the_inputs(tenant):

@@ -5,9 +5,10 @@ settle debits any overshoot (the buckets may go negative) and refunds the rest."
 import pytest
 
 from quotas.limiter.connection import limiter_client
-from quotas.limiter.engine import ESTIMATE_MIN_SAMPLES, limiter_authorize, limiter_settle
+from quotas.limiter.engine import ESTIMATE_MIN_SAMPLES, limiter_settle
 from quotas.limiter.schema import KEY, Settlement, pool_key
 from quotas.publish import limiter_sync_pool
+from tests.aio import limiter_authorize
 from tests.factories import PoolFactory
 from tests.quotas.conftest import tenant_create, threads_race
 

@@ -9,9 +9,9 @@ from decimal import Decimal
 import pytest
 
 from quotas.limiter.clock import clock, epoch_ms
-from quotas.limiter.engine import limiter_authorize
 from quotas.limiter.schema import BUCKET, KEY, LAYOUT, ORG, POOL, pool_key
 from quotas.services import pool_capacity_set
+from tests.aio import limiter_authorize
 from tests.factories import PoolFactory
 from tests.quotas.conftest import tenant_create
 

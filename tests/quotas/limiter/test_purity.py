@@ -40,7 +40,7 @@ def test_the_engine_imports_only_the_standard_library_redis_and_itself():
 
 
 USE_WITHOUT_DJANGO = """
-import json, sys
+import asyncio, json, sys
 from datetime import timedelta
 
 from quotas.limiter.clock import clock
@@ -59,11 +59,11 @@ org = OrgState(org_id=7, status="active", suspension_reason="", has_allocation=T
 limiter_org_publish(pool_id=1, org=org, now=clock.now(),
                     pool=PoolState(headroom_tps=0, estimate_default=4096, estimate_floor=64))
 limiter_pool_synced_mark(pool_id=1)
-decision = limiter_authorize(pool_id=1, api_key="sk_pure", request_id="r1", input_tokens=30,
-                             max_output_tokens=70)
+decision = asyncio.run(limiter_authorize(pool_id=1, api_key="sk_pure", request_id="r1",
+                                         input_tokens=30, max_output_tokens=70))
 settled = limiter_settle(pool_id=1, settlements=[Settlement("r1", 7, 40)])
-after = limiter_authorize(pool_id=1, api_key="sk_pure", request_id="r2", input_tokens=1,
-                          max_output_tokens=1)
+after = asyncio.run(limiter_authorize(pool_id=1, api_key="sk_pure", request_id="r2",
+                                      input_tokens=1, max_output_tokens=1))
 print(json.dumps({
     "decision": [decision.outcome, decision.org_id, decision.api_key_id,
                  decision.reserved_tokens],

@@ -7,7 +7,6 @@ from itertools import permutations
 
 import pytest
 from django.db.models import F, Sum
-from django.test import Client
 
 from billing.services.accounts import spend_cap_set
 from billing.services.caps import month_to_date_micros
@@ -18,20 +17,21 @@ from quotas.hook.gateway_tokens import gateway_token_cache_clear, gateway_token_
 from quotas.hook.reservations import reservation_id_issue
 from quotas.hook.routing import pool_routes_reload
 from quotas.limiter.clock import day_stamp, month_stamp
-from quotas.limiter.engine import limiter_authorize
 from quotas.limiter.schema import KEY, KEY_SLICE, pool_key
 from quotas.publish import limiter_sync_pool
+from tests.aio import limiter_authorize
+from tests.hook import HookClient
 from tests.metering.test_usage_ingest import USAGE, event
 from tests.quotas.conftest import tenant_create
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)  # the served app's threads read rows
 
 
 @pytest.fixture
 def hook(limiter):
     gateway_token_cache_clear()
     _, plaintext = gateway_token_create(name="edge-restart", actor="test")
-    return Client(HTTP_AUTHORIZATION=f"Bearer {plaintext}")
+    return HookClient(HTTP_AUTHORIZATION=f"Bearer {plaintext}")
 
 
 @pytest.fixture

@@ -14,9 +14,9 @@ from datetime import timedelta
 
 import pytest
 
-from quotas.limiter.engine import limiter_authorize
 from quotas.models import Allocation
 from quotas.publish import limiter_sync_pool
+from tests.aio import limiter_authorize
 from tests.factories import OrganizationFactory, PoolFactory
 from tests.quotas.conftest import tenant_create
 

@@ -7,7 +7,6 @@ from datetime import timedelta
 
 import pytest
 from django.db import connection
-from django.test import Client
 
 from billing.models import PriceVersion
 from billing.services.accounts import spend_cap_set
@@ -16,14 +15,15 @@ from quotas.hook.gateway_tokens import gateway_token_cache_clear, gateway_token_
 from quotas.hook.routing import pool_routes_reload
 from quotas.limiter.clock import clock
 from quotas.limiter.connection import limiter_client
-from quotas.limiter.engine import limiter_authorize
 from quotas.limiter.schema import KEY, MONEY, pool_key
 from quotas.publish import limiter_sync_pool
+from tests.aio import limiter_authorize
 from tests.factories import PoolFactory
+from tests.hook import HookClient
 from tests.metering.test_usage_ingest import AUTHORIZE, USAGE, event
 from tests.quotas.conftest import tenant_create, threads_race
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)  # the served app's threads read rows
 # Reserved: 1,000 input + 1,000 output (the pool's estimate) at $5 / $30 per million tokens,
 # plus a $1 / $2 premium: 6,000 + 32,000 micro-dollars.
 RESERVED_MICROS = 1_000 * 6 + 1_000 * 32
@@ -66,7 +66,7 @@ def test_settling_converts_the_hold_into_the_rated_price(limiter, limiter_clock,
     t = capped(cap_micros=10**9)
     gateway_token_cache_clear()
     _, token = gateway_token_create(name="edge-money", actor="test")
-    hook = Client(HTTP_AUTHORIZATION=f"Bearer {token}")
+    hook = HookClient(HTTP_AUTHORIZATION=f"Bearer {token}")
     grant = hook.post(AUTHORIZE, {"request_id": "r1", "api_key": t.plaintext,
                                   "model": t.pool.model, "input_tokens": 1_000},
                       content_type="application/json").json()
@@ -108,7 +108,7 @@ def _race(t, token, *, output_tokens: int) -> list[str]:
     refusals: list[str] = []
 
     def gateway(worker: int) -> None:
-        client = Client(HTTP_AUTHORIZATION=f"Bearer {token}")
+        client = HookClient(HTTP_AUTHORIZATION=f"Bearer {token}")
         try:
             for n in range(1_000):
                 rid = f"w{worker}-{n}"
