@@ -16,6 +16,10 @@ GATEWAY_USAGE_FLUSH_INTERVAL  seconds between usage batches (0.5)
 GATEWAY_REGION             optional: the region to ask Sluice for (models served in several)
 GATEWAY_MAX_BODY_BYTES     the largest request body accepted, declared or read (32 MiB: a
                            few base64 images); larger ones answer 413 without being read
+GATEWAY_LEASES             1 (default): admitted requests hold leases, renewed by a heartbeat,
+                           released when their stream ends, their progress kept next to the
+                           spool (gateway/leases.py); 0: today's reservations
+GATEWAY_PROGRESS_INTERVAL  seconds between progress appends (0.05, at most 0.25)
 """
 
 import dataclasses
@@ -47,6 +51,8 @@ class GatewayConfig:
     usage_flush_interval: float = 0.5
     region: str | None = None
     max_body_bytes: int = MAX_BODY_BYTES
+    leases: bool = True
+    progress_interval: float = 0.05
 
     def upstream_for(self, pool: dict) -> Upstream | None:
         """The upstream serving one of Sluice's pools ({"id", "model", "region", "tier"})."""
@@ -78,6 +84,8 @@ class GatewayConfig:
             usage_flush_interval=_seconds(env, "GATEWAY_USAGE_FLUSH_INTERVAL", 0.5),
             region=env.get("GATEWAY_REGION") or None,
             max_body_bytes=_bytes(env, "GATEWAY_MAX_BODY_BYTES", MAX_BODY_BYTES),
+            leases=_flag(env, "GATEWAY_LEASES", True),
+            progress_interval=_seconds(env, "GATEWAY_PROGRESS_INTERVAL", 0.05, most=0.25),
         )
 
 
@@ -87,7 +95,7 @@ def _url(value: str, name: str) -> str:
     return value.rstrip("/")
 
 
-def _seconds(env, name: str, default: float) -> float:
+def _seconds(env, name: str, default: float, *, most: float | None = None) -> float:
     raw = env.get(name)
     if raw in (None, ""):
         return default
@@ -97,7 +105,18 @@ def _seconds(env, name: str, default: float) -> float:
         raise ConfigError(f"{name} must be a number of seconds, not {raw!r}") from None
     if value <= 0:
         raise ConfigError(f"{name} must be positive")
+    if most is not None and value > most:
+        raise ConfigError(f"{name} must be at most {most}")
     return value
+
+
+def _flag(env, name: str, default: bool) -> bool:
+    raw = env.get(name)
+    if raw in (None, ""):
+        return default
+    if raw not in ("0", "1"):
+        raise ConfigError(f"{name} must be 0 or 1, not {raw!r}")
+    return raw == "1"
 
 
 def _bytes(env, name: str, default: int) -> int:

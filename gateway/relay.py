@@ -105,11 +105,13 @@ class StreamRelay:
 
     async def _complete(self, send, out: bytes) -> None:
         self.status = self.outcome = "completed"
+        self.gateway.stream_ending(self.attempt, self.meter.deltas)  # before the last bytes
         await send({"type": "http.response.body", "body": out, "more_body": False})
         self.attempt.delivered_tokens = self.meter.deltas
 
     async def _fail(self, send, code: str, message: str) -> None:
         self.status, self.outcome = "failed", code
+        self.gateway.stream_ending(self.attempt, self.attempt.delivered_tokens)
         await send({"type": "http.response.body", "body": sse_error(message=message, code=code),
                     "more_body": False})
 
