@@ -114,8 +114,8 @@ class ProgressLog:
     """The live process's progress file: records buffered, appended every tick, and rewritten
     with only what is still needed once it passes COMPACT_BYTES."""
 
-    def __init__(self, path: str):
-        self.path = path
+    def __init__(self, path: str, *, compact_bytes: int = COMPACT_BYTES):
+        self.path, self.compact_bytes = path, compact_bytes
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self.size = os.fstat(self._fd).st_size
         self._buffer: list[bytes] = []
@@ -150,7 +150,7 @@ class ProgressLog:
         self._buffer.clear()
         os.write(self._fd, data)
         self.size += len(data)
-        if self.size > COMPACT_BYTES:
+        if self.size > self.compact_bytes:
             self._rewrite()
 
     def _rewrite(self) -> None:
