@@ -31,8 +31,9 @@ from common import (
 
 async def measure(url: str, gateway_token: str, api_key: str, model: str, n: int,
                   rounds: int) -> list:
-    import gateway  # noqa: F401 - puts this repository's sluice_client on the path
     from sluice_client.aio import AsyncSluiceClient
+
+    import gateway  # noqa: F401 - puts this repository's sluice_client on the path
 
     async with AsyncSluiceClient(url, token=gateway_token, spool_path=f"/tmp/bench-{n}.jsonl",
                                  leases=True, heartbeat_interval=3600,

@@ -24,7 +24,11 @@ from tests.factories import PoolFactory
 from tests.gateway.conftest import wait_for
 from tests.quotas.conftest import threads_race
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True),
+              # Until branch lease (the server's side) is merged: remove then.
+              pytest.mark.skipif(not hasattr(__import__("quotas.models").models.CapacityPool,
+                                             "lease_ttl_seconds"),
+                                 reason="the server's lease endpoints are not merged yet")]
 HELLO = [{"role": "user", "content": "hello"}]
 ROOT = Path(__file__).resolve().parents[2]
 LEASE_TTL = 6  # seconds: the shortest a pool allows
