@@ -12,10 +12,16 @@ CPU (its process tree's, /proc) and the wall time. "% of a core" is the CPU of o
 over the interval Sluice names (heartbeat_ms: a third of the pool's lease TTL, 2-5 s; 5 s at
 the default TTL of 15 s). Redis's share is not measured here (the script's cost per named
 lease is the limiter's, `bench/engine.py`).
+
+Then the gateway's progress appends (gateway/leases.py): the CPU and bytes of one tick with N
+streams in flight whose progress all changed (the worst case: every stream delivering), and
+per second at the default 50 ms interval.
 """
 
 import argparse
 import asyncio
+import importlib
+import tempfile
 import time
 import uuid
 
@@ -33,7 +39,7 @@ async def measure(url: str, gateway_token: str, api_key: str, model: str, n: int
                   rounds: int) -> list:
     from sluice_client.aio import AsyncSluiceClient
 
-    import gateway  # noqa: F401 - puts this repository's sluice_client on the path
+    importlib.import_module("gateway")  # puts this repository's sluice_client on the path
 
     async with AsyncSluiceClient(url, token=gateway_token, spool_path=f"/tmp/bench-{n}.jsonl",
                                  leases=True, heartbeat_interval=3600,
@@ -74,6 +80,53 @@ async def measure(url: str, gateway_token: str, api_key: str, model: str, n: int
                 f"{100 * cpu / interval:.3f} / {100 * web / interval:.3f}"]
 
 
+def progress_tick(n: int, rounds: int, directory: str) -> list:
+    importlib.import_module("gateway")  # puts this repository's sluice_client on the path
+    from sluice_client import AuthorizeResult
+    from sluice_client.aio import AsyncSluiceClient
+    from sluice_client.leases import Lease
+
+    from gateway.app import Gateway
+    from gateway.attempt import Attempt
+    from gateway.config import GatewayConfig, Upstream
+    from gateway.leases import GatewayLeases
+
+    gw = Gateway(GatewayConfig(sluice_url="http://127.0.0.1:9", gateway_token="gw_bench",
+                               upstreams={"*": Upstream("http://127.0.0.1:9/v1")}))
+
+    async def run() -> list:
+        gw.sluice = AsyncSluiceClient("http://127.0.0.1:9", token="gw_bench", leases=True,
+                                      spool_path=f"{directory}/usage-{n}.jsonl")
+        leases = GatewayLeases(gw, interval=3600)
+        leases.start(f"{directory}/usage-{n}.jsonl")
+        attempts = []
+        for i in range(n):
+            attempt = Attempt(operation="chat", model="m", input_estimate=100)
+            attempt.grant = AuthorizeResult(allowed=True, status_code=200,
+                                            reservation_id=f"rsv_{i}",
+                                            lease=Lease(f"rsv_{i}", 15_000, 5_000))
+            gw.sluice.leases.hold(attempt.grant.lease)
+            gw.in_flight[attempt.request_id] = attempt
+            leases.admitted(attempt)
+            attempts.append(attempt)
+        leases.tick()
+        size0, cpu0 = leases.log.size, time.process_time()
+        for r in range(rounds):
+            for attempt in attempts:
+                attempt.delivered_tokens = 37 * (r + 1)  # 50 ms at 750 tok/s
+            leases.tick()
+        cpu = (time.process_time() - cpu0) / rounds
+        # Bytes appended (a rewrite past 4 MiB resets the size: count from lines instead).
+        line = len(b'{"p":"%s","o":%d,"t":%.3f}\n' % (attempts[0].request_id.encode(), 370,
+                                                       time.time()))
+        del size0
+        await leases.stop()
+        leases.close()
+        return [n, cpu * 1e6, n * line, cpu * 20 * 1000, n * line * 20 // 1024]
+
+    return asyncio.run(run())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--leases", default="1,10,100,1000,5000")
@@ -92,6 +145,12 @@ def main() -> None:
           ["leases", "calls", "bytes sent", "bytes received", "gateway CPU ms",
            "Sluice web CPU ms", "wall ms", "interval s", "% of a core: gateway / Sluice"],
           rows)
+    with tempfile.TemporaryDirectory() as directory:
+        ticks = [progress_tick(n, args.rounds, directory)
+                 for n in map(int, args.leases.split(","))]
+    table("Progress appends of one gateway process, every stream's progress changed",
+          ["streams", "CPU µs per tick", "bytes per tick", "CPU ms per s (20 ticks)",
+           "KiB per s"], ticks)
 
 
 if __name__ == "__main__":
