@@ -157,7 +157,8 @@ def pool_create(*, model: str, region: str, tier: str, capacity_tps: int,
                 limiter_failure_policy: str | None = None,
                 prefill_capacity_tps: int | None = None,
                 output_estimate_default: int | None = None,
-                output_estimate_floor: int | None = None) -> CapacityPool:
+                output_estimate_floor: int | None = None,
+                lease_ttl_seconds: int | None = None) -> CapacityPool:
     if CapacityPool.objects.filter(model=model, region=region, tier=tier).exists():
         raise Conflict(f"A pool for {model} in {region} ({tier}) exists already.",
                        code="pool_exists")
@@ -170,6 +171,8 @@ def pool_create(*, model: str, region: str, tier: str, capacity_tps: int,
         pool.output_estimate_default = output_estimate_default
     if output_estimate_floor is not None:
         pool.output_estimate_floor = output_estimate_floor
+    if lease_ttl_seconds is not None:
+        pool.lease_ttl_seconds = lease_ttl_seconds
     pool.save()
     audit_record(actor=actor, action="pool.create", target=pool,
                  after={"capacity_tps": capacity_tps, "ratio": str(guaranteeable_ratio),
@@ -290,9 +293,10 @@ def pool_settings_set(*, pool: CapacityPool, actor: Actor, capacity_tps: int,
                       speed_floor_output_tps: int, ttft_ceiling_ms: int,
                       prefill_capacity_tps: int | None | object = _UNCHANGED,
                       output_estimate_default: int | None = None,
-                      output_estimate_floor: int | None = None) -> CapacityPool:
+                      output_estimate_floor: int | None = None,
+                      lease_ttl_seconds: int | None = None) -> CapacityPool:
     """Everything an operator edits on a pool; capacity goes through `pool_capacity_set`. The
-    output estimate default and floor stay as they are when not given."""
+    output estimate default and floor, and the lease TTL, stay as they are when not given."""
     pool = pool_capacity_set.nested(pool=pool, capacity_tps=capacity_tps, actor=actor,
                                     guaranteeable_ratio=guaranteeable_ratio,
                                     prefill_capacity_tps=prefill_capacity_tps)
@@ -300,20 +304,22 @@ def pool_settings_set(*, pool: CapacityPool, actor: Actor, capacity_tps: int,
               "speed_floor_output_tps": pool.speed_floor_output_tps,
               "ttft_ceiling_ms": pool.ttft_ceiling_ms,
               "output_estimate_default": pool.output_estimate_default,
-              "output_estimate_floor": pool.output_estimate_floor}
+              "output_estimate_floor": pool.output_estimate_floor,
+              "lease_ttl_seconds": pool.lease_ttl_seconds}
     after = {"limiter_failure_policy": limiter_failure_policy,
              "speed_floor_output_tps": speed_floor_output_tps,
              "ttft_ceiling_ms": ttft_ceiling_ms,
              "output_estimate_default": output_estimate_default or pool.output_estimate_default,
              "output_estimate_floor": (pool.output_estimate_floor if output_estimate_floor is None
-                                       else output_estimate_floor)}
+                                       else output_estimate_floor),
+             "lease_ttl_seconds": lease_ttl_seconds or pool.lease_ttl_seconds}
     if before != after:
         for field, value in after.items():
             setattr(pool, field, value)
         pool.save(update_fields=[*after, "updated_at"])
         audit_record(actor=actor, action="pool.settings_set", target=pool, before=before,
                      after=after)
-        limits_publish_pool_later(pool_id=pool.pk)  # the estimate default and floor
+        limits_publish_pool_later(pool_id=pool.pk)  # the estimates and the lease TTL
     return pool
 
 

@@ -54,7 +54,8 @@ from sluice.messages import flash, redirect_at
 
 PAGE_SIZE = 50
 POOL_SETTINGS = ("guaranteeable_ratio", "limiter_failure_policy", "speed_floor_output_tps",
-                 "ttft_ceiling_ms", "output_estimate_default", "output_estimate_floor")
+                 "ttft_ceiling_ms", "output_estimate_default", "output_estimate_floor",
+                 "lease_ttl_seconds")
 
 # Console navigation, in menu order: (url name, label, permission). Domains add their pages here
 # (vetting queue, waves, quota requests, price book...).

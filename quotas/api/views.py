@@ -12,7 +12,15 @@ from orgs.models import Organization
 from orgs.selectors import operator_require, user_is_operator
 from quotas import services
 from quotas.ledger import capacity_conflicts
-from quotas.models import Allocation, AllocationStatus, CapacityPool, LimiterFailurePolicy, Tier
+from quotas.models import (
+    LEASE_TTL_DEFAULT_SECONDS,
+    LEASE_TTL_SECONDS,
+    Allocation,
+    AllocationStatus,
+    CapacityPool,
+    LimiterFailurePolicy,
+    Tier,
+)
 from quotas.selectors import allocation_get_for_user, pool_capacity_summaries, pool_capacity_summary
 from sluice.api import validated_input
 from sluice.errors import NotFound
@@ -23,6 +31,10 @@ from sluice.pagination import PaginatedApi, paginate
 CAPACITY_TPS_MAX = 2**31 - 1
 PREFILL_HELP = ("Input (prefill) tokens/s, metered apart from output; null: input tokens count "
                 "with output against capacity_tps.")
+
+
+LEASE_TTL_HELP = ("Seconds a lease (a reservation its gateway renews by heartbeat) holds its "
+                  "slot without one: what a crashed gateway costs in capacity.")
 
 
 class PoolOutput(serializers.Serializer):
@@ -41,6 +53,7 @@ class PoolOutput(serializers.Serializer):
         help_text="Output tokens a request reserves before its org has history.")
     output_estimate_floor = serializers.IntegerField(
         help_text="The least an output estimate reserves.")
+    lease_ttl_seconds = serializers.IntegerField(help_text=LEASE_TTL_HELP)
 
 
 class PoolSummaryOutput(serializers.Serializer):
@@ -89,6 +102,9 @@ class PoolListApi(APIView):
                                                         allow_null=True, help_text=PREFILL_HELP)
         output_estimate_default = serializers.IntegerField(min_value=1, required=False)
         output_estimate_floor = serializers.IntegerField(min_value=0, required=False)
+        lease_ttl_seconds = serializers.IntegerField(
+            min_value=LEASE_TTL_SECONDS[0], max_value=LEASE_TTL_SECONDS[1], required=False,
+            help_text=LEASE_TTL_HELP + f" Default {LEASE_TTL_DEFAULT_SECONDS}.")
 
     @extend_schema(responses=PoolSummaryOutput(many=True),
                    description="Every pool with its capacity summary (operators).")

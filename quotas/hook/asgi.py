@@ -6,8 +6,9 @@ what a whole empty request costs. Here POST /api/gateway/v1/authorize is decided
 itself: the same steps as the WSGI fast path and the Django view (quotas/hook/hook.py), the
 script awaited on the loop's pipelined Redis connection (quotas/limiter/aio.py), and only what
 may block (a pool rebuilt from PostgreSQL, a fail-open decision, the gateway tokens read for
-the first time, an unknown model or token) done in one of the bridge's threads. Everything
-else (other paths, other methods, usage) goes to the bridge.
+the first time, an unknown model or token) done in one of the bridge's threads. The leases'
+heartbeat and release are answered the same way (one script call per pool). Everything else
+(other paths, other methods, usage) goes to the bridge.
 
 The answers are the WSGI fast path's, checks included: the Host against ALLOWED_HOSTS, the
 body limit (DATA_UPLOAD_MAX_MEMORY_SIZE), `nosniff`.
@@ -18,9 +19,16 @@ from concurrent.futures import Executor
 
 from django.conf import settings
 
-from quotas.hook.hook import authorize_steps
+from quotas.hook.hook import authorize_steps, lease_heartbeat_steps, lease_release_steps
 from quotas.hook.inputs import body_too_large
-from quotas.hook.wsgi import AUTHORIZE_PATH, database_hygiene, hook_reply, host_refusal
+from quotas.hook.wsgi import (
+    AUTHORIZE_PATH,
+    LEASE_HEARTBEAT_PATH,
+    LEASE_RELEASE_PATH,
+    database_hygiene,
+    hook_reply,
+    host_refusal,
+)
 from quotas.limiter.steps import steps_run_async
 from sluice.asgi_bridge import BodyTooLarge, body_receive
 
@@ -55,21 +63,29 @@ async def _send(send, status: int, body: dict) -> None:
     await send({"type": "http.response.body", "body": data})
 
 
+# Path -> the hook's steps answered on the loop, and what its refusals carry besides the error
+# (authorize's every answer that admits nothing says `allowed: false`).
+_ON_LOOP = {AUTHORIZE_PATH: (authorize_steps, {"allowed": False}),
+            LEASE_HEARTBEAT_PATH: (lease_heartbeat_steps, {}),
+            LEASE_RELEASE_PATH: (lease_release_steps, {})}
+
+
 def hook_on_loop(app, *, executor: Executor):
-    """`app` (the bridge), with POST authorize answered on the event loop; `executor` runs the
-    steps that may block (the bridge's own threads)."""
+    """`app` (the bridge), with POST authorize and the leases' heartbeat and release answered
+    on the event loop; `executor` runs the steps that may block (the bridge's own threads)."""
     def in_thread(fn, kwargs: dict):
         return asyncio.get_running_loop().run_in_executor(executor, _run, fn, kwargs)
 
     async def application(scope, receive, send):
-        if (scope["type"] != "http" or scope["path"] != AUTHORIZE_PATH
-                or scope["method"] != "POST"):
+        hook = _ON_LOOP.get(scope["path"]) if scope["type"] == "http" else None
+        if hook is None or scope["method"] != "POST":
             return await app(scope, receive, send)
+        steps, refused = hook
         host, authorization = _headers(scope)
         refusal = host_refusal(host)
         if refusal is not None:
             status, error = refusal
-            return await _send(send, status, {"allowed": False, **error})
+            return await _send(send, status, {**refused, **error})
         limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
         try:
             body = await body_receive(scope, receive, limit)
@@ -87,7 +103,7 @@ def hook_on_loop(app, *, executor: Executor):
             return body
 
         status, answer = await steps_run_async(
-            authorize_steps(method="POST", authorization=authorization, read_body=read_body),
+            steps(method="POST", authorization=authorization, read_body=read_body),
             in_thread=in_thread)
         return await _send(send, status, answer)
 

@@ -14,12 +14,13 @@ from collections.abc import Callable
 
 from django.db import InterfaceError, OperationalError
 
-from quotas.hook import messages
+from quotas.hook import leases, messages
 from quotas.hook.fail_open import fail_open_authorize, fail_open_heartbeat_steps
 from quotas.hook.gateway_tokens import GatewayIdentity, gateway_authenticate_steps
 from quotas.hook.headers import ratelimit_headers
 from quotas.hook.inputs import AuthorizeInput, BadInput, authorize_input, json_body
-from quotas.hook.metrics import AUTHORIZE_SECONDS, DECISIONS, LIMITER_ERRORS
+from quotas.hook.leases import lease_answer
+from quotas.hook.metrics import AUTHORIZE_SECONDS, DECISIONS, LEASE_SECONDS, LIMITER_ERRORS
 from quotas.hook.refusals import refusal_count, refusal_counted
 from quotas.hook.reservations import reservation_id_issue
 from quotas.hook.routing import (
@@ -30,7 +31,11 @@ from quotas.hook.routing import (
     pool_routes_steps,
 )
 from quotas.limiter.connection import LimiterUnavailable
-from quotas.limiter.engine import limiter_authorize_steps, limiter_spill_mark_steps
+from quotas.limiter.engine import (
+    limiter_authorize_steps,
+    limiter_lease_map_steps,
+    limiter_spill_mark_steps,
+)
 from quotas.limiter.schema import SPILLED, TIER_MISMATCH, Decision
 from quotas.limiter.steps import Background, Blocking, Steps, steps_run
 from sluice.errors import error_body
@@ -119,13 +124,33 @@ def hook_call(handler: Callable[[object, GatewayIdentity], Answer], histogram, *
                                  authorization=authorization, read_body=read_body))
 
 
-def _decision_answer(d: Decision, *, route: PoolRoute, request_id: str, dry_run: bool,
-                     limiter: str) -> Answer:
+def lease_heartbeat_steps(*, method: str, authorization: str, read_body: Callable[[], bytes]
+                          ) -> Steps:
+    """POST /leases/heartbeat (quotas/hook/leases.py) with authorize's checks around it."""
+    return _hook_steps(leases.lease_heartbeat_steps, LEASE_SECONDS.labels("heartbeat"),
+                       method=method, authorization=authorization, read_body=read_body)
+
+
+def lease_release_steps(*, method: str, authorization: str, read_body: Callable[[], bytes]
+                        ) -> Steps:
+    """POST /leases/release."""
+    return _hook_steps(leases.lease_release_steps, LEASE_SECONDS.labels("release"),
+                       method=method, authorization=authorization, read_body=read_body)
+
+
+def lease_heartbeat_call(**kwargs) -> Answer:
+    return steps_run(lease_heartbeat_steps(**kwargs))
+
+
+def lease_release_call(**kwargs) -> Answer:
+    return steps_run(lease_release_steps(**kwargs))
+
+
+def _decision_answer(d: Decision, *, route: PoolRoute, reservation_id: str | None,
+                     dry_run: bool, limiter: str) -> Answer:
     if d.allowed:
         status = 200
-        body = {"allowed": True, "reservation_id": None if dry_run else reservation_id_issue(
-                    pool_id=route.pool_id, org_id=d.org_id, api_key_id=d.api_key_id,
-                    request_id=request_id),
+        body = {"allowed": True, "reservation_id": reservation_id,
                 "org": d.org_id,
                 "pool": {"id": route.pool_id, "model": route.model, "region": route.region,
                          "tier": route.tier},
@@ -136,6 +161,8 @@ def _decision_answer(d: Decision, *, route: PoolRoute, request_id: str, dry_run:
                 "headers": ratelimit_headers(d)}
         if dry_run:
             body["dry_run"] = True
+        elif d.lease_ttl_ms:
+            body["lease"] = lease_answer(lease_id=reservation_id, ttl_ms=d.lease_ttl_ms)
     else:
         status, message = messages.REFUSALS[d.outcome]
         headers = ratelimit_headers(d) if d.tokens_limit or d.requests_limit else None
@@ -161,6 +188,22 @@ NOT_HERE = frozenset({"no_allocation", "invalid_api_key"})
 # stale one answers TIER_MISMATCH and is corrected), so its size is bounded by clearing.
 KEY_TIER_HINTS_MAX = 50_000
 _key_tier_hints: dict[str, str] = {}
+# API-key digest -> (org id, key id), as the last decision about it said: a lease's id (its
+# reservation_id, signed for the org and key) is then made before the decision, and authorize
+# lets it lead to the lease in the same call. A belief the script checks (a wrong one costs a
+# second call, lease_map), bounded like the tier hints.
+_key_owners: dict[str, tuple[int, int]] = {}
+
+
+def _lease_signed(ask: AuthorizeInput, digest: str, pool_id: int) -> tuple[str, str, str]:
+    """(reservation_id, its signature, "<org>.<key>") of a lease request whose key's org is
+    known here, else ("", "", "")."""
+    owner = _key_owners.get(digest) if ask.lease_owner and not ask.dry_run else None
+    if owner is None:
+        return "", "", ""
+    reservation_id = reservation_id_issue(pool_id=pool_id, org_id=owner[0],
+                                          api_key_id=owner[1], request_id=ask.request_id)
+    return reservation_id, reservation_id.rpartition("_")[2], f"{owner[0]}.{owner[1]}"
 
 
 def _candidates(routes: list[PoolRoute], service_tier: str, hint: str) -> list[PoolRoute]:
@@ -170,22 +213,30 @@ def _candidates(routes: list[PoolRoute], service_tier: str, hint: str) -> list[P
 
 
 def _limiter_decide_steps(ask: AuthorizeInput, routes: list[PoolRoute]) -> Steps:
-    """Ask the pools in order until one admits or refuses for good: (decision, route), or None
-    when no pool of a tier the key's default allows serves the model. Raises
-    LimiterUnavailable (with the route it happened on as its argument)."""
+    """Ask the pools in order until one admits or refuses for good: (decision, route,
+    reservation_id made before the decision or ""), or None when no pool of a tier the key's
+    default allows serves the model. Raises LimiterUnavailable (with the route it happened on
+    as its argument)."""
     digest = secret_digest(ask.api_key)
     refused: list[tuple[Decision, PoolRoute]] = []
     for _ in range(2):  # a second pass only when the key's default tier turned out stale
         hint = _key_tier_hints.get(digest, "unknown")
         for route in _candidates(routes, ask.service_tier, hint):
+            reservation_id, signature, signed_for = _lease_signed(ask, digest, route.pool_id)
             try:
                 d = yield from limiter_authorize_steps(
                     pool_id=route.pool_id, api_key=ask.api_key, digest=digest,
                     request_id=ask.request_id, input_tokens=ask.input_tokens,
                     max_output_tokens=ask.max_output_tokens, tier=ask.service_tier,
-                    key_tier=hint, pool_tier=route.tier, dry_run=ask.dry_run)
+                    key_tier=hint, pool_tier=route.tier, dry_run=ask.dry_run,
+                    lease_owner=ask.lease_owner, lease_id=signature, lease_for=signed_for)
             except LimiterUnavailable as exc:
                 raise LimiterUnavailable(route) from exc
+            if (ask.lease_owner and d.api_key_id
+                    and _key_owners.get(digest) != (d.org_id, d.api_key_id)):
+                if len(_key_owners) >= KEY_TIER_HINTS_MAX:
+                    _key_owners.clear()
+                _key_owners[digest] = (d.org_id, d.api_key_id)
             if d.key_tier and d.key_tier != hint:
                 if len(_key_tier_hints) >= KEY_TIER_HINTS_MAX:
                     _key_tier_hints.clear()
@@ -195,7 +246,7 @@ def _limiter_decide_steps(ask: AuthorizeInput, routes: list[PoolRoute]) -> Steps
             if d.allowed:
                 if refused:
                     yield from _spills_mark_steps(refused, ask, d)
-                return d, route
+                return d, route, reservation_id
             refused.append((d, route))
             if ask.service_tier != "auto" or d.outcome not in SPILL_ON:
                 break
@@ -207,8 +258,8 @@ def _limiter_decide_steps(ask: AuthorizeInput, routes: list[PoolRoute]) -> Steps
     # org holds nothing in the fast one.
     for d, route in refused:
         if d.outcome not in NOT_HERE:
-            return d, route
-    return refused[0] if refused else None
+            return d, route, ""
+    return (*refused[0], "") if refused else None
 
 
 def _spills_mark_steps(refused: list[tuple[Decision, PoolRoute]], ask: AuthorizeInput,
@@ -254,7 +305,7 @@ def _authorize_handle_steps(body: object, gateway: GatewayIdentity) -> Steps:
         if decided is None:
             return _refusal("unknown_model", f"No pool serves model {ask.model!r} on the API "
                             "key's default service tier.", 404)
-        decision, route = decided
+        decision, route, reservation_id = decided
     except LimiterUnavailable as exc:
         # Redis could not decide (down, too slow, read-only, out of memory, or the pool could
         # not be rebuilt): the pool's policy answers. fail_closed refuses (nobody exceeds a
@@ -263,7 +314,7 @@ def _authorize_handle_steps(body: object, gateway: GatewayIdentity) -> Steps:
         route = exc.args[0]
         policy = "fail_open" if route.fail_open else "fail_closed"
         LIMITER_ERRORS.labels(policy).inc()
-        decision = None
+        decision, reservation_id = None, ""
         if route.fail_open:
             decision = yield Blocking(_fail_open_decide, {"ask": ask, "route": route})
         if decision is None:
@@ -277,8 +328,27 @@ def _authorize_handle_steps(body: object, gateway: GatewayIdentity) -> Steps:
     if refusal_counted(decision=decision, limiter=limiter):  # off the decision's path
         yield Background(refusal_count, {"decision": decision, "pool_id": route.pool_id,
                                          "limiter": limiter})
-    return _decision_answer(decision, route=route, request_id=ask.request_id,
+    if decision.allowed and not ask.dry_run:
+        reservation_id = reservation_id or reservation_id_issue(
+            pool_id=route.pool_id, org_id=decision.org_id, api_key_id=decision.api_key_id,
+            request_id=ask.request_id)
+        if decision.lease_ttl_ms and not decision.lease_mapped:
+            yield from _lease_map_steps(route.pool_id, ask.request_id, reservation_id)
+    return _decision_answer(decision, route=route, reservation_id=reservation_id or None,
                             dry_run=ask.dry_run, limiter=limiter)
+
+
+def _lease_map_steps(pool_id: int, request_id: str, reservation_id: str) -> Steps:
+    """Let a lease's id lead to it where authorize could not (its key's org was not known here
+    before the decision): once per API key and process, or a stale belief."""
+    try:
+        yield from limiter_lease_map_steps(pool_id=pool_id, request_id=request_id,
+                                           signature=reservation_id.rpartition("_")[2])
+    except LimiterUnavailable:
+        # Admitted all the same: its heartbeats will answer unknown_lease, and the gateway
+        # keeps serving the stream; the reservation expires after the lease TTL, and its
+        # usage settles it as any other's.
+        logger.warning("lease %s of pool %s could not be mapped", request_id, pool_id)
 
 
 def authorize_handle(body: object, gateway: GatewayIdentity) -> Answer:

@@ -11,11 +11,16 @@ import orjson
 
 # Matched with fullmatch(): `$` alone also matches before a trailing newline ("abc\n").
 REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+# A gateway process's id (a lease's holder): a uuid4 hex per process is fine.
+GATEWAY_PROCESS = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
+MAX_LEASES = 1000  # named in one heartbeat or release
 MAX_TOKENS = 10_000_000
 MAX_EVENTS = 1000
 # A usage batch nests three deep (object, events list, event); nothing valid nests deeper.
 MAX_DEPTH = 8
-USAGE_STATUSES = ("completed", "failed", "cancelled")
+# interrupted: a stream whose gateway died, billed from its last progress (a replacement
+# process reporting from the spool, or Sluice's sweep of an expired lease, docs/hook.md).
+USAGE_STATUSES = ("completed", "failed", "cancelled", "interrupted")
 
 
 class BadInput(Exception):
@@ -171,6 +176,9 @@ class AuthorizeInput(NamedTuple):
     max_output_tokens: int | None  # None: reserve the output estimate alone
     dry_run: bool
     service_tier: str = "auto"
+    # The gateway process that holds the reservation as a lease (the request asked for one:
+    # `lease` true, `gateway_process`), else "".
+    lease_owner: str = ""
 
 
 def _authorize_input_fast(body: object) -> AuthorizeInput | None:
@@ -185,6 +193,7 @@ def _authorize_input_fast(body: object) -> AuthorizeInput | None:
     request_id, api_key, model = get("request_id"), get("api_key"), get("model")
     region, input_tokens, max_output = get("region"), get("input_tokens"), get("max_output_tokens")
     dry_run, tier = get("dry_run", False), get("service_tier", "auto")
+    lease, process = get("lease", False), get("gateway_process")
     if (type(request_id) is not str or not 0 < len(request_id) <= 128
             or REQUEST_ID.fullmatch(request_id) is None
             or type(api_key) is not str or not 0 < len(api_key) <= 256
@@ -193,14 +202,28 @@ def _authorize_input_fast(body: object) -> AuthorizeInput | None:
             or type(input_tokens) is not int or not 0 <= input_tokens <= MAX_TOKENS
             or (max_output is not None
                 and (type(max_output) is not int or not 1 <= max_output <= MAX_TOKENS))
-            or type(dry_run) is not bool or tier not in SERVICE_TIERS):
+            or type(dry_run) is not bool or tier not in SERVICE_TIERS
+            or type(lease) is not bool
+            or (process is not None and (type(process) is not str
+                                         or GATEWAY_PROCESS.fullmatch(process) is None))
+            or (lease and process is None)):
         return None
     return AuthorizeInput(request_id, api_key, model, region, input_tokens, max_output, dry_run,
-                          tier)
+                          tier, process if lease else "")
 
 
 def authorize_input(body: object) -> AuthorizeInput:
     return _authorize_input_fast(body) or _authorize_input_checked(body)
+
+
+def _lease_owner(f: "_Fields") -> str:
+    lease = f.boolean("lease")
+    process = f.text("gateway_process", max_length=64, required=False)
+    if process is not None and not GATEWAY_PROCESS.fullmatch(process):
+        f.errors["gateway_process"] = ["Must be 1-64 characters of A-Z a-z 0-9 . _ : -"]
+    elif lease and process is None and "gateway_process" not in f.errors:
+        f.errors["gateway_process"] = ["Required with lease: the gateway process holding it."]
+    return (process or "") if lease else ""
 
 
 def _authorize_input_checked(body: object) -> AuthorizeInput:
@@ -214,6 +237,7 @@ def _authorize_input_checked(body: object) -> AuthorizeInput:
         max_output_tokens=f.integer("max_output_tokens", minimum=1, required=False),
         dry_run=f.boolean("dry_run"),
         service_tier=f.choice("service_tier", SERVICE_TIERS, default="auto"),
+        lease_owner=_lease_owner(f),
     )
     if f.errors:
         raise _refuse(body, f.errors)
@@ -320,3 +344,38 @@ def usage_input(body: object) -> list[UsageInput]:
     if errors:
         raise _refuse(body, errors["0"] if not batched else {"events": errors})
     return events
+
+
+class LeaseInput(NamedTuple):
+    """One lease named by a heartbeat or release."""
+    id: str  # its reservation_id
+    delivered_output_tokens: int
+
+
+def leases_input(body: object) -> tuple[str, list[LeaseInput]]:
+    """A heartbeat's or release's body: the gateway process and 1 to MAX_LEASES leases. All or
+    nothing: a malformed lease fails the body (an unknown one is answered per lease)."""
+    f = _Fields(body)
+    process = f.text("gateway_process", max_length=64)
+    if process is not None and not GATEWAY_PROCESS.fullmatch(process):
+        f.errors["gateway_process"] = ["Must be 1-64 characters of A-Z a-z 0-9 . _ : -"]
+    items = body.get("leases")
+    leases, errors = [], {}
+    if not isinstance(items, list) or not 1 <= len(items) <= MAX_LEASES:
+        f.errors["leases"] = [f"Must be a list of 1 to {MAX_LEASES} leases."]
+        items = []
+    for index, item in enumerate(items):
+        lease_id = item.get("id") if type(item) is dict else None
+        progress = item.get("delivered_output_tokens") if type(item) is dict else None
+        if (type(lease_id) is not str or not 0 < len(lease_id) <= 128
+                or type(progress) is not int or not 0 <= progress <= MAX_TOKENS):
+            errors[str(index)] = {"non_field_errors": [
+                "Must be {\"id\": a lease id, \"delivered_output_tokens\": an integer from 0 "
+                f"to {MAX_TOKENS}}}."]}
+        else:
+            leases.append(LeaseInput(lease_id, progress))
+    if errors:
+        f.errors["leases"] = errors
+    if f.errors:
+        raise _refuse(body, f.errors)
+    return process, leases

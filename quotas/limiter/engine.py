@@ -28,7 +28,15 @@ from quotas.limiter.schema import (
     AuthorizeArgs,
     AuthorizeKeys,
     Decision,
+    ExpiredLease,
     HeldReservation,
+    LeaseAnswer,
+    LeaseExpireArgs,
+    LeaseExpireKeys,
+    LeaseMapArgs,
+    LeaseMapKeys,
+    LeaseUpdateArgs,
+    LeaseUpdateKeys,
     LookupArgs,
     SettleArgs,
     SettleKeys,
@@ -70,7 +78,8 @@ def _pool_keys(pool_id: int) -> _PoolKeys:
 
 def _authorize_call(*, pool_id: int, digest: str, request_id: str, input_tokens: int,
                     max_output_tokens: int, tier: str, key_tier: str, pool_tier: str,
-                    dry_run: bool, now_ms: int, config: EngineConfig) -> ScriptCall:
+                    dry_run: bool, now_ms: int, config: EngineConfig,
+                    lease_owner: str, lease_id: str, lease_for: str) -> ScriptCall:
     pool = _pool_keys(pool_id)
     ttl_ms = config.reservation_ttl_s * 1000
     day, month = time_stamps(now_ms)
@@ -79,21 +88,26 @@ def _authorize_call(*, pool_id: int, digest: str, request_id: str, input_tokens:
         pool.registry, pool.synced, pool.pool, pool.reservation_prefix + request_id),
         AuthorizeArgs(digest, request_id, input_tokens, max_output_tokens, tier, key_tier,
                       pool_tier, now_ms, day, month, ttl_ms, int(dry_run),
-                      ttl_ms + RECORD_GRACE_MS))
+                      ttl_ms + RECORD_GRACE_MS, lease_owner, lease_id, lease_for))
 
 
 def limiter_authorize_steps(*, pool_id: int, api_key: str, request_id: str, input_tokens: int,
                             max_output_tokens: int | None, tier: str = "auto",
                             key_tier: str = "unknown", pool_tier: str = "fast",
-                            dry_run: bool = False, digest: str | None = None) -> Steps:
-    """`limiter_authorize` as steps (steps.py), for a caller that runs them on an event loop."""
+                            dry_run: bool = False, digest: str | None = None,
+                            lease_owner: str = "", lease_id: str = "",
+                            lease_for: str = "") -> Steps:
+    """`limiter_authorize` as steps (steps.py), for a caller that runs them on an event loop.
+    `lease_owner`: the gateway process that holds the reservation as a lease ("": none);
+    `lease_id`: the signature of its id, signed for `lease_for` ("<org>.<key_id>"), or ""
+    (Decision.lease_mapped 0: the caller maps the id with `limiter_lease_map_steps`)."""
     config = engine_config()
     call = _authorize_call(
         pool_id=pool_id, digest=digest or secret_digest(api_key), request_id=request_id,
         input_tokens=input_tokens,
         max_output_tokens=-1 if max_output_tokens is None else max_output_tokens, tier=tier,
         key_tier=key_tier, pool_tier=pool_tier, dry_run=dry_run, now_ms=clock.now_ms(),
-        config=config)
+        config=config, lease_owner=lease_owner, lease_id=lease_id, lease_for=lease_for)
     decision = reply_decode(Decision, (yield call))
     if decision.outcome == UNSYNCED:
         if config.pool_rebuild is not None:
@@ -149,3 +163,61 @@ def limiter_reservations_lookup(*, pool_id: int,
                          keys=[reservation + r for r in request_ids])
     return [None if reply is None else reply_decode(HeldReservation, reply)
             for reply in replies]
+
+
+# A released lease whose usage event has not arrived this long after is billed from its last
+# progress by the sweep (and replaced if the event comes later): usage batches arrive within
+# seconds, a gateway that died after releasing never sends them.
+LEASE_RELEASE_GRACE_MS = 120_000
+# A lease the sweep claimed but did not settle (it died meanwhile) is claimed again after this.
+LEASE_CLAIM_MS = 30_000
+
+
+class LeaseNamed(NamedTuple):
+    """A lease as a heartbeat names it: its id's signature and the org and key the id names
+    (unverified: the script compares them with the reservation's), and its progress."""
+    signature: str
+    org_id: int
+    api_key_id: int  # 0: none
+    progress: int
+
+
+def limiter_lease_map_steps(*, pool_id: int, request_id: str, signature: str) -> Steps:
+    """Let the lease id ending in `signature` lead to `request_id`'s reservation (authorize
+    did not: Decision.lease_mapped 0). Raises LimiterUnavailable."""
+    record_ttl_ms = engine_config().reservation_ttl_s * 1000 + RECORD_GRACE_MS
+    yield ScriptCall("lease_map", LeaseMapKeys(
+        reservation=_pool_keys(pool_id).reservation_prefix + request_id,
+        lease_id=pool_key(pool_id, KEY.lease_id, signature)),
+        LeaseMapArgs(request_id=request_id, record_ttl_ms=record_ttl_ms))
+
+
+def limiter_leases_update_steps(*, pool_id: int, owner: str, release: bool,
+                                leases: list[LeaseNamed]) -> Steps:
+    """Renew (or release) `leases` of one pool held by the gateway process `owner`, in one
+    script call: a LeaseAnswer per lease, in order. Raises LimiterUnavailable."""
+    record_ttl_ms = engine_config().reservation_ttl_s * 1000 + RECORD_GRACE_MS
+    keys = [*LeaseUpdateKeys(pool=_pool_keys(pool_id).pool),
+            *[pool_key(pool_id, KEY.lease_id, lease.signature) for lease in leases]]
+    args = [*LeaseUpdateArgs(now_ms=clock.now_ms(), owner=owner, release=int(release),
+                             release_grace_ms=LEASE_RELEASE_GRACE_MS,
+                             record_ttl_ms=record_ttl_ms),
+            *chain.from_iterable(lease[1:] for lease in leases)]
+    replies = yield ScriptCall("lease_update", keys, args)
+    return [reply_decode(LeaseAnswer, reply) for reply in replies]
+
+
+def limiter_leases_update(**kwargs) -> list[LeaseAnswer]:
+    """`limiter_leases_update_steps` in this thread."""
+    return steps_run(limiter_leases_update_steps(**kwargs))
+
+
+def limiter_leases_expire(*, pool_id: int, limit: int = 500) -> list[ExpiredLease]:
+    """Claim up to `limit` of the pool's due leases, oldest first (lease_expire.lua): what
+    settling each as interrupted usage needs. A claim not settled within LEASE_CLAIM_MS is
+    claimed again. Raises LimiterUnavailable."""
+    replies = script_run("lease_expire", bulk=True,
+                         keys=LeaseExpireKeys(leases=pool_key(pool_id, KEY.leases)),
+                         args=LeaseExpireArgs(now_ms=clock.now_ms(), limit=limit,
+                                              claim_ms=LEASE_CLAIM_MS))
+    return [reply_decode(ExpiredLease, reply) for reply in replies]
