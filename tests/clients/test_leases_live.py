@@ -18,11 +18,7 @@ from tests.aio import run_async
 from tests.clients.test_python_client import usage
 from tests.quotas.conftest import tenant_create
 
-pytestmark = [pytest.mark.django_db(transaction=True),
-              # Until branch lease (the server's side) is merged: remove then.
-              pytest.mark.skipif(not hasattr(__import__("quotas.models").models.CapacityPool,
-                                             "lease_ttl_seconds"),
-                                 reason="the server's lease endpoints are not merged yet")]
+pytestmark = pytest.mark.django_db(transaction=True)
 HEARTBEAT = "/api/gateway/v1/leases/heartbeat"
 
 

@@ -24,11 +24,7 @@ from tests.factories import PoolFactory
 from tests.gateway.conftest import wait_for
 from tests.quotas.conftest import threads_race
 
-pytestmark = [pytest.mark.django_db(transaction=True),
-              # Until branch lease (the server's side) is merged: remove then.
-              pytest.mark.skipif(not hasattr(__import__("quotas.models").models.CapacityPool,
-                                             "lease_ttl_seconds"),
-                                 reason="the server's lease endpoints are not merged yet")]
+pytestmark = pytest.mark.django_db(transaction=True)
 HELLO = [{"role": "user", "content": "hello"}]
 ROOT = Path(__file__).resolve().parents[2]
 LEASE_TTL = 6  # seconds: the shortest a pool allows
@@ -73,7 +69,7 @@ def test_one_over_max_concurrency_is_always_refused(stack_factory):
         return error.value.code
 
     held = [stream(100, 5) for _ in range(3)]     # ~20 s each
-    ending = stream(20, 100)                      # ~0.2 s
+    ending = stream(40, 10)                       # ~4 s: outlives the refusals below
     assert [refused() for _ in range(3)] == ["concurrency_exceeded"] * 3
     list(ending[1])  # read to its end: its slot is free now
     held.append(stream(100, 5))
