@@ -137,15 +137,16 @@ async def _streams(url: str, api_key: str, model: str, n: int, *, tokens: int,
         except httpx.TransportError:
             pass  # the gateway died under it
 
-    async def killer() -> None:
+    async def killer() -> None:  # kill_after seconds after the requests were sent
         await started.wait()
-        await asyncio.sleep(kill_after)
+        await asyncio.sleep(max(0.0, sent_at + kill_after - time.monotonic()))
         process.send_signal(signal.SIGKILL)
 
     async with httpx.AsyncClient(timeout=30, limits=httpx.Limits(max_connections=n + 5)) as http:
         jobs = [one(i, http) for i in range(n)]
         if kill_after is not None:
             jobs.append(killer())
+        sent_at = time.monotonic()
         await asyncio.gather(*jobs)
     return [tuple(v) for v in received.values()]
 
