@@ -20,12 +20,13 @@ per second at the default 50 ms interval.
 
 import argparse
 import asyncio
-import importlib
+import sys
 import tempfile
 import time
 import uuid
 
 from common import (
+    ROOT,
     SERVER_PIDS,
     django_setup,
     process_tree_cpu_seconds,
@@ -34,12 +35,13 @@ from common import (
     web_server,
 )
 
+sys.path.insert(0, str(ROOT / "clients" / "python" / "src"))  # this repository's client
+
 
 async def measure(url: str, gateway_token: str, api_key: str, model: str, n: int,
                   rounds: int) -> list:
     from sluice_client.aio import AsyncSluiceClient
 
-    importlib.import_module("gateway")  # puts this repository's sluice_client on the path
 
     async with AsyncSluiceClient(url, token=gateway_token, spool_path=f"/tmp/bench-{n}.jsonl",
                                  leases=True, heartbeat_interval=3600,
@@ -81,7 +83,7 @@ async def measure(url: str, gateway_token: str, api_key: str, model: str, n: int
 
 
 def progress_tick(n: int, rounds: int, directory: str) -> list:
-    importlib.import_module("gateway")  # puts this repository's sluice_client on the path
+    sys.path.insert(0, str(ROOT))  # the gateway package, ahead of bench/gateway.py
     from sluice_client import AuthorizeResult
     from sluice_client.aio import AsyncSluiceClient
     from sluice_client.leases import Lease

@@ -105,3 +105,22 @@ def test_the_process_id_is_one_per_process_and_new_in_a_child():
     theirs = out.get(timeout=30)
     child.join()
     assert theirs != process_id()
+
+
+def test_a_key_near_its_concurrency_limit_waits_for_pending_releases():
+    book = LeaseBook()
+
+    def answer(remaining=None, code=None):
+        headers = {} if remaining is None else {"x-ratelimit-remaining-requests": str(remaining)}
+        return AuthorizeResult(allowed=code is None, status_code=200 if code is None else 429,
+                               headers=headers, error_code=code)
+
+    assert not book.near_limit("sk_a")  # nothing known: ask at once (a refusal asks again)
+    book.answered_authorize("sk_a", answer(40))
+    assert not book.near_limit("sk_a")
+    book.answered_authorize("sk_a", answer(2))
+    assert book.near_limit("sk_a") and not book.near_limit("sk_b")
+    book.answered_authorize("sk_b", answer(code="concurrency_exceeded"))
+    assert book.near_limit("sk_b")
+    book.answered_authorize("sk_b", answer())  # no header (an older Sluice): unchanged
+    assert book.near_limit("sk_b")

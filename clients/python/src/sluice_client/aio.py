@@ -42,6 +42,7 @@ from sluice_client.client import (
 )
 from sluice_client.http1 import Http1Pool, HttpError
 from sluice_client.leases import (
+    ASK_AGAIN,
     HEARTBEAT_PATH,
     RELEASE_PATH,
     RELEASE_WINDOW,
@@ -138,10 +139,27 @@ class AsyncSluiceClient:
                               input_tokens=input_tokens, max_output_tokens=max_output_tokens,
                               region=region, dry_run=dry_run, service_tier=service_tier,
                               lease=lease)
-        if lease and (self.leases.releasing or self._releases_done < self._releases_taken):
-            await self._releases_sent()
+        # Releases queued or on their way may free the slot this request needs: they leave at
+        # once (no gathering). Near its concurrency limit (as the key's last answer said) the
+        # request waits for them; a concurrency refusal is asked again once the releases
+        # pending then are answered (a few times at most: streams keep ending meanwhile).
+        # Nothing waits when no release is pending.
+        pending = self._releases_pending() if lease else 0
+        if pending and self.leases.near_limit(api_key):
+            await self._releases_sent(pending)
+            pending = self._releases_pending()
         result = AuthorizeResult.from_response(
             await self._post("/api/gateway/v1/authorize", body))
+        for _ in range(ASK_AGAIN):
+            if not pending or result.error_code != "concurrency_exceeded":
+                break
+            await self._releases_sent(pending)
+            self.leases.stats["authorize_asked_again"] += 1
+            pending = self._releases_pending()
+            result = AuthorizeResult.from_response(
+                await self._post("/api/gateway/v1/authorize", body))
+        if lease:
+            self.leases.answered_authorize(api_key, result)
         if lease and result.allowed and result.lease is not None:
             self.leases.hold(result.lease, bound=result.reserved_output_tokens)
         return result
@@ -159,12 +177,19 @@ class AsyncSluiceClient:
         if self.leases is not None and self.leases.release(lease_id, delivered_output_tokens):
             self._release_wake.set()
 
-    async def _releases_sent(self) -> None:
-        """Until the releases queued (or leaving) now are answered: the slots they free are
-        then free for this authorize."""
+    def _releases_pending(self) -> int:
+        """The release batch that carries every release queued so far (0: none pending), sent
+        at once."""
         target = self._releases_taken + (1 if self.leases.releasing else 0)
-        self._release_urgent.set()
-        self._release_wake.set()
+        if self._releases_done >= target:
+            return 0
+        if self.leases.releasing:
+            self._release_urgent.set()
+            self._release_wake.set()
+        return target
+
+    async def _releases_sent(self, target: int) -> None:
+        """Until release batch `target` is answered (at most the calls' own timeout)."""
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(self._timeout * (self.retries + 1)):
                 while self._releases_done < target and self._lease_tasks:

@@ -10,6 +10,7 @@ from datetime import datetime
 import httpx
 
 from sluice_client.leases import (
+    ASK_AGAIN,
     HEARTBEAT_PATH,
     RELEASE_PATH,
     RELEASE_WINDOW,
@@ -165,9 +166,27 @@ class SluiceClient:
                               input_tokens=input_tokens, max_output_tokens=max_output_tokens,
                               region=region, dry_run=dry_run, service_tier=service_tier,
                               lease=lease)
+        # Releases queued or on their way may free the slot this request needs: they leave at
+        # once (no gathering). Near its concurrency limit (as the key's last answer said) the
+        # request waits for them; a concurrency refusal is asked again once the releases
+        # pending then are answered (a few times at most: streams keep ending meanwhile).
+        # Nothing waits when no release is pending.
+        pending = self._releases_pending() if lease else 0
+        if pending and self.leases.near_limit(api_key):
+            self._releases_sent(pending)
+            pending = self._releases_pending()
+        result = AuthorizeResult.from_response(
+            self._post("/api/gateway/v1/authorize", body))
+        for _ in range(ASK_AGAIN):
+            if not pending or result.error_code != "concurrency_exceeded":
+                break
+            self._releases_sent(pending)
+            self.leases.stats["authorize_asked_again"] += 1
+            pending = self._releases_pending()
+            result = AuthorizeResult.from_response(
+                self._post("/api/gateway/v1/authorize", body))
         if lease:
-            self._releases_sent()
-        result = AuthorizeResult.from_response(self._post("/api/gateway/v1/authorize", body))
+            self.leases.answered_authorize(api_key, result)
         if lease and result.allowed and result.lease is not None:
             self.leases.hold(result.lease, bound=result.reserved_output_tokens)
             self._lease_threads_start()
@@ -261,20 +280,26 @@ class SluiceClient:
                     self._releases_done = batch
                     cv.notify_all()
 
-    def _releases_sent(self) -> None:
-        """Until the releases queued (or leaving) now are answered: the slots they free are
-        then free for this authorize."""
+    def _releases_pending(self) -> int:
+        """The release batch that carries every release queued so far (0: none pending), sent
+        at once."""
         if not self._lease_threads:
-            return
-        cv = self._lease_cv
-        with cv:
+            return 0
+        with self._lease_cv:
             target = self._releases_taken + (1 if self.leases.releasing else 0)
             if self._releases_done >= target:
-                return
-            self._release_urgent = True
-            cv.notify_all()
-            cv.wait_for(lambda: self._releases_done >= target or self._stop.is_set(),
-                        timeout=self._http.timeout.read or 5.0)
+                return 0
+            if self.leases.releasing:
+                self._release_urgent = True
+                self._lease_cv.notify_all()
+            return target
+
+    def _releases_sent(self, target: int) -> None:
+        """Until release batch `target` is answered (at most the calls' own timeout)."""
+        with self._lease_cv:
+            self._lease_cv.wait_for(
+                lambda: self._releases_done >= target or self._stop.is_set(),
+                timeout=(self._http.timeout.read or 5.0) * (self.retries + 1))
 
     def _post(self, path: str, body: dict) -> httpx.Response:
         """POST, retrying network errors and 5xx with the same body (same request_id): the

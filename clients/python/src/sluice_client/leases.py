@@ -27,6 +27,9 @@ RELEASE_PATH = "/api/gateway/v1/leases/release"
 MAX_PER_CALL = 1000          # leases one heartbeat or release call may name (the contract's)
 RELEASE_WINDOW = 0.005       # seconds a release waits for others ending with it
 DEFAULT_HEARTBEAT = 5.0      # seconds, until an answer names the interval
+ASK_AGAIN = 3                # concurrency refusals asked again after pending releases
+NEAR_LIMIT = 2               # requests left (the key's last answer) below which releases go first
+KEYS_MAX = 50_000            # keys whose last remaining-requests count is kept
 
 _process: tuple[int, str] | None = None
 
@@ -71,6 +74,24 @@ class LeaseBook:
         self.on_refused = on_refused
         self.interval = DEFAULT_HEARTBEAT
         self.stats: Counter = Counter()   # heartbeat_calls, renewed, refused, released, ...
+        # hash(api key) -> requests it had left at its last answer (x-ratelimit-remaining-
+        # requests): whether an authorize waits for the releases pending.
+        self._remaining: dict[int, int] = {}
+
+    def near_limit(self, api_key: str) -> bool:
+        return self._remaining.get(hash(api_key), NEAR_LIMIT + 1) <= NEAR_LIMIT
+
+    def answered_authorize(self, api_key: str, result) -> None:
+        if result.error_code == "concurrency_exceeded":
+            remaining = 0
+        else:
+            try:
+                remaining = int((result.headers or {})["x-ratelimit-remaining-requests"])
+            except (KeyError, ValueError, TypeError):
+                return
+        if len(self._remaining) >= KEYS_MAX:
+            self._remaining.clear()  # a hint, not a record
+        self._remaining[hash(api_key)] = remaining
 
     def __len__(self) -> int:
         return len(self._held)
