@@ -410,9 +410,10 @@ class Gateway:
         self.in_flight.pop(attempt.request_id, None)
         event = attempt.usage_event(status=status, finished_at=finished)
         if attempt.grant is not None:
+            body = event.as_json()  # once, for the usage batch and the progress file
             if self.leases:
-                self.leases.finished(attempt, event)
-            self.sluice.report_usage(event)
+                self.leases.finished(attempt, body)
+            self.sluice.report_usage(body)
         self._observe(attempt, outcome, event=event)
 
     def stream_ending(self, attempt: Attempt, delivered: int) -> None:

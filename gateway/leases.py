@@ -222,7 +222,8 @@ class GatewayLeases:
         if grant is not None and grant.lease is not None:
             self.gateway.sluice.release(grant.lease.id, delivered)
 
-    def finished(self, attempt, event) -> None:
+    def finished(self, attempt, event: dict) -> None:
+        """`event`: the attempt's usage event (its JSON)."""
         grant = attempt.grant
         if grant is None or grant.lease is None:
             return
@@ -230,7 +231,7 @@ class GatewayLeases:
         self._logged.pop(attempt.request_id, None)
         if self.log is not None:
             self.log.finish(attempt.request_id,
-                            b'{"u":' + orjson.dumps(event.as_json()) + b"}\n")
+                            b'{"u":' + orjson.dumps(event) + b"}\n")
 
     def usage_handled(self, events: list[dict]) -> None:
         if self.log is not None:
