@@ -416,6 +416,11 @@ class Gateway:
             self.sluice.report_usage(body)
         self._observe(attempt, outcome, event=event)
 
+    def stream_sending(self, attempt: Attempt, delivered: int) -> None:
+        """The relay is about to write a stream's bytes, `delivered` tokens with them."""
+        if self.leases:
+            self.leases.sending(attempt, delivered)
+
     def stream_ending(self, attempt: Attempt, delivered: int) -> None:
         """The relay is about to write a stream's last bytes (done, or an upstream error)."""
         if self.leases:

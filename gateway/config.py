@@ -19,7 +19,7 @@ GATEWAY_MAX_BODY_BYTES     the largest request body accepted, declared or read (
 GATEWAY_LEASES             1 (default): admitted requests hold leases, renewed by a heartbeat,
                            released when their stream ends, their progress kept next to the
                            spool (gateway/leases.py); 0: today's reservations
-GATEWAY_PROGRESS_INTERVAL  seconds between progress appends (0.05, at most 0.25)
+GATEWAY_PROGRESS_INTERVAL  seconds between progress appends (0.025, at most 0.25)
 """
 
 import dataclasses
@@ -52,7 +52,7 @@ class GatewayConfig:
     region: str | None = None
     max_body_bytes: int = MAX_BODY_BYTES
     leases: bool = True
-    progress_interval: float = 0.05
+    progress_interval: float = 0.025
 
     def upstream_for(self, pool: dict) -> Upstream | None:
         """The upstream serving one of Sluice's pools ({"id", "model", "region", "tier"})."""
@@ -85,7 +85,8 @@ class GatewayConfig:
             region=env.get("GATEWAY_REGION") or None,
             max_body_bytes=_bytes(env, "GATEWAY_MAX_BODY_BYTES", MAX_BODY_BYTES),
             leases=_flag(env, "GATEWAY_LEASES", True),
-            progress_interval=_seconds(env, "GATEWAY_PROGRESS_INTERVAL", 0.05, most=0.25),
+            progress_interval=_seconds(env, "GATEWAY_PROGRESS_INTERVAL", 0.025,
+                                       most=0.25),
         )
 
 

@@ -89,6 +89,7 @@ class StreamRelay:
                 if meter.done:
                     return await self._complete(send, out)
                 if out:
+                    self.gateway.stream_sending(attempt, meter.deltas)
                     await send({"type": "http.response.body", "body": out, "more_body": True})
                     attempt.delivered_tokens = meter.deltas  # the request's progress
         except TimeoutError:

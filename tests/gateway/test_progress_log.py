@@ -127,3 +127,34 @@ def test_progress_is_appended_where_it_changed_and_handed_to_the_heartbeat(tmp_p
     assert sum("a" in r for r in records) == 3
     book = gateway.sluice.leases
     assert [book.held_progress(f"rsv_{n}") for n in range(3)] == [11, 3, 0]
+
+
+def test_when_the_tick_is_overdue_progress_is_written_before_the_bytes(tmp_path):
+    gateway = Gateway(GatewayConfig(sluice_url=_dead_url(), gateway_token="gw_x",
+                                    upstreams={"*": Upstream("http://127.0.0.1:1/v1")}))
+    spool_path = str(tmp_path / "usage-0.jsonl")
+
+    async def run():
+        gateway.sluice = AsyncSluiceClient(gateway.config.sluice_url, token="gw_x",
+                                           spool_path=spool_path, leases=True)
+        leases = GatewayLeases(gateway, interval=3600)
+        leases.start(spool_path)
+        attempt = Attempt(operation="chat", model="m", input_estimate=10)
+        attempt.grant = AuthorizeResult(allowed=True, status_code=200, reservation_id="rsv_0",
+                                        lease=Lease("rsv_0", 15_000, 5_000))
+        gateway.sluice.leases.hold(attempt.grant.lease)
+        gateway.in_flight[attempt.request_id] = attempt
+        leases.admitted(attempt)
+        leases.tick()
+        leases.sending(attempt, 8)  # the tick is on time: nothing written ahead
+        attempt.delivered_tokens = 8
+        leases._ticked -= 7200      # the process was starved: the tick is overdue
+        leases.sending(attempt, 80)  # written before the 72 tokens leave
+        leases.tick()               # the send has not returned yet: nothing older written
+        attempt.delivered_tokens = 80
+        leases.tick()
+        await leases.stop()
+        return attempt.request_id
+
+    rid = run_async(run())
+    assert [(r["p"], r["o"]) for r in read(progress_path(spool_path)) if "p" in r] == [(rid, 80)]
