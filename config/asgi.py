@@ -9,6 +9,7 @@ from concurrent.futures import Executor
 from django.conf import settings
 
 from config.wsgi import application as wsgi_application
+from metering.api import leases
 from quotas.hook.asgi import hook_on_loop
 from sluice.asgi_bridge import wsgi_app_as_asgi, wsgi_executor
 
@@ -24,7 +25,9 @@ def asgi_application(wsgi_app, *, executor: Executor | None = None):
     bridge = wsgi_app_as_asgi(wsgi_app, executor=executor,
                               max_body=4 * settings.DATA_UPLOAD_MAX_MEMORY_SIZE,
                               on_startup=worker_ready)
-    return hook_on_loop(bridge, executor=executor)
+    return hook_on_loop(bridge, executor=executor, routes={
+        leases.HEARTBEAT_PATH: leases.lease_heartbeat_steps,
+        leases.RELEASE_PATH: leases.lease_release_steps})
 
 
 def worker_ready() -> None:

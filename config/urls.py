@@ -7,6 +7,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from billing.api.views_costs import OrganizationCostsApi
 from billing.api.webhook import stripe_webhook
 from metering.api import hook as usage_hook
+from metering.api import leases as lease_hook
 from metering.api.usage_completions import OrganizationUsageCompletionsApi
 from quotas.hook import urls as authorize_hook
 from quotas.hook.metrics import metrics_view
@@ -24,9 +25,9 @@ urlpatterns = [
     path("api/v1/", include("orgs.api.urls")),
     path("api/v1/", include("quotas.api.urls")),
     path("api/v1/", include("metering.api.urls")),
-    # The hook gateways call: authorize (quotas) and usage (metering), one URL namespace.
-    path("api/gateway/v1/", include(([*authorize_hook.urlpatterns, *usage_hook.urlpatterns],
-                                     "hook"))),
+    # The hook gateways call: authorize (quotas), usage and leases (metering), one namespace.
+    path("api/gateway/v1/", include(([*authorize_hook.urlpatterns, *usage_hook.urlpatterns,
+                                      *lease_hook.urlpatterns], "hook"))),
     path("metrics", metrics_view, name="metrics"),
     path("api/v1/", include("rollout.api.urls")),
     path("api/v1/", include("billing.api.urls")),

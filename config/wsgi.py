@@ -12,7 +12,10 @@ get_resolver().url_patterns  # noqa: B018 - the property imports them
 
 # The hook (authorize before every inference request, usage after it) is served before Django's
 # middleware stack.
+from metering.api import leases  # noqa: E402
 from metering.api.hook import usage_call  # noqa: E402
 from quotas.hook.wsgi import hook_fast_path  # noqa: E402
 
-application = hook_fast_path(application, usage_call=usage_call)
+application = hook_fast_path(application, usage_call=usage_call, calls={
+    leases.HEARTBEAT_PATH: leases.lease_heartbeat_call,
+    leases.RELEASE_PATH: leases.lease_release_call})

@@ -6,6 +6,7 @@ from datetime import UTC, datetime, time
 from django.contrib import messages
 from django.shortcuts import redirect, render
 from django.utils import timezone
+from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
 from metering.selectors import usage_tokens_by_pool
@@ -145,6 +146,7 @@ def _keys_context(request, membership, **extra) -> dict:
             "email_verified": user_email_verified(user=request.user), **extra}
 
 
+@never_cache  # the answer to a POST may carry a secret: no cache keeps it
 @require_POST
 @org_page(page="keys", roles=KEY_MANAGERS)
 def key_create(request, membership):

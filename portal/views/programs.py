@@ -3,6 +3,7 @@ Usage, Costs and API key endpoints) and webhook endpoints with their deliveries.
 admins only; secrets are rendered into the one response that creates them, never again."""
 
 from django.shortcuts import redirect, render
+from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
 from orgs.models import MEMBER_MANAGERS
@@ -25,6 +26,7 @@ from webhooks.services import (
 )
 
 
+@never_cache  # the answer to a POST may carry a secret: no cache keeps it
 @org_page(page="admin_keys", roles=MEMBER_MANAGERS)
 def admin_keys(request, membership):
     org, form, context, status = membership.org, AdminKeyCreateForm(), {}, 200
@@ -52,6 +54,7 @@ def admin_key_revoke_view(request, membership, key_id: int):
     return redirect("portal:admin_keys", membership.org.slug)
 
 
+@never_cache  # the answer to a POST may carry a secret: no cache keeps it
 @org_page(page="webhooks", roles=MEMBER_MANAGERS)
 def webhooks(request, membership):
     org, form, context, status = membership.org, WebhookEndpointForm(), {}, 200

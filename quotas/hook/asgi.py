@@ -19,16 +19,9 @@ from concurrent.futures import Executor
 
 from django.conf import settings
 
-from quotas.hook.hook import authorize_steps, lease_heartbeat_steps, lease_release_steps
+from quotas.hook.hook import authorize_steps
 from quotas.hook.inputs import body_too_large
-from quotas.hook.wsgi import (
-    AUTHORIZE_PATH,
-    LEASE_HEARTBEAT_PATH,
-    LEASE_RELEASE_PATH,
-    database_hygiene,
-    hook_reply,
-    host_refusal,
-)
+from quotas.hook.wsgi import AUTHORIZE_PATH, database_hygiene, hook_reply, host_refusal
 from quotas.limiter.steps import steps_run_async
 from sluice.asgi_bridge import BodyTooLarge, body_receive
 
@@ -63,21 +56,20 @@ async def _send(send, status: int, body: dict) -> None:
     await send({"type": "http.response.body", "body": data})
 
 
-# Path -> the hook's steps answered on the loop, and what its refusals carry besides the error
-# (authorize's every answer that admits nothing says `allowed: false`).
-_ON_LOOP = {AUTHORIZE_PATH: (authorize_steps, {"allowed": False}),
-            LEASE_HEARTBEAT_PATH: (lease_heartbeat_steps, {}),
-            LEASE_RELEASE_PATH: (lease_release_steps, {})}
+def hook_on_loop(app, *, executor: Executor, routes: dict | None = None):
+    """`app` (the bridge), with POST authorize answered on the event loop, and `routes` (path
+    -> steps: metering's leases); `executor` runs the steps that may block (the bridge's own
+    threads)."""
+    # Path -> the steps, and what their refusals carry besides the error (authorize's every
+    # answer that admits nothing says `allowed: false`).
+    on_loop = {AUTHORIZE_PATH: (authorize_steps, {"allowed": False}),
+               **{route: (steps, {}) for route, steps in (routes or {}).items()}}
 
-
-def hook_on_loop(app, *, executor: Executor):
-    """`app` (the bridge), with POST authorize and the leases' heartbeat and release answered
-    on the event loop; `executor` runs the steps that may block (the bridge's own threads)."""
     def in_thread(fn, kwargs: dict):
         return asyncio.get_running_loop().run_in_executor(executor, _run, fn, kwargs)
 
     async def application(scope, receive, send):
-        hook = _ON_LOOP.get(scope["path"]) if scope["type"] == "http" else None
+        hook = on_loop.get(scope["path"]) if scope["type"] == "http" else None
         if hook is None or scope["method"] != "POST":
             return await app(scope, receive, send)
         steps, refused = hook

@@ -8,8 +8,8 @@ through a PostgreSQL outage. Every create and revoke publishes the usable tokens
 its commit (quotas/publish.py; limiter_sync republishes them), and each process re-reads that
 set every REFRESH_SECONDS, so a revocation takes effect within about that. When Redis cannot
 answer, the set is read from PostgreSQL instead; when neither can, the last one read stays in
-force. A token the set does not hold is looked up in PostgreSQL once (a publish may have been
-lost), and remembered as unknown for MISS_SECONDS so guessing cannot hammer the database.
+force. A token the set does not hold is looked up within the bounds of
+quotas/hook/gateway_token_misses.py: a guess costs no PostgreSQL query, a new token works at once.
 When a token was last used is recorded in Redis and copied into PostgreSQL by limiter_sync.
 """
 
@@ -22,6 +22,7 @@ from django.db import DatabaseError, transaction
 from django.utils import timezone
 
 from orgs.services.audit import Actor, audit_record
+from quotas.hook.gateway_token_misses import UnknownTokens
 from quotas.limiter.connection import LimiterUnavailable
 from quotas.limiter.gateway_tokens import (
     gateway_tokens_read,
@@ -30,19 +31,13 @@ from quotas.limiter.gateway_tokens import (
 )
 from quotas.limiter.steps import Background, Blocking, Claim, Steps
 from quotas.models import GatewayToken
-from quotas.publish import (
-    gateway_tokens_publish,
-    gateway_tokens_publish_later,
-    gateway_tokens_usable,
-)
+from quotas.publish import gateway_tokens_publish_later, gateway_tokens_usable
 from sluice.errors import Conflict, DomainError
-from sluice.secrets import secret_digest, secret_issue, secret_matches, secret_parse_lookup
+from sluice.secrets import secret_digest, secret_issue, secret_parse_lookup
 from sluice.transactions import nestable
 
 GATEWAY_TOKEN_KIND = "gw"  # noqa: S105 - a prefix, not a secret
 REFRESH_SECONDS = 0.5
-MISS_SECONDS = 5.0
-MISS_MAX_ENTRIES = 10_000
 # When a token was last used is recorded at most this often per token and process.
 TOUCH_EVERY_SECONDS = 60
 
@@ -117,7 +112,7 @@ class _Known:
         self.by_digest: dict[str, GatewayIdentity] | None = None
         self.fresh_until = float("-inf")
         self.refresh = Claim()
-        self.misses: dict[str, float] = {}  # digest -> unknown until (monotonic)
+        self.unknown = UnknownTokens()  # what a token the set does not hold may cost
         self.used: dict[int, int] = {}  # token id -> last use (epoch s), not yet recorded
         self.recorded: dict[int, int] = {}  # token id -> last use recorded in Redis
         self.lock = threading.Lock()
@@ -148,35 +143,19 @@ class _Known:
                 self.recorded.update(due)
 
     def missed(self, digest: str) -> bool:
-        """Looked up and not found a moment ago (MISS_SECONDS): not looked up again yet."""
-        return self.misses.get(digest, float("-inf")) > time.monotonic()
+        """Refused without a lookup (quotas/hook/gateway_token_misses.py)."""
+        return self.unknown.refused_from_memory(digest)
 
     def miss(self, plaintext: str, digest: str) -> GatewayIdentity | None:
-        if self.missed(digest):
+        if secret_parse_lookup(plaintext, kind=GATEWAY_TOKEN_KIND) is None:
+            return None  # not even shaped like a token
+        entry = self.unknown.resolve(digest)
+        if entry is None:
             return None
-        identity = _lookup(plaintext)
-        if identity is None:
-            if len(self.misses) >= MISS_MAX_ENTRIES:
-                self.misses.clear()
-            self.misses[digest] = time.monotonic() + MISS_SECONDS
-            return None
-        # A usable token Redis did not list: its publish was lost. Publish again.
-        with contextlib.suppress(LimiterUnavailable, DatabaseError):
-            gateway_tokens_publish()
+        identity = _identity(entry)
         if self.by_digest is not None:
             self.by_digest[digest] = identity
         return identity
-
-
-def _lookup(plaintext: str) -> GatewayIdentity | None:
-    lookup = secret_parse_lookup(plaintext, kind=GATEWAY_TOKEN_KIND)
-    try:
-        row = GatewayToken.objects.filter(lookup=lookup).first() if lookup else None
-    except DatabaseError:
-        return None
-    if row is None or row.revoked_at is not None or not secret_matches(plaintext, row.digest):
-        return None
-    return GatewayIdentity(token_id=row.pk, name=row.name)
 
 
 _known = _Known()

@@ -14,13 +14,12 @@ from collections.abc import Callable
 
 from django.db import InterfaceError, OperationalError
 
-from quotas.hook import leases, messages
+from quotas.hook import messages
 from quotas.hook.fail_open import fail_open_authorize, fail_open_heartbeat_steps
 from quotas.hook.gateway_tokens import GatewayIdentity, gateway_authenticate_steps
 from quotas.hook.headers import ratelimit_headers
 from quotas.hook.inputs import AuthorizeInput, BadInput, authorize_input, json_body
-from quotas.hook.leases import lease_answer
-from quotas.hook.metrics import AUTHORIZE_SECONDS, DECISIONS, LEASE_SECONDS, LIMITER_ERRORS
+from quotas.hook.metrics import AUTHORIZE_SECONDS, DECISIONS, LIMITER_ERRORS
 from quotas.hook.refusals import refusal_count, refusal_counted
 from quotas.hook.reservations import reservation_id_issue
 from quotas.hook.routing import (
@@ -66,7 +65,7 @@ def _refusal(code: str, message: str, status: int, *, retry_after_ms: int | None
                     "headers": headers}
 
 
-def _hook_steps(handler, histogram, *, method: str, authorization: str,
+def hook_steps(handler, histogram, *, method: str, authorization: str,
                 read_body: Callable[[], bytes]) -> Steps:
     """POST only, a valid gateway token, a JSON body: then `handler(parsed, gateway)`'s steps.
     The body is read (`read_body`, which raises BadInput when it is too large) only for a
@@ -100,7 +99,7 @@ def authorize_steps(*, method: str, authorization: str, read_body: Callable[[], 
                     ) -> Steps:
     """Authorize: every answer that admits nothing says `allowed: false`, whoever refused (the
     limiter, the input checks, the gateway token), so a gateway reads one field."""
-    status, body = yield from _hook_steps(_authorize_handle_steps, AUTHORIZE_SECONDS,
+    status, body = yield from hook_steps(_authorize_handle_steps, AUTHORIZE_SECONDS,
                                           method=method, authorization=authorization,
                                           read_body=read_body)
     return status, (body if "allowed" in body else {"allowed": False, **body})
@@ -120,30 +119,14 @@ def hook_call(handler: Callable[[object, GatewayIdentity], Answer], histogram, *
         return (yield Blocking(handler, {"body": body, "gateway": gateway}))
 
     handler_steps.__name__ = handler.__name__
-    return steps_run(_hook_steps(handler_steps, histogram, method=method,
+    return steps_run(hook_steps(handler_steps, histogram, method=method,
                                  authorization=authorization, read_body=read_body))
 
 
-def lease_heartbeat_steps(*, method: str, authorization: str, read_body: Callable[[], bytes]
-                          ) -> Steps:
-    """POST /leases/heartbeat (quotas/hook/leases.py) with authorize's checks around it."""
-    return _hook_steps(leases.lease_heartbeat_steps, LEASE_SECONDS.labels("heartbeat"),
-                       method=method, authorization=authorization, read_body=read_body)
-
-
-def lease_release_steps(*, method: str, authorization: str, read_body: Callable[[], bytes]
-                        ) -> Steps:
-    """POST /leases/release."""
-    return _hook_steps(leases.lease_release_steps, LEASE_SECONDS.labels("release"),
-                       method=method, authorization=authorization, read_body=read_body)
-
-
-def lease_heartbeat_call(**kwargs) -> Answer:
-    return steps_run(lease_heartbeat_steps(**kwargs))
-
-
-def lease_release_call(**kwargs) -> Answer:
-    return steps_run(lease_release_steps(**kwargs))
+def lease_answer(*, lease_id: str, ttl_ms: int) -> dict:
+    """authorize's `lease` (docs/hook.md, Leases): a heartbeat every third of the TTL leaves
+    two chances before expiry; 2-5 s keeps it cheap and the loss of a lease prompt."""
+    return {"id": lease_id, "ttl_ms": ttl_ms, "heartbeat_ms": min(5000, max(2000, ttl_ms // 3))}
 
 
 def _decision_answer(d: Decision, *, route: PoolRoute, reservation_id: str | None,
@@ -188,10 +171,8 @@ NOT_HERE = frozenset({"no_allocation", "invalid_api_key"})
 # stale one answers TIER_MISMATCH and is corrected), so its size is bounded by clearing.
 KEY_TIER_HINTS_MAX = 50_000
 _key_tier_hints: dict[str, str] = {}
-# API-key digest -> (org id, key id), as the last decision about it said: a lease's id (its
-# reservation_id, signed for the org and key) is then made before the decision, and authorize
-# lets it lead to the lease in the same call. A belief the script checks (a wrong one costs a
-# second call, lease_map), bounded like the tier hints.
+# API-key digest -> (org id, key id), as the last decision said: a lease's id is then signed
+# before the decision, and authorize maps it in the same call (checked there; else lease_map).
 _key_owners: dict[str, tuple[int, int]] = {}
 
 
@@ -229,7 +210,8 @@ def _limiter_decide_steps(ask: AuthorizeInput, routes: list[PoolRoute]) -> Steps
                     request_id=ask.request_id, input_tokens=ask.input_tokens,
                     max_output_tokens=ask.max_output_tokens, tier=ask.service_tier,
                     key_tier=hint, pool_tier=route.tier, dry_run=ask.dry_run,
-                    lease_owner=ask.lease_owner, lease_id=signature, lease_for=signed_for)
+                    lease_owner=ask.lease_owner, lease_id=signature, lease_for=signed_for,
+                    lease_ttl_ms=route.lease_ttl_ms)
             except LimiterUnavailable as exc:
                 raise LimiterUnavailable(route) from exc
             if (ask.lease_owner and d.api_key_id
@@ -339,15 +321,13 @@ def _authorize_handle_steps(body: object, gateway: GatewayIdentity) -> Steps:
 
 
 def _lease_map_steps(pool_id: int, request_id: str, reservation_id: str) -> Steps:
-    """Let a lease's id lead to it where authorize could not (its key's org was not known here
-    before the decision): once per API key and process, or a stale belief."""
+    """Map a lease's id where authorize could not: once per API key and process."""
     try:
         yield from limiter_lease_map_steps(pool_id=pool_id, request_id=request_id,
                                            signature=reservation_id.rpartition("_")[2])
     except LimiterUnavailable:
-        # Admitted all the same: its heartbeats will answer unknown_lease, and the gateway
-        # keeps serving the stream; the reservation expires after the lease TTL, and its
-        # usage settles it as any other's.
+        # Admitted all the same: its heartbeats answer unknown_lease, it expires after the
+        # TTL (billed from no progress), and its usage event replaces that.
         logger.warning("lease %s of pool %s could not be mapped", request_id, pool_id)
 
 

@@ -13,7 +13,6 @@ import orjson
 REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 # A gateway process's id (a lease's holder): a uuid4 hex per process is fine.
 GATEWAY_PROCESS = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
-MAX_LEASES = 1000  # named in one heartbeat or release
 MAX_TOKENS = 10_000_000
 MAX_EVENTS = 1000
 # A usage batch nests three deep (object, events list, event); nothing valid nests deeper.
@@ -345,37 +344,3 @@ def usage_input(body: object) -> list[UsageInput]:
         raise _refuse(body, errors["0"] if not batched else {"events": errors})
     return events
 
-
-class LeaseInput(NamedTuple):
-    """One lease named by a heartbeat or release."""
-    id: str  # its reservation_id
-    delivered_output_tokens: int
-
-
-def leases_input(body: object) -> tuple[str, list[LeaseInput]]:
-    """A heartbeat's or release's body: the gateway process and 1 to MAX_LEASES leases. All or
-    nothing: a malformed lease fails the body (an unknown one is answered per lease)."""
-    f = _Fields(body)
-    process = f.text("gateway_process", max_length=64)
-    if process is not None and not GATEWAY_PROCESS.fullmatch(process):
-        f.errors["gateway_process"] = ["Must be 1-64 characters of A-Z a-z 0-9 . _ : -"]
-    items = body.get("leases")
-    leases, errors = [], {}
-    if not isinstance(items, list) or not 1 <= len(items) <= MAX_LEASES:
-        f.errors["leases"] = [f"Must be a list of 1 to {MAX_LEASES} leases."]
-        items = []
-    for index, item in enumerate(items):
-        lease_id = item.get("id") if type(item) is dict else None
-        progress = item.get("delivered_output_tokens") if type(item) is dict else None
-        if (type(lease_id) is not str or not 0 < len(lease_id) <= 128
-                or type(progress) is not int or not 0 <= progress <= MAX_TOKENS):
-            errors[str(index)] = {"non_field_errors": [
-                "Must be {\"id\": a lease id, \"delivered_output_tokens\": an integer from 0 "
-                f"to {MAX_TOKENS}}}."]}
-        else:
-            leases.append(LeaseInput(lease_id, progress))
-    if errors:
-        f.errors["leases"] = errors
-    if f.errors:
-        raise _refuse(body, f.errors)
-    return process, leases

@@ -24,9 +24,6 @@ DECISIONS = Counter("sluice_authorize_decisions_total",
                     ["outcome", "limiter"])
 AUTHORIZE_SECONDS = Histogram("sluice_authorize_seconds", "Authorize handling time in the view.",
                               buckets=LATENCY_BUCKETS)
-LEASE_SECONDS = Histogram("sluice_lease_update_seconds",
-                          "Lease heartbeat and release handling time.", ["call"],
-                          buckets=LATENCY_BUCKETS)
 LIMITER_ERRORS = Counter("sluice_limiter_unavailable_total",
                          "Calls that found Redis unreachable, by the pool's policy.", ["policy"])
 

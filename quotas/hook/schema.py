@@ -6,7 +6,7 @@ reads its `extend_schema`, while requests are served by the function and never r
 """
 
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
-from drf_spectacular.utils import OpenApiExample, PolymorphicProxySerializer, extend_schema
+from drf_spectacular.utils import OpenApiExample, extend_schema
 from rest_framework import authentication, exceptions, serializers
 from rest_framework.parsers import JSONParser
 from rest_framework.views import APIView
@@ -14,12 +14,9 @@ from rest_framework.views import APIView
 from quotas.hook.gateway_tokens import gateway_authenticate
 from quotas.hook.inputs import (
     GATEWAY_PROCESS,
-    MAX_EVENTS,
-    MAX_LEASES,
     MAX_TOKENS,
     REQUEST_ID,
     SERVICE_TIERS,
-    USAGE_STATUSES,
 )
 from sluice.openapi import Error, ErrorDetail
 
@@ -117,16 +114,13 @@ class Authorize(serializers.Serializer):
                   "only; default: standard pools only.")
     lease = serializers.BooleanField(
         required=False, default=False,
-        help_text="true: hold the reservation as a lease (docs/hook.md, Leases): it lives the "
-                  "pool's lease TTL (default 15 s) unless renewed by POST leases/heartbeat, "
-                  "is freed at once by POST leases/release, and an expired one is billed from "
-                  "its last progress as usage with status interrupted. false (default): "
-                  "today's reservation and TTL.")
+        help_text="true: a lease (docs/hook.md, Leases), living the pool's lease TTL unless "
+                  "renewed (leases/heartbeat), freed by leases/release, billed from its last "
+                  "progress (status interrupted) if it expires. false: today's reservation.")
     gateway_process = serializers.RegexField(
         GATEWAY_PROCESS, max_length=64, required=False,
-        help_text="Required with lease: the gateway process that holds it (many processes "
-                  "share one gateway token; a uuid4 hex per process is fine). Only it may "
-                  "renew or release the lease.")
+        help_text="Required with lease: the gateway process holding it (a uuid4 hex per "
+                  "process is fine); only it may renew or release it.")
 
 
 class ServedPool(serializers.Serializer):
@@ -162,9 +156,8 @@ class AuthorizeAllowed(serializers.Serializer):
         help_text="The smaller of max_output_tokens and the output estimate. Usage beyond it "
                   "is debited when reported (the buckets may owe tokens), the rest refunded.")
     headers = RateLimitHeaders()
-    lease = Lease(required=False, help_text="Present when the request asked for a lease (and "
-                                            "not dry_run), unless the pool admitted it failing "
-                                            "open (no lease without Redis).")
+    lease = Lease(required=False, help_text="When asked for (not on dry_run, nor when admitted "
+                                            "failing open).")
     dry_run = serializers.BooleanField(required=False)
     limiter = serializers.ChoiceField(
         choices=["fail_open"], required=False,
@@ -228,140 +221,3 @@ class AuthorizeSchema(APIView):
     def post(self, request):
         raise NotImplementedError("served by quotas.hook.views.authorize")
 
-
-class UsageEvent(serializers.Serializer):
-    request_id = serializers.RegexField(REQUEST_ID, max_length=128)
-    reservation_id = serializers.CharField(
-        required=False, help_text="What authorize returned. Lets usage be attributed when "
-                                  "Redis no longer holds the reservation (expired, or "
-                                  "admitted while failing open); without it such usage is "
-                                  "rejected with code unknown_request.")
-    input_tokens = serializers.IntegerField(min_value=0, max_value=MAX_TOKENS)
-    cached_input_tokens = serializers.IntegerField(
-        min_value=0, max_value=MAX_TOKENS, required=False, default=0,
-        help_text="Of input_tokens, those the upstream served from its prompt cache (OpenAI: "
-                  "usage.prompt_tokens_details.cached_tokens): they use no prefill capacity "
-                  "and are billed at the cached input price. At most input_tokens.")
-    output_tokens = serializers.IntegerField(min_value=0, max_value=MAX_TOKENS)
-    status = serializers.ChoiceField(choices=USAGE_STATUSES)
-    started_at = serializers.DateTimeField()
-    first_token_at = serializers.DateTimeField(allow_null=True, required=False)
-    finished_at = serializers.DateTimeField()
-
-
-class UsageBatch(serializers.Serializer):
-    events = serializers.ListField(child=UsageEvent(), min_length=1, max_length=MAX_EVENTS,
-                                   help_text=f"1 to {MAX_EVENTS} events.")
-
-
-class UsageResult(serializers.Serializer):
-    request_id = serializers.CharField()
-    result = serializers.ChoiceField(choices=["recorded", "duplicate", "rejected"])
-    error = ErrorDetail(required=False, help_text=(
-        "When rejected: unknown_request, invalid_reservation, timestamps_out_of_order, "
-        "started_at_out_of_range, finished_at_out_of_range, duration_out_of_range (the window "
-        "an event may carry is in docs/hook.md, Accepted timestamps)."))
-
-
-class UsageResponse(serializers.Serializer):
-    results = UsageResult(many=True)
-    recorded = serializers.IntegerField()
-    duplicates = serializers.IntegerField()
-    rejected = serializers.IntegerField()
-
-
-class UsageSchema(APIView):
-    authentication_classes = [GatewayTokenAuthentication]
-    permission_classes: list = []
-    parser_classes = [JSONParser]
-
-    @extend_schema(
-        operation_id="gateway_usage", tags=["gateway"],
-        summary="Report usage: one event, or {\"events\": [...]} (up to 1,000)",
-        description="Every event is durable in PostgreSQL before the answer. Idempotent by "
-                    "request_id: a duplicate is acknowledged and never counted twice. A "
-                    "malformed body is a 400 and writes nothing.",
-        request=PolymorphicProxySerializer(component_name="Usage",
-                                           serializers=[UsageEvent, UsageBatch],
-                                           resource_type_field_name=None),
-        responses={200: UsageResponse, 400: Error, 401: Error},
-    )
-    def post(self, request):
-        raise NotImplementedError("served by metering.api.hook.usage")
-
-
-class LeaseNamed(serializers.Serializer):
-    id = serializers.CharField(max_length=128, help_text="The lease's id (authorize's "
-                                                         "lease.id, its reservation_id).")
-    delivered_output_tokens = serializers.IntegerField(
-        min_value=0, max_value=MAX_TOKENS,
-        help_text="Output tokens delivered to the client so far: the checkpoint an expired "
-                  "lease is billed from. Never below the last one reported, never above the "
-                  "request's max_output_tokens.")
-
-
-class Leases(serializers.Serializer):
-    gateway_process = serializers.RegexField(GATEWAY_PROCESS, max_length=64,
-                                             help_text="The process that holds the leases.")
-    leases = LeaseNamed(many=True, help_text=f"1 to {MAX_LEASES} leases, of any pools.")
-
-
-class LeaseResult(serializers.Serializer):
-    id = serializers.CharField()
-    status = serializers.ChoiceField(choices=["renewed", "released", "refused"])
-    ttl_ms = serializers.IntegerField(required=False, help_text="renewed: it lives this long "
-                                                                "from now.")
-    code = serializers.ChoiceField(
-        choices=["unknown_lease", "lease_expired", "lease_not_yours", "progress_backwards",
-                 "progress_beyond_reservation"], required=False,
-        help_text="refused: why. Nothing is written for a refused lease; stop naming it. "
-                  "lease_expired: it is (or will be within seconds) billed from its last "
-                  "progress as interrupted; its usage event, sent as usual, replaces that.")
-    message = serializers.CharField(required=False)
-
-
-class LeasesResponse(serializers.Serializer):
-    leases = LeaseResult(many=True, help_text="One per lease named, in order: a lease is "
-                                              "answered alone, never failing the others.")
-
-
-_LEASE_EXAMPLE = OpenApiExample("request", request_only=True, value={
-    "gateway_process": "9f1c2d0e4b6a4f0c8e1d2b3a4c5d6e7f",
-    "leases": [{"id": "rsv_3_17_42_0a1b2c3d4e5f60718293", "delivered_output_tokens": 812}]})
-
-
-class LeaseHeartbeatSchema(APIView):
-    authentication_classes = [GatewayTokenAuthentication]
-    permission_classes: list = []
-    parser_classes = [JSONParser]
-
-    @extend_schema(
-        operation_id="gateway_lease_heartbeat", tags=["gateway"],
-        summary="Renew a gateway process's leases, with their progress",
-        description="One call per gateway process every heartbeat_ms renews every lease it "
-                    "holds (one Redis script call per pool). A malformed body is a 400 "
-                    "(invalid_input) and writes nothing; 503 limiter_unavailable: retry.",
-        request=Leases, responses={200: LeasesResponse, 400: Error, 401: Error, 503: Error},
-        examples=[_LEASE_EXAMPLE],
-    )
-    def post(self, request):
-        raise NotImplementedError("served by quotas.hook.views.lease_heartbeat")
-
-
-class LeaseReleaseSchema(APIView):
-    authentication_classes = [GatewayTokenAuthentication]
-    permission_classes: list = []
-    parser_classes = [JSONParser]
-
-    @extend_schema(
-        operation_id="gateway_lease_release", tags=["gateway"],
-        summary="Release leases whose streams ended: their slots free at once",
-        description="Send it when a stream ends (done, cancelled, upstream error), apart from "
-                    "the usage batch: the concurrency slot frees at once and the final "
-                    "progress is recorded; the tokens settle when the usage event arrives. "
-                    "Releasing twice answers released again.",
-        request=Leases, responses={200: LeasesResponse, 400: Error, 401: Error, 503: Error},
-        examples=[_LEASE_EXAMPLE],
-    )
-    def post(self, request):
-        raise NotImplementedError("served by quotas.hook.views.lease_release")

@@ -1,5 +1,5 @@
-"""The hook's authorize and lease URLs. config/urls.py serves them under /api/gateway/v1/
-beside metering's usage (metering/api/hook.py)."""
+"""The hook's authorize URL. config/urls.py serves it under /api/gateway/v1/ beside metering's
+usage and leases (metering/api/hook.py, metering/api/leases.py)."""
 
 from django.urls import path
 
@@ -8,8 +8,4 @@ from quotas.hook import schema, views
 urlpatterns = [
     path("authorize", schema.documented_by(schema.AuthorizeSchema)(views.authorize),
          name="authorize"),
-    path("leases/heartbeat", schema.documented_by(schema.LeaseHeartbeatSchema)(
-        views.lease_heartbeat), name="lease_heartbeat"),
-    path("leases/release", schema.documented_by(schema.LeaseReleaseSchema)(
-        views.lease_release), name="lease_release"),
 ]

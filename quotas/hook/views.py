@@ -11,7 +11,7 @@ from django.conf import settings
 from django.http import HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from quotas.hook.hook import authorize_call, lease_heartbeat_call, lease_release_call
+from quotas.hook.hook import authorize_call
 from quotas.hook.inputs import body_read
 
 
@@ -39,5 +39,3 @@ def hook_view(call):
 
 
 authorize = hook_view(authorize_call)
-lease_heartbeat = hook_view(lease_heartbeat_call)
-lease_release = hook_view(lease_release_call)

@@ -1,5 +1,5 @@
-"""A WSGI fast path for the gateway hook, POST /api/gateway/v1/authorize, /usage and the
-leases' heartbeat and release, in front of the Django application.
+"""A WSGI fast path for the gateway hook, POST /api/gateway/v1/authorize and /usage (and the
+leases' heartbeat and release: metering/api/leases.py), in front of the Django application.
 
 Authorize runs before every inference request, and usage after it (one event per call, from a
 gateway that does not batch). Served here they skip Django's request and response objects and
@@ -22,14 +22,12 @@ from django.conf import settings
 from django.db import connections
 from django.http.request import split_domain_port, validate_host
 
-from quotas.hook.hook import authorize_call, lease_heartbeat_call, lease_release_call
+from quotas.hook.hook import authorize_call
 from quotas.hook.inputs import body_read
 from sluice.errors import error_body
 
 AUTHORIZE_PATH = "/api/gateway/v1/authorize"
 USAGE_PATH = "/api/gateway/v1/usage"
-LEASE_HEARTBEAT_PATH = "/api/gateway/v1/leases/heartbeat"
-LEASE_RELEASE_PATH = "/api/gateway/v1/leases/release"
 
 
 def hook_reply(body: dict) -> tuple[bytes, list[tuple[str, str]]]:
@@ -70,14 +68,13 @@ def host_refusals_forget() -> None:
     _host_refusals.clear()
 
 
-def hook_fast_path(django_app, *, usage_call):
-    """`django_app` with authorize, the leases' calls and usage (`usage_call`: metering's)
-    answered in front of it."""
+def hook_fast_path(django_app, *, usage_call, calls: dict | None = None):
+    """`django_app` with authorize and usage (`usage_call`: metering's) answered in front of
+    it, and `calls` (path -> call: metering's leases)."""
     # Path -> the hook's call, and what its refusals carry besides the error (authorize's every
     # answer that admits nothing says `allowed: false`).
     hooks = {AUTHORIZE_PATH: (authorize_call, {"allowed": False}), USAGE_PATH: (usage_call, {}),
-             LEASE_HEARTBEAT_PATH: (lease_heartbeat_call, {}),
-             LEASE_RELEASE_PATH: (lease_release_call, {})}
+             **{route: (call, {}) for route, call in (calls or {}).items()}}
 
     def application(environ, start_response):
         hook = hooks.get(environ.get("PATH_INFO"))

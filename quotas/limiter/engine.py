@@ -50,6 +50,8 @@ from quotas.limiter.schema import (
 from quotas.limiter.steps import Blocking, ScriptCall, Steps, steps_run
 from sluice.secrets import secret_digest  # Django-free, like the engine
 
+# A lease's TTL where the caller knows none (quotas/models.py's default; _common.lua's too).
+LEASE_TTL_DEFAULT_MS = 15_000
 # How long a reservation's record outlives its expiry: a late usage report still finds it.
 RECORD_GRACE_MS = 6 * 3600 * 1000
 # A settlement's values in the order settle.lua reads them (attrgetter: one C call each).
@@ -79,9 +81,10 @@ def _pool_keys(pool_id: int) -> _PoolKeys:
 def _authorize_call(*, pool_id: int, digest: str, request_id: str, input_tokens: int,
                     max_output_tokens: int, tier: str, key_tier: str, pool_tier: str,
                     dry_run: bool, now_ms: int, config: EngineConfig,
-                    lease_owner: str, lease_id: str, lease_for: str) -> ScriptCall:
+                    lease_owner: str, lease_id: str, lease_for: str,
+                    lease_ttl_ms: int) -> ScriptCall:
     pool = _pool_keys(pool_id)
-    ttl_ms = config.reservation_ttl_s * 1000
+    ttl_ms = lease_ttl_ms if lease_owner else config.reservation_ttl_s * 1000
     day, month = time_stamps(now_ms)
     # Positional, in the layouts' order: this runs once per inference request.
     return ScriptCall("authorize", AuthorizeKeys(
@@ -96,18 +99,20 @@ def limiter_authorize_steps(*, pool_id: int, api_key: str, request_id: str, inpu
                             key_tier: str = "unknown", pool_tier: str = "fast",
                             dry_run: bool = False, digest: str | None = None,
                             lease_owner: str = "", lease_id: str = "",
-                            lease_for: str = "") -> Steps:
+                            lease_for: str = "",
+                            lease_ttl_ms: int = LEASE_TTL_DEFAULT_MS) -> Steps:
     """`limiter_authorize` as steps (steps.py), for a caller that runs them on an event loop.
-    `lease_owner`: the gateway process that holds the reservation as a lease ("": none);
-    `lease_id`: the signature of its id, signed for `lease_for` ("<org>.<key_id>"), or ""
-    (Decision.lease_mapped 0: the caller maps the id with `limiter_lease_map_steps`)."""
+    `lease_owner`: the gateway process holding it as a lease ("": none), for `lease_ttl_ms`;
+    `lease_id`: its id's signature, signed for `lease_for` ("<org>.<key_id>"), or "" (then
+    Decision.lease_mapped is 0: map it with `limiter_lease_map_steps`)."""
     config = engine_config()
     call = _authorize_call(
         pool_id=pool_id, digest=digest or secret_digest(api_key), request_id=request_id,
         input_tokens=input_tokens,
         max_output_tokens=-1 if max_output_tokens is None else max_output_tokens, tier=tier,
         key_tier=key_tier, pool_tier=pool_tier, dry_run=dry_run, now_ms=clock.now_ms(),
-        config=config, lease_owner=lease_owner, lease_id=lease_id, lease_for=lease_for)
+        config=config, lease_owner=lease_owner, lease_id=lease_id, lease_for=lease_for,
+        lease_ttl_ms=lease_ttl_ms)
     decision = reply_decode(Decision, (yield call))
     if decision.outcome == UNSYNCED:
         if config.pool_rebuild is not None:
@@ -165,17 +170,15 @@ def limiter_reservations_lookup(*, pool_id: int,
             for reply in replies]
 
 
-# A released lease whose usage event has not arrived this long after is billed from its last
-# progress by the sweep (and replaced if the event comes later): usage batches arrive within
-# seconds, a gateway that died after releasing never sends them.
+# A released lease whose usage has not come this long after is billed from its progress (and
+# replaced by its usage if that comes later): batches come within seconds.
 LEASE_RELEASE_GRACE_MS = 120_000
 # A lease the sweep claimed but did not settle (it died meanwhile) is claimed again after this.
 LEASE_CLAIM_MS = 30_000
 
 
 class LeaseNamed(NamedTuple):
-    """A lease as a heartbeat names it: its id's signature and the org and key the id names
-    (unverified: the script compares them with the reservation's), and its progress."""
+    """A lease as a heartbeat names it (org and key unverified: the script compares)."""
     signature: str
     org_id: int
     api_key_id: int  # 0: none
@@ -183,8 +186,7 @@ class LeaseNamed(NamedTuple):
 
 
 def limiter_lease_map_steps(*, pool_id: int, request_id: str, signature: str) -> Steps:
-    """Let the lease id ending in `signature` lead to `request_id`'s reservation (authorize
-    did not: Decision.lease_mapped 0). Raises LimiterUnavailable."""
+    """Map the lease id ending in `signature` to `request_id`. Raises LimiterUnavailable."""
     record_ttl_ms = engine_config().reservation_ttl_s * 1000 + RECORD_GRACE_MS
     yield ScriptCall("lease_map", LeaseMapKeys(
         reservation=_pool_keys(pool_id).reservation_prefix + request_id,
@@ -207,15 +209,9 @@ def limiter_leases_update_steps(*, pool_id: int, owner: str, release: bool,
     return [reply_decode(LeaseAnswer, reply) for reply in replies]
 
 
-def limiter_leases_update(**kwargs) -> list[LeaseAnswer]:
-    """`limiter_leases_update_steps` in this thread."""
-    return steps_run(limiter_leases_update_steps(**kwargs))
-
-
 def limiter_leases_expire(*, pool_id: int, limit: int = 500) -> list[ExpiredLease]:
-    """Claim up to `limit` of the pool's due leases, oldest first (lease_expire.lua): what
-    settling each as interrupted usage needs. A claim not settled within LEASE_CLAIM_MS is
-    claimed again. Raises LimiterUnavailable."""
+    """Claim up to `limit` of the pool's due leases, oldest first (lease_expire.lua), claimed
+    again if not settled within LEASE_CLAIM_MS. Raises LimiterUnavailable."""
     replies = script_run("lease_expire", bulk=True,
                          keys=LeaseExpireKeys(leases=pool_key(pool_id, KEY.leases)),
                          args=LeaseExpireArgs(now_ms=clock.now_ms(), limit=limit,

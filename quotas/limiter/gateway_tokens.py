@@ -56,3 +56,13 @@ def gateway_tokens_used_read() -> dict[int, int]:
     except redis.RedisError as exc:
         raise LimiterUnavailable(str(exc)) from exc
     return {int(k): int(v) for k, v in used.items()}
+
+
+
+def gateway_token_read(digest: str) -> str | None:
+    """The entry of the token with this digest, in one round trip: for a token a process's copy
+    of the set does not hold yet. Raises LimiterUnavailable."""
+    try:
+        return limiter_client().hget(SHARED_KEY.gateway_tokens, digest)
+    except redis.RedisError as exc:
+        raise LimiterUnavailable(str(exc)) from exc

@@ -107,17 +107,13 @@ class ReservationFields(NamedTuple):
     expires: str = "x"  # epoch ms
     state: str = "s"  # settled; spilled: a marker, served by another pool (absent: open);
     #                   a lease's: released (slot freed, usage awaited), expired (the sweep's)
-    # A lease's only (absent: not a lease): the gateway process holding it, the signature its
-    # id (the reservation_id) ends in, the output tokens it last reported delivered, when
-    # (epoch ms), the request's max_output_tokens (-1: none), when it was admitted (epoch ms),
-    # and 1 once the sweep claimed it (it stays so when settled).
-    lease_owner: str = "lo"
-    lease_id: str = "li"
-    lease_expired: str = "le"
-    progress: str = "lp"
-    progress_at: str = "la"
-    output_bound: str = "lb"
-    started: str = "l0"
+    # A lease's only (absent: not a lease):
+    lease_owner: str = "lo"  # the gateway process holding it
+    lease_expired: str = "le"  # 1 once the sweep claimed it (kept when settled)
+    progress: str = "lp"  # output tokens delivered, last reported (absent: 0)
+    progress_at: str = "la"  # when, epoch ms (absent: `started`)
+    output_bound: str = "lb"  # max_output_tokens (-1: none)
+    started: str = "l0"  # admitted, epoch ms
 
 
 class KeySliceFields(NamedTuple):
@@ -205,12 +201,9 @@ class KeyNames(NamedTuple):
     key_slice: str = "key"  # :<key_id>, hash: KeySliceFields
     key_inflight: str = "kinflight"  # :<key_id>, sorted set: request_id by expiry
     histogram: str = "hist"  # :<org>[:<key_id>], hash: HistogramFields
-    # Sorted set: request_id of every open lease by the instant it is due (its expiry; a
-    # released lease's grace; a claimed one's re-claim), which the sweep claims in order.
-    leases: str = "leases"
-    # :<signature>, string: the request_id of the lease whose id (its reservation_id) ends in
-    # that signature, kept as long as the reservation's record. A heartbeat names leases by id,
-    # and the id cannot be turned back into its request_id (it is signed, not encrypted).
+    leases: str = "leases"  # sorted set: request_id of each open lease by when it is due
+    # :<signature>, string: the request_id of the lease whose id (reservation_id) ends in it:
+    # a heartbeat names leases by id, which is signed, not encrypted. Kept as long as the record.
     lease_id: str = "lid"
 
 
@@ -323,7 +316,7 @@ class AuthorizeArgs(NamedTuple):
     now_ms: int
     day: str  # YYYYMMDD (UTC)
     month: str  # YYYYMM
-    ttl_ms: int  # how long the reservation holds its slot
+    ttl_ms: int  # how long the reservation holds its slot (a lease's: the pool's lease TTL)
     dry_run: int  # 1: decide, reserve nothing
     record_ttl_ms: int  # how long the reservation's record is kept
     lease_owner: str  # the gateway process holding the reservation as a lease ("": no lease)

@@ -22,8 +22,7 @@ local function num(value, default)
 end
 
 local DAY_MS = 86400000
--- A lease's TTL in a pool published before pools had one (quotas/models.py's default).
-local LEASE_TTL_DEFAULT_MS = 15000
+local LEASE_TTL_DEFAULT_MS = 15000  -- a pool published before pools had one (models.py's)
 
 -- The limits authorize reads on every call, packed (cmsgpack: numbers stay numbers) into one
 -- field of the org's hash and of the pool's (F.layout.limits) by the publishes, beside the

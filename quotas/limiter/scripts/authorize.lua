@@ -12,10 +12,8 @@ local now, input = tonumber(A.now_ms), tonumber(A.input_tokens)
 local max_output = tonumber(A.max_output_tokens)
 local ttl = tonumber(A.ttl_ms)
 local dry = A.dry_run == '1'
--- A lease (the gateway renews it by heartbeat, lease_update.lua) holds its slot for the pool's
--- lease TTL, not the reservation TTL: a gateway that dies costs seconds of capacity.
+-- A lease (renewed by heartbeat: lease_update.lua) lives the pool's lease TTL (A.ttl_ms).
 local lease, lease_mapped = #A.lease_owner > 0, 0
-if lease then ttl = num(redis.call('HGET', K.pool, F.pool.lease_ttl), LEASE_TTL_DEFAULT_MS) end
 
 local entry = redis.call('HGET', K.registry, A.digest)
 if not entry then
@@ -275,9 +273,8 @@ if outcome == 'allowed' then
     if lease then  -- and in the pool's leases by expiry, which the sweep claims from
       redis.call('HSET', K.reservation, F.res.org, org, F.res.api_key, key_id, F.res.cost,
                  total_text, F.res.input, string.format('%d', input), F.res.day, A.day,
-                 F.res.expires, expires, F.res.lease_owner, A.lease_owner, F.res.progress, '0',
-                 F.res.progress_at, A.now_ms, F.res.output_bound, A.max_output_tokens,
-                 F.res.started, A.now_ms, F.res.lease_id, A.lease_id)
+                 F.res.expires, expires, F.res.lease_owner, A.lease_owner,
+                 F.res.output_bound, A.max_output_tokens, F.res.started, A.now_ms)
       redis.call('ZADD', LEASES_KEY, expires, A.request_id)
       -- Its id leads to it, if the caller signed it for this org and key (else lease_map).
       if A.lease_for == org .. '.' .. key_id then

@@ -1,15 +1,9 @@
--- Claim the pool's leases that are due (expired unrenewed, or released without usage for the
--- release grace), oldest first, at most A.limit: a range of the pool's sorted set of leases by
--- due time, never a scan of every lease. The sweep (metering/leases.py) records each as
--- interrupted usage and settles it (settle.lua removes it from the set).
---
--- A claim is not a removal: the lease is marked expired (a heartbeat from now on answers
--- lease_expired) and due again A.claim_ms later, so a sweep that dies between this call and
--- its commit loses nothing: the next one claims it again (recording it is idempotent).
---
--- KEYS (K): LeaseExpireKeys; ARGV (A): LeaseExpireArgs (quotas/limiter/schema.py). Returns an
--- ExpiredLease reply per lease claimed. The reservations' keys are derived from the pool's
--- tag (the request_ids are known only from the set): same slot, so Cluster-safe.
+-- Claim the pool's due leases (expired, or released without usage for the grace), oldest first,
+-- at most A.limit: a range of a sorted set, never a scan. The sweep (metering/leases.py) bills
+-- and settles each. A claim marks it expired and due again A.claim_ms later, not removed: a
+-- sweep dying before its commit loses nothing (recording is idempotent).
+-- KEYS (K): LeaseExpireKeys; ARGV (A): LeaseExpireArgs (schema.py); an ExpiredLease reply per
+-- lease. The reservations' keys are derived from the pool's tag: same slot, Cluster-safe.
 local due = redis.call('ZRANGEBYSCORE', K.leases, '-inf', A.now_ms, 'LIMIT', 0, tonumber(A.limit))
 local again = string.format('%d', tonumber(A.now_ms) + tonumber(A.claim_ms))
 local out = {}

@@ -1,16 +1,10 @@
--- Renew (heartbeat) or release the leases one gateway process holds in one pool: one call per
--- pool slot and heartbeat, whatever the number of leases (docs/hook.md, "Leases").
---
--- Renewed: the lease lives the pool's lease TTL from now, in its slot (the org's and key's
--- in-flight sets), in the pool's leases and in its record, with its progress checkpoint.
--- Released (the stream ended): its slot is free at once; the tokens settle when its usage
--- event arrives (settle.lua), else the sweep bills the checkpoint after the release grace.
---
--- KEYS (K): LeaseUpdateKeys, then per item the key of its id's signature (KEY.lease_id);
--- ARGV (A): LeaseUpdateArgs, then each item's LeaseItem fields (quotas/limiter/schema.py).
--- Returns a LeaseAnswer per item: each lease is answered alone, a refusal never fails the
--- others. The reservations' keys are derived from the pool's tag (only the signature leads
--- to the request_id): same slot, so Cluster-safe.
+-- Renew (heartbeat) or release the leases one gateway process holds in one pool, each answered
+-- alone (docs/hook.md, Leases). Renewed: it lives the pool's lease TTL from now, with its
+-- progress. Released: its slot is free at once; its usage event settles it (settle.lua), else
+-- the sweep bills its progress after the release grace.
+-- KEYS (K): LeaseUpdateKeys, then per item its id's signature's key (KEY.lease_id); ARGV (A):
+-- LeaseUpdateArgs, then each LeaseItem (schema.py). Returns a LeaseAnswer per item. The
+-- reservations' keys are derived from the pool's tag: same slot, so Cluster-safe.
 local now, release = tonumber(A.now_ms), A.release == '1'
 local ttl = num(redis.call('HGET', K.pool, F.pool.lease_ttl), LEASE_TTL_DEFAULT_MS)
 local out = {}
@@ -36,7 +30,7 @@ for i, item in ipairs(ITEMS) do
     status = release and 'released' or 'unknown_lease'
   elseif tonumber(expires) <= now then
     status = 'lease_expired'  -- the sweep's to claim: exactly one of the two wins
-  elseif p < tonumber(progress) then
+  elseif p < num(progress, 0) then
     status = 'progress_backwards'
   elseif tonumber(bound) >= 0 and p > tonumber(bound) then
     status = 'progress_beyond_reservation'

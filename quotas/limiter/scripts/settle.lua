@@ -154,7 +154,7 @@ for _, item in ipairs(ITEMS) do
   local prefill = input - tonumber(item.cached_input_tokens)
   local r = redis.call('HMGET', item.key, F.res.org, F.res.cost, F.res.input, F.res.from_burst,
                        F.res.input_from_burst, F.res.key_slice, F.res.day, F.res.state,
-                       F.res.api_key, F.res.lease_id)
+                       F.res.api_key, F.res.lease_owner)
   local reserved_by, state = r[1], r[8]
   if state ~= 'settled' then
     -- Without a reservation, usage counts on the day the request started (a late report of

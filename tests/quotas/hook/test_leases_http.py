@@ -11,6 +11,7 @@ from quotas.hook.routing import pool_routes_reload
 from quotas.limiter.clock import clock
 from quotas.limiter.connection import limiter_client
 from quotas.limiter.schema import KEY, pool_key
+from quotas.publish import limiter_sync_pool
 from tests.quotas.hook.test_authorize import ask, post
 
 pytestmark = pytest.mark.django_db
@@ -58,6 +59,17 @@ def test_a_lease_is_answered_and_renewed_and_released(gateway, tenant):
                                    {"id": ids[1], "status": "renewed", "ttl_ms": 15000}]}
     assert statuses(leases_post(gateway, RELEASE, [(ids[0], 70)])) == ["released"]
     assert statuses(leases_post(gateway, RELEASE, [(ids[0], 70)])) == ["released"]
+
+
+def test_the_pools_lease_ttl_is_the_leases(gateway, tenant):
+    tenant.pool.lease_ttl_seconds = 9
+    tenant.pool.save()
+    limiter_sync_pool(pool_id=tenant.pool.pk)
+    pool_routes_reload()
+    lease = post(gateway, lease_ask(tenant, "r1")).json()["lease"]
+    assert (lease["ttl_ms"], lease["heartbeat_ms"]) == (9000, 3000)
+    assert leases_post(gateway, HEARTBEAT, [(lease["id"], 1)]).json()["leases"][0]["ttl_ms"] \
+        == 9000
 
 
 def test_without_lease_the_answer_is_todays(gateway, tenant):

@@ -14,16 +14,21 @@ from quotas.limiter.engine import (
     LeaseNamed,
     limiter_authorize,
     limiter_leases_expire,
-    limiter_leases_update,
+    limiter_leases_update_steps,
     limiter_settle,
 )
 from quotas.limiter.schema import KEY, POOL, Settlement, pool_key
+from quotas.limiter.steps import steps_run
 from quotas.models import LEASE_TTL_DEFAULT_SECONDS
 from quotas.publish import limiter_sync_pool
 from tests.quotas.conftest import threads_race
 
 pytestmark = pytest.mark.django_db
 GW, OTHER = "gw-process-a", "gw-process-b"
+
+
+def limiter_leases_update(**kwargs):
+    return steps_run(limiter_leases_update_steps(**kwargs))
 
 
 def admit(t, request_id, *, lease=GW, max_output_tokens=100, **kwargs):
@@ -54,11 +59,11 @@ def test_a_lease_lives_the_pools_lease_ttl_and_an_old_reservation_today_s(tenant
         ["allowed"] * 4 + ["concurrency_exceeded"]  # the old reservation still holds its own
 
 
-def test_the_pools_published_lease_ttl_is_what_a_lease_gets(tenant):
+def test_a_lease_gets_the_ttl_asked_and_its_heartbeat_the_pools_published_one(tenant):
     tenant.pool.lease_ttl_seconds = 6
     tenant.pool.save()
     limiter_sync_pool(pool_id=tenant.pool.pk)
-    assert admit(tenant, "r1").lease_ttl_ms == 6000
+    assert admit(tenant, "r1", lease_ttl_ms=6000).lease_ttl_ms == 6000
     assert heartbeat(tenant, [("r1", 5)]) == [("renewed", 6000)]
 
 
@@ -97,7 +102,6 @@ def test_each_lease_is_answered_alone(tenant):
 
 def test_a_lease_id_leads_to_its_lease_only_when_signed_for_its_org_and_key(tenant):
     from quotas.limiter.engine import limiter_lease_map_steps
-    from quotas.limiter.steps import steps_run
 
     d = limiter_authorize(pool_id=tenant.pool.pk, api_key=tenant.plaintext, request_id="r1",
                           input_tokens=1, max_output_tokens=10, lease_owner=GW,
