@@ -38,6 +38,7 @@ from gateway.config import GatewayConfig, Upstream
 from gateway.errors import error_response
 from gateway.estimate import chat_input_tokens, max_output_tokens, responses_input_tokens
 from gateway.headers import answer_headers
+from gateway.leases import GatewayLeases
 from gateway.metrics import GatewayMetrics
 from gateway.relay import StreamRelay, Ticker
 from gateway.spools import spool_claim
@@ -123,6 +124,8 @@ class Gateway:
         # Admitted attempts not finished yet, by request id: what a heartbeat renewing their
         # reservations would carry (each one's progress is its delivered_tokens).
         self.in_flight: dict[str, Attempt] = {}
+        self.leases = GatewayLeases(self, interval=config.progress_interval) if config.leases \
+            else None
         self._spool_lock = None
         self.ticker = (Ticker(config.stream_coalesce_seconds)
                        if config.stream_coalesce_seconds else None)
@@ -176,11 +179,17 @@ class Gateway:
     async def startup(self) -> None:
         spool, self._spool_lock = spool_claim(self.config.spool_path
                                               or os.path.join(".gateway", "usage.jsonl"))
-        self.sluice = AsyncSluiceClient(self.config.sluice_url, token=self.config.gateway_token,
-                                        spool_path=spool, transport=self.sluice_transport,
-                                        flush_interval=self.config.usage_flush_interval,
-                                        max_connections=200)
+        leases = self.leases
+        recovered = leases.start(spool) if leases else 0
+        self.sluice = AsyncSluiceClient(
+            self.config.sluice_url, token=self.config.gateway_token, spool_path=spool,
+            transport=self.sluice_transport, flush_interval=self.config.usage_flush_interval,
+            max_connections=200, leases=leases is not None,
+            on_lease_refused=self.metrics.lease_refused if leases else None,
+            on_usage_handled=leases.usage_handled if leases else None)
         await self.sluice.start()
+        if recovered:
+            self.sluice.flush_soon()  # a dead process's requests: bill them, free their slots
 
     def _upstream_pool(self, base_url: str) -> tuple[Http1Pool, str]:
         """The keep-alive pool of an upstream's origin, and its base path. The same small
@@ -201,7 +210,11 @@ class Gateway:
         try:
             for pool in self._upstream_pools.values():
                 await pool.close()
+            if self.leases:
+                await self.leases.stop()
             await self.sluice.close()  # flushes the usage still queued
+            if self.leases:
+                self.leases.close()
         finally:
             self._spool_lock.close()  # the next process to start may take this spool over
 
@@ -288,6 +301,8 @@ class Gateway:
             return self._refusal(grant, ids)
         attempt.grant = grant
         self.in_flight[attempt.request_id] = attempt
+        if self.leases:
+            self.leases.admitted(attempt)
         if grant.pool and grant.pool.get("model"):
             self.served_models.add(grant.pool["model"])
         upstream = self.config.upstream_for(grant.pool or {})
@@ -404,8 +419,21 @@ class Gateway:
         self.in_flight.pop(attempt.request_id, None)
         event = attempt.usage_event(status=status, finished_at=finished)
         if attempt.grant is not None:
-            self.sluice.report_usage(event)
+            body = event.as_json()  # once, for the usage batch and the progress file
+            if self.leases:
+                self.leases.finished(attempt, body)
+            self.sluice.report_usage(body)
         self._observe(attempt, outcome, event=event)
+
+    def stream_sending(self, attempt: Attempt, delivered: int) -> None:
+        """The relay is about to write a stream's bytes, `delivered` tokens with them."""
+        if self.leases:
+            self.leases.sending(attempt, delivered)
+
+    def stream_ending(self, attempt: Attempt, delivered: int) -> None:
+        """The relay is about to write a stream's last bytes (done, or an upstream error)."""
+        if self.leases:
+            self.leases.ending(attempt, delivered)
 
     def _observe(self, attempt: Attempt, outcome: str, event=None) -> None:
         ttft = decode = None

@@ -135,6 +135,7 @@ class StreamRelay:
                 if meter.done:
                     return await self._complete(send, out)
                 if out:
+                    self.gateway.stream_sending(attempt, meter.deltas)
                     await send({"type": "http.response.body", "body": out, "more_body": True})
                     attempt.delivered_tokens = meter.deltas  # the request's progress
                     if ticker and meter.deltas:  # never before the first token is out
@@ -162,11 +163,13 @@ class StreamRelay:
 
     async def _complete(self, send, out: bytes) -> None:
         self.status = self.outcome = "completed"
+        self.gateway.stream_ending(self.attempt, self.meter.deltas)  # before the last bytes
         await send({"type": "http.response.body", "body": out, "more_body": False})
         self.attempt.delivered_tokens = self.meter.deltas
 
     async def _fail(self, send, code: str, message: str) -> None:
         self.status, self.outcome = "failed", code
+        self.gateway.stream_ending(self.attempt, self.attempt.delivered_tokens)
         await send({"type": "http.response.body", "body": sse_error(message=message, code=code),
                     "more_body": False})
 
