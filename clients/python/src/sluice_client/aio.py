@@ -299,7 +299,8 @@ class AsyncSluiceClient:
         except (TimeoutError, httpx.TransportError, HttpError):
             return False
 
-    async def _post(self, path: str, body: dict | bytes, *, read_timeout: float | None = None) -> Reply:
+    async def _post(self, path: str, body: dict | bytes, *,
+                    read_timeout: float | None = None) -> Reply:
         """Sent with retries; after the last, the breaker hears that Sluice is unreachable.
         A call that declared its own `read_timeout` (one Sluice may hold, as its admission
         queue does) and got no answer in it is the exception: the request reached Sluice and
