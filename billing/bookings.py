@@ -8,8 +8,9 @@ the refund are billing/services/bookings.py.
 - Charged when confirmed: a line of that month's invoice, counted against that month's spend
   cap at once.
 - Refund: cancelled by the org at least 24 hours before the window starts, in full; later
-  (the org can cancel until the start), half. Cancelled by an operator, or because the pool's
-  capacity was lowered or the allocation ended: in full, whenever. A refund is a line of the
+  (the org can cancel until the start), half. Cancelled by an operator, or by a change that
+  breaks it (capacity lowered, allocation ended or shortened, org suspended or offboarded): in
+  full, whenever. A refund is a line of the
   invoice of the month it happens in.
 """
 

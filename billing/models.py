@@ -155,6 +155,9 @@ class Invoice(models.Model):
                                     name="invoice_revision_unique"),
             models.CheckConstraint(name="invoice_status_valid",
                                    condition=Q(status__in=InvoiceStatus.values)),
+            # What is owed is never negative: a credit is carried instead.
+            models.CheckConstraint(name="invoice_total_not_negative",
+                                   condition=Q(total_cents__gte=0)),
         ]
         indexes = [
             models.Index(fields=["org", "-period_start"], name="invoice_org_period"),
@@ -175,6 +178,10 @@ class LineKind(models.TextChoices):
     BOOKING = "booking", "Booked capacity"
     BOOKING_REFUND = "booking_refund", "Booking refund"
     DISCOUNT = "discount", "Discount"
+    # An invoice never totals below zero: a month whose refunds exceed its charges carries
+    # the difference as a credit to the next invoices (billing/services/invoices.py).
+    CREDIT_CARRIED = "credit_carried", "Credit carried to the next invoice"
+    CREDIT_APPLIED = "credit_applied", "Credit from earlier invoices"
 
 
 class InvoiceLine(models.Model):

@@ -1,11 +1,14 @@
 """Invoice PDF with fpdf2 (pure Python, from PyPI; no system libraries). Same data and wording
 as the HTML rendering (templates/billing/invoice.html)."""
 
+from datetime import UTC, datetime, time
+
 from fpdf import FPDF
 from fpdf.fonts import FontFace
 
 from billing.models import Invoice
 from billing.money import format_cents, format_per_mtok
+from metering.selectors import usage_interrupted_requests
 
 ROUNDING_NOTE = (
     "Each line is the exact sum of its tokens at the prices in force for each hour, rounded once "
@@ -35,6 +38,19 @@ def _header(pdf: FPDF, invoice: Invoice) -> None:
     pdf.ln(4)
 
 
+def interrupted_note(invoice: Invoice) -> str | None:
+    """What the invoice says of the period's interrupted requests (docs/hook.md, Leases), if
+    it had any."""
+    start = datetime.combine(invoice.period_start, time(), tzinfo=UTC)
+    end = datetime.combine(invoice.period_end, time(), tzinfo=UTC)
+    n = usage_interrupted_requests(org=invoice.org, start=start, end=end)
+    if not n:
+        return None
+    return (f"Of this period's requests, {n:,} were interrupted (the gateway serving them "
+            "stopped mid-stream): billed at list price, without premium, for the output "
+            "tokens delivered up to their last progress report.")
+
+
 def invoice_pdf(invoice: Invoice) -> bytes:
     pdf = FPDF(format="A4")
     pdf.set_title(f"Invoice {invoice.number}")
@@ -52,5 +68,8 @@ def invoice_pdf(invoice: Invoice) -> bytes:
         table.row([f"Total ({invoice.currency.upper()})", "", "",
                    format_cents(invoice.total_cents, minus="-")])
     pdf.ln(4)
+    if (note := interrupted_note(invoice)) is not None:
+        pdf.multi_cell(0, text=_latin1(note), new_x="LMARGIN", new_y="NEXT")
+        pdf.ln(2)
     pdf.multi_cell(0, text=ROUNDING_NOTE)
     return bytes(pdf.output())

@@ -230,13 +230,32 @@ def _discounted(lines: list[RatedLine], discount_bps: int) -> list[RatedLine]:
     return lines
 
 
+# Lines that are not usage nor bookings: a discount over the subtotal, credits between invoices.
+NOT_RATED_KINDS = frozenset({"discount", "credit_carried", "credit_applied"})
+
+
+def credit_lines(*, subtotal_cents: int, balance_cents: int) -> list[RatedLine]:
+    """What keeps an invoice from totalling below zero. A negative subtotal (refunds of
+    bookings past the month's charges) becomes a credit carried to the next invoices, the
+    invoice totalling zero; a positive one uses the credit carried so far (`balance_cents`),
+    up to the subtotal."""
+    def line(kind: str, cents: int) -> RatedLine:
+        return RatedLine(kind=kind, pool_id=None, price_version_id=None, quantity_tokens=0,
+                         unit_micros_per_mtok=0, amount_pico=cents * PICO_PER_CENT)
+
+    if subtotal_cents < 0:
+        return [line("credit_carried", -subtotal_cents)]
+    used = min(subtotal_cents, max(balance_cents, 0))
+    return [line("credit_applied", -used)] if used else []
+
+
 def usage_billed(lines: Iterable) -> dict[tuple, tuple[int, int]]:
     """(kind, pool, price version, booking) -> (tokens, cents) of invoice lines or rated lines,
     summed (a month's invoice and its supplements): what was used and billed for it, the
     discount aside (the invoice does not record its rate, which may have changed since)."""
     billed: dict[tuple, tuple[int, int]] = {}
     for ln in lines:
-        if str(ln.kind) == "discount":
+        if str(ln.kind) in NOT_RATED_KINDS:
             continue
         key = (str(ln.kind), ln.pool_id, ln.price_version_id, ln.booking_id)
         tokens, cents = billed.get(key, (0, 0))
@@ -255,7 +274,7 @@ def lines_not_yet_billed(*, rated: Sequence[RatedLine], billed: Iterable,
     done = usage_billed(billed)
     lines = []
     for ln in rated:  # one line per kind, pool and price version
-        if ln.kind == "discount":
+        if ln.kind in NOT_RATED_KINDS:
             continue
         tokens, cents = done.pop((str(ln.kind), ln.pool_id, ln.price_version_id,
                                   ln.booking_id), (0, 0))

@@ -12,6 +12,7 @@ from billing.models import (
     Invoice,
     InvoiceLine,
     InvoiceStatus,
+    LineKind,
     OutboxMessage,
     OutboxStatus,
     PriceVersion,
@@ -145,6 +146,16 @@ def month_invoiced_lines(*, org: Organization, month: date) -> list[InvoiceLine]
     usage reported after it."""
     return list(InvoiceLine.objects.filter(invoice__org=org, invoice__period_start=month)
                 .exclude(invoice__status=InvoiceStatus.VOID))
+
+
+def credit_balance_cents(*, org: Organization) -> int:
+    """The credit the org's live invoices carried and have not used yet (the credit lines of
+    billing/services/invoices.py). A voided invoice's credit lines no longer count: its
+    re-issue carries or uses them again."""
+    return (InvoiceLine.objects.filter(
+        invoice__org=org, kind__in=[LineKind.CREDIT_CARRIED, LineKind.CREDIT_APPLIED])
+        .exclude(invoice__status=InvoiceStatus.VOID)
+        .aggregate(c=Sum("amount_cents"))["c"] or 0)
 
 
 def price_changes_between(*, start: datetime, end: datetime) -> set[tuple[int, datetime]]:

@@ -11,6 +11,7 @@ from django.conf import settings
 from admission.hook import hook_queue
 from config.wsgi import application as wsgi_application
 from metering.api.hook import usage
+from metering.api.leases import lease_heartbeat, lease_release
 from quotas.hook.asgi import hook_application, hook_threads, loop_threads_use
 from quotas.hook.hook import authorize, authorize_queue_set
 from sluice.asgi_bridge import wsgi_app_as_asgi
@@ -22,6 +23,8 @@ authorize_queue_set(hook_queue)
 HOOK_ROUTES = {
     "/api/gateway/v1/authorize": authorize,
     "/api/gateway/v1/usage": usage,
+    "/api/gateway/v1/leases/heartbeat": lease_heartbeat,
+    "/api/gateway/v1/leases/release": lease_release,
 }
 
 

@@ -6,7 +6,9 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from billing.api.views_costs import OrganizationCostsApi
 from billing.api.webhook import stripe_webhook
+from metering.api import leases as lease_urls
 from metering.api.usage_completions import OrganizationUsageCompletionsApi
+from quotas.hook import urls as hook_urls
 from quotas.hook.metrics import metrics_view
 from sluice.health import healthz, readyz
 
@@ -23,7 +25,8 @@ urlpatterns = [
     path("api/v1/", include("quotas.api.urls")),
     path("api/v1/", include("metering.api.urls")),
     # The hook gateways call, for its OpenAPI description: config/asgi.py serves it.
-    path("api/gateway/v1/", include(("quotas.hook.urls", "hook"))),
+    path("api/gateway/v1/", include(([*hook_urls.urlpatterns, *lease_urls.urlpatterns],
+                                     "hook"))),
     path("metrics", metrics_view, name="metrics"),
     path("api/v1/", include("rollout.api.urls")),
     path("api/v1/", include("billing.api.urls")),

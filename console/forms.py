@@ -10,7 +10,7 @@ from billing.rating import (
     LIST_BOOKING_OUTPUT_MICROS_PER_TPS_HOUR,
 )
 from orgs.services.lifecycle import TRANSITIONS
-from quotas.models import CapacityPool, LimiterFailurePolicy
+from quotas.models import LEASE_TTL_SECONDS, CapacityPool, LimiterFailurePolicy
 from rollout.models import ApplicationState, CheckItem, Decision, UseCase
 from sluice.auth_forms import ThrottledAuthenticationForm
 
@@ -213,6 +213,11 @@ class PoolSettingsForm(forms.Form):
                   "recent outputs.")
     output_estimate_floor = forms.IntegerField(
         label="Least output estimate, tokens", min_value=0, required=False)
+    lease_ttl_seconds = forms.IntegerField(
+        label="Lease TTL, seconds", min_value=LEASE_TTL_SECONDS[0],
+        max_value=LEASE_TTL_SECONDS[1], required=False,
+        help_text="How long a leased request holds its slot without a heartbeat: what a "
+                  "crashed gateway costs in capacity.")
     queue_max_wait_ms = forms.IntegerField(
         label="Admission queue: longest wait, ms", min_value=0, max_value=20_000,
         required=False, help_text="Requests may wait this long for capacity instead of being "

@@ -30,15 +30,17 @@ import httpx
 import orjson
 from sluice_client import AuthorizeResult, SluiceUnavailable
 from sluice_client.aio import AsyncSluiceClient
-from sluice_client.http1 import Http1Pool, HttpError, Response
+from sluice_client.http1 import Http1Pool, HttpError, Response, header_lines
 
 from gateway.asgi import Answer, BodyTooLarge, ClientGone, Request, json_answer
 from gateway.attempt import Attempt, now
 from gateway.config import GatewayConfig, Upstream
 from gateway.errors import error_response
 from gateway.estimate import chat_input_tokens, max_output_tokens, responses_input_tokens
+from gateway.headers import answer_headers
+from gateway.leases import GatewayLeases
 from gateway.metrics import GatewayMetrics
-from gateway.relay import StreamRelay
+from gateway.relay import StreamRelay, Ticker
 from gateway.spools import spool_claim
 
 # Refusals that still mean "this org may use this model" (for /v1/models).
@@ -115,13 +117,18 @@ class Gateway:
         self.sluice_transport = sluice_transport
         self.sluice: AsyncSluiceClient | None = None
         self._upstream_pools: dict[str, Http1Pool] = {}
+        self._upstream_lines: dict[Upstream, bytes] = {}
         self.keys = KeyVerdicts()
         self._models: tuple[float, list[str]] | None = None
         self.served_models: set[str] = set()  # the models pools were seen serving
         # Admitted attempts not finished yet, by request id: what a heartbeat renewing their
         # reservations would carry (each one's progress is its delivered_tokens).
         self.in_flight: dict[str, Attempt] = {}
+        self.leases = GatewayLeases(self, interval=config.progress_interval) if config.leases \
+            else None
         self._spool_lock = None
+        self.ticker = (Ticker(config.stream_coalesce_seconds)
+                       if config.stream_coalesce_seconds else None)
         self.routes = {
             "/v1/chat/completions": ("POST", self.chat_completions),
             "/v1/responses": ("POST", self.responses),
@@ -172,11 +179,17 @@ class Gateway:
     async def startup(self) -> None:
         spool, self._spool_lock = spool_claim(self.config.spool_path
                                               or os.path.join(".gateway", "usage.jsonl"))
-        self.sluice = AsyncSluiceClient(self.config.sluice_url, token=self.config.gateway_token,
-                                        spool_path=spool, transport=self.sluice_transport,
-                                        flush_interval=self.config.usage_flush_interval,
-                                        max_connections=200)
+        leases = self.leases
+        recovered = leases.start(spool) if leases else 0
+        self.sluice = AsyncSluiceClient(
+            self.config.sluice_url, token=self.config.gateway_token, spool_path=spool,
+            transport=self.sluice_transport, flush_interval=self.config.usage_flush_interval,
+            max_connections=200, leases=leases is not None,
+            on_lease_refused=self.metrics.lease_refused if leases else None,
+            on_usage_handled=leases.usage_handled if leases else None)
         await self.sluice.start()
+        if recovered:
+            self.sluice.flush_soon()  # a dead process's requests: bill them, free their slots
 
     def _upstream_pool(self, base_url: str) -> tuple[Http1Pool, str]:
         """The keep-alive pool of an upstream's origin, and its base path. The same small
@@ -197,7 +210,11 @@ class Gateway:
         try:
             for pool in self._upstream_pools.values():
                 await pool.close()
+            if self.leases:
+                await self.leases.stop()
             await self.sluice.close()  # flushes the usage still queued
+            if self.leases:
+                self.leases.close()
         finally:
             self._spool_lock.close()  # the next process to start may take this spool over
 
@@ -285,6 +302,8 @@ class Gateway:
             return self._refusal(grant, ids)
         attempt.grant = grant
         self.in_flight[attempt.request_id] = attempt
+        if self.leases:
+            self.leases.admitted(attempt)
         if grant.pool and grant.pool.get("model"):
             self.served_models.add(grant.pool["model"])
         upstream = self.config.upstream_for(grant.pool or {})
@@ -298,7 +317,7 @@ class Gateway:
             # Always ask for the usage chunk: settle needs the exact counts.
             forwarded["stream_options"] = {**(body.get("stream_options") or {}),
                                            "include_usage": True}
-        headers = {**{k: str(v) for k, v in (grant.headers or {}).items()}, **ids}
+        headers = {**answer_headers(grant.headers or {}, grant.tokens_refill_tps), **ids}
         async with _ClientWatched(request) as watch:
             try:
                 response = await self._upstream_send(upstream, path, forwarded, attempt)
@@ -356,11 +375,16 @@ class Gateway:
                              attempt: Attempt) -> Response:
         """The upstream's answer once its headers are in; the body is the caller's to read,
         then to release (or close)."""
-        headers = {"content-type": "application/json", "x-request-id": attempt.request_id}
-        if upstream.api_key:
-            headers["authorization"] = f"Bearer {upstream.api_key}"
+        lines = self._upstream_lines.get(upstream)
+        if lines is None:  # the same on every request to this upstream: encoded once
+            headers = {"content-type": "application/json"}
+            if upstream.api_key:
+                headers["authorization"] = f"Bearer {upstream.api_key}"
+            lines = self._upstream_lines[upstream] = header_lines(headers)
         pool, base = self._upstream_pool(upstream.base_url)
-        return await pool.request("POST", base + path, headers=headers, body=orjson.dumps(body))
+        return await pool.request(
+            "POST", base + path, body=orjson.dumps(body),
+            headers=lines + b"x-request-id: " + attempt.request_id.encode() + b"\r\n")
 
     async def _upstream_refused(self, attempt: Attempt, response: Response,
                                 ids: dict) -> Answer:
@@ -396,8 +420,21 @@ class Gateway:
         self.in_flight.pop(attempt.request_id, None)
         event = attempt.usage_event(status=status, finished_at=finished)
         if attempt.grant is not None:
-            self.sluice.report_usage(event)
+            body = event.as_json()  # once, for the usage batch and the progress file
+            if self.leases:
+                self.leases.finished(attempt, body)
+            self.sluice.report_usage(body)
         self._observe(attempt, outcome, event=event)
+
+    def stream_sending(self, attempt: Attempt, delivered: int) -> None:
+        """The relay is about to write a stream's bytes, `delivered` tokens with them."""
+        if self.leases:
+            self.leases.sending(attempt, delivered)
+
+    def stream_ending(self, attempt: Attempt, delivered: int) -> None:
+        """The relay is about to write a stream's last bytes (done, or an upstream error)."""
+        if self.leases:
+            self.leases.ending(attempt, delivered)
 
     def _observe(self, attempt: Attempt, outcome: str, event=None) -> None:
         ttft = decode = None
@@ -456,7 +493,7 @@ class Gateway:
 
     @staticmethod
     def _refusal(grant: AuthorizeResult, ids: dict) -> Answer:
-        headers = {k: str(v) for k, v in (grant.headers or {}).items()}
+        headers = answer_headers(grant.headers or {}, grant.tokens_refill_tps)
         if grant.retryable is False:
             headers["x-should-retry"] = "false"
         status, code = grant.status_code, grant.error_code

@@ -14,8 +14,14 @@ GATEWAY_UPSTREAM_TIMEOUT   seconds without a byte from the upstream before givin
 GATEWAY_CONNECT_TIMEOUT    seconds to connect to the upstream (5)
 GATEWAY_USAGE_FLUSH_INTERVAL  seconds between usage batches (0.5)
 GATEWAY_REGION             optional: the region to ask Sluice for (models served in several)
+GATEWAY_STREAM_COALESCE_MS at most one write to a streaming client per this many ms (10; 0:
+                           one write per upstream read); the first token is never held
 GATEWAY_MAX_BODY_BYTES     the largest request body accepted, declared or read (32 MiB: a
                            few base64 images); larger ones answer 413 without being read
+GATEWAY_LEASES             1 (default): admitted requests hold leases, renewed by a heartbeat,
+                           released when their stream ends, their progress kept next to the
+                           spool (gateway/leases.py); 0: today's reservations
+GATEWAY_PROGRESS_INTERVAL  seconds between progress appends (0.025, at most 0.25)
 """
 
 import dataclasses
@@ -24,6 +30,7 @@ import os
 import orjson
 
 MAX_BODY_BYTES = 32 * 2 ** 20
+STREAM_COALESCE_MS = 10.0
 
 
 class ConfigError(Exception):
@@ -47,6 +54,11 @@ class GatewayConfig:
     usage_flush_interval: float = 0.5
     region: str | None = None
     max_body_bytes: int = MAX_BODY_BYTES
+    stream_coalesce_seconds: float = STREAM_COALESCE_MS / 1000  # 0: off
+
+
+    leases: bool = True
+    progress_interval: float = 0.025
 
     def upstream_for(self, pool: dict) -> Upstream | None:
         """The upstream serving one of Sluice's pools ({"id", "model", "region", "tier"})."""
@@ -78,6 +90,12 @@ class GatewayConfig:
             usage_flush_interval=_seconds(env, "GATEWAY_USAGE_FLUSH_INTERVAL", 0.5),
             region=env.get("GATEWAY_REGION") or None,
             max_body_bytes=_bytes(env, "GATEWAY_MAX_BODY_BYTES", MAX_BODY_BYTES),
+            stream_coalesce_seconds=_coalesce_ms(env) / 1000,
+
+
+            leases=_flag(env, "GATEWAY_LEASES", True),
+            progress_interval=_seconds(env, "GATEWAY_PROGRESS_INTERVAL", 0.025,
+                                       most=0.25),
         )
 
 
@@ -87,7 +105,7 @@ def _url(value: str, name: str) -> str:
     return value.rstrip("/")
 
 
-def _seconds(env, name: str, default: float) -> float:
+def _seconds(env, name: str, default: float, *, most: float | None = None) -> float:
     raw = env.get(name)
     if raw in (None, ""):
         return default
@@ -97,7 +115,32 @@ def _seconds(env, name: str, default: float) -> float:
         raise ConfigError(f"{name} must be a number of seconds, not {raw!r}") from None
     if value <= 0:
         raise ConfigError(f"{name} must be positive")
+    if most is not None and value > most:
+        raise ConfigError(f"{name} must be at most {most}")
     return value
+
+
+def _coalesce_ms(env) -> float:
+    raw = env.get("GATEWAY_STREAM_COALESCE_MS")
+    if raw in (None, ""):
+        return STREAM_COALESCE_MS
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"GATEWAY_STREAM_COALESCE_MS must be a number of ms, not {raw!r}"
+                          ) from None
+    if not 0 <= value <= 1000:  # a token held longer than a second is no longer a stream
+        raise ConfigError("GATEWAY_STREAM_COALESCE_MS must be between 0 and 1000")
+    return value
+
+
+def _flag(env, name: str, default: bool) -> bool:
+    raw = env.get(name)
+    if raw in (None, ""):
+        return default
+    if raw not in ("0", "1"):
+        raise ConfigError(f"{name} must be 0 or 1, not {raw!r}")
+    return raw == "1"
 
 
 def _bytes(env, name: str, default: int) -> int:

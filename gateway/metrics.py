@@ -8,6 +8,7 @@ gen_ai_client_operation_duration_seconds{error_type}                whole reques
 gen_ai_gateway_requests_total{outcome}    completed, cancelled, failed, refused,
                                           upstream_error, upstream_timeout
 gen_ai_gateway_admission_duration_seconds Sluice's authorize, as the gateway waited for it
+gen_ai_gateway_lease_refusals_total{kind, code}  leases a heartbeat or release refused
 
 gen_ai_request_model is a model some pool serves, else "other" (the client's model string is
 any text). Each app has its own registry: N gateway processes are N scrape targets.
@@ -49,6 +50,9 @@ class GatewayMetrics:
         self.admission = Histogram("gen_ai_gateway_admission_duration_seconds",
                                    "Sluice's authorize, from the call to its answer.",
                                    buckets=ADMISSION_BUCKETS, registry=self.registry)
+        self.lease_refusals = Counter("gen_ai_gateway_lease_refusals",
+                                      "Leases a heartbeat or a release refused (dropped).",
+                                      ["kind", "code"], registry=self.registry)
 
         # (operation, model, outcome) -> its children: labels() takes a lock and builds a key
         # on every call; the label sets are few (models a pool serves, a handful of outcomes).
@@ -82,6 +86,9 @@ class GatewayMetrics:
             ttft.observe(ttft_s)
         if decode_s is not None and output_tokens > 1:
             tpot.observe(decode_s / (output_tokens - 1))
+
+    def lease_refused(self, kind: str, lease_id: str, code: str) -> None:
+        self.lease_refusals.labels(kind, code).inc()
 
     def exposition(self) -> tuple[bytes, bytes]:
         """The page and its content type."""

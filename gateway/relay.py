@@ -5,8 +5,16 @@ The relay is a raw ASGI response so that it sees the client leave at once: a tas
 (the upstream stops generating) and reports the request `cancelled` with what was sent.
 
 Whatever one read from the upstream brings (its complete events) goes to the client in one
-write, the bytes as they came: the upstream's own batching is the relay's, and no chunk is
-decoded (gateway/sse.py meters the bytes). After `[DONE]` the upstream's answer is read to its
+write, the bytes as they came, and no chunk is decoded (gateway/sse.py meters the bytes).
+Writes are coalesced on a tick (GATEWAY_STREAM_COALESCE_MS, 10 ms): the write that carries the
+first token goes at once; after each write the upstream connection is held (not read) until
+the next tick, so whatever the upstream wrote meanwhile comes in one read and leaves in one
+write. A token waits at most one tick; an upstream that writes a token at a time costs a read,
+a wake-up and a write per tick instead of per token. An upstream that already batches (one
+write came in a held half tick or more) is not held: holding would only delay it; it is tried
+again every RECHECK_WRITES writes. The tick is one clock for every stream of the process (one
+timer; the streams held together are read and written in the same turn of the event loop,
+one poll of the sockets for all of them). After `[DONE]` the upstream's answer is read to its
 end, so its connection goes back to the pool instead of being closed.
 """
 
@@ -25,8 +33,42 @@ EVENT_MAX_BYTES = 8 * 2 ** 20
 # After [DONE], how long the rest of the upstream's answer (its chunked terminator) may take
 # before the connection is closed rather than reused.
 DRAIN_SECONDS = 1.0
+# Writes made without holding once holding was seen to gather one upstream write a tick (an
+# upstream that batches by itself), before trying again.
+RECHECK_WRITES = 100
 HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"),
            (b"cache-control", b"no-cache")]
+
+
+class Ticker:
+    """Resumes, on each tick of one clock (multiples of `interval` of the loop's time), the
+    upstreams held since the last one: one timer for every stream of the process."""
+
+    def __init__(self, interval: float):
+        self.interval = interval
+        self.ticked_at = 0.0  # the loop's time of the last tick
+        self._held: list[Response] = []
+        self._timer: asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def hold(self, upstream: Response) -> float:
+        """Hold `upstream` until the next tick; returns the loop's time now."""
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+        now = self._loop.time()
+        upstream.hold()
+        self._held.append(upstream)
+        if self._timer is None:
+            self._timer = self._loop.call_at(now - now % self.interval + self.interval,
+                                             self._tick)
+        return now
+
+    def _tick(self) -> None:
+        self._timer = None
+        self.ticked_at = self._loop.time()
+        held, self._held = self._held, []
+        for upstream in held:
+            upstream.unhold()  # a no-op for one released or closed meanwhile
 
 
 class StreamRelay:
@@ -69,9 +111,13 @@ class StreamRelay:
 
     async def _pump(self, send) -> None:
         upstream, meter, attempt = self.upstream, self.meter, self.attempt
+        ticker = self.gateway.ticker  # None: coalescing off
+        held_at = None  # the loop's time the upstream was held, if the read in hand followed
+        skip = 0      # writes to make before holding again
         pending = b""
         try:
             while chunk := await upstream.readany():
+                pieces = upstream.pieces
                 pending += chunk
                 if b"\r" in pending:  # servers may end SSE lines with CRLF
                     pending = pending.replace(b"\r\n", b"\n")
@@ -89,8 +135,20 @@ class StreamRelay:
                 if meter.done:
                     return await self._complete(send, out)
                 if out:
+                    self.gateway.stream_sending(attempt, meter.deltas)
                     await send({"type": "http.response.body", "body": out, "more_body": True})
                     attempt.delivered_tokens = meter.deltas  # the request's progress
+                    if ticker and meter.deltas:  # never before the first token is out
+                        if held_at is not None and pieces == 1 and (
+                                ticker.ticked_at - held_at >= ticker.interval / 2):
+                            # One upstream write in half a tick or more: it batches as the
+                            # tick would, and holding would only delay it. Try again later.
+                            skip = RECHECK_WRITES
+                        held_at = None
+                        if skip:
+                            skip -= 1
+                        else:
+                            held_at = ticker.hold(upstream)
         except TimeoutError:
             return await self._fail(send, "upstream_timeout",
                                     "The upstream stopped sending tokens.")
@@ -105,11 +163,13 @@ class StreamRelay:
 
     async def _complete(self, send, out: bytes) -> None:
         self.status = self.outcome = "completed"
+        self.gateway.stream_ending(self.attempt, self.meter.deltas)  # before the last bytes
         await send({"type": "http.response.body", "body": out, "more_body": False})
         self.attempt.delivered_tokens = self.meter.deltas
 
     async def _fail(self, send, code: str, message: str) -> None:
         self.status, self.outcome = "failed", code
+        self.gateway.stream_ending(self.attempt, self.attempt.delivered_tokens)
         await send({"type": "http.response.body", "body": sse_error(message=message, code=code),
                     "more_body": False})
 

@@ -23,6 +23,7 @@ import orjson
 EVENT_END = b"\n\n"
 
 _CHAT_RARE_KEYS = (b'"refusal":', b'"reasoning_content":')
+_CHAT_RARE = re.compile(rb'"re(?:fusal|asoning_content)":')  # one pass finds either
 _CHAT_TEXT = re.compile(rb'"(?:content|refusal|reasoning_content)"\s*:\s*"(?!")')
 _CHAT_TOOL_CALLS = re.compile(rb'"tool_calls"\s*:\s*\[\s*\{')
 _RESPONSES_DELTA = re.compile(
@@ -46,6 +47,7 @@ class StreamMeter:
         self.deltas = 0       # output deltas passed on
         self.usage: dict | None = None
         self.done = False     # [DONE] was seen (nothing after it is passed on)
+        self.spaced: bool | None = None  # the upstream writes `"key": value` (None: unknown)
         if service_tier is not None:
             tier = orjson.dumps(service_tier)
             self._tier_field = b'"service_tier":' + tier
@@ -63,16 +65,24 @@ class StreamMeter:
 
     # --- chat completions --------------------------------------------------------------------
     def _chat(self, block: bytes) -> bytes:
-        if b'": ' in block:  # keys written with a space (or such text): the general pattern
+        # Each check is one bytes search (C, fastest for long needles); the regular
+        # expressions only where a server writes its JSON with spaces (`"key": value`), which
+        # shows on every chunk's `"choices": [`.
+        if self.spaced is None and b'"choices"' in block:
+            # A server writes its JSON one way: the first chunk says which, once per stream.
+            self.spaced = b'"choices": ' in block
+        if self.spaced is not False:
             self.deltas += len(_CHAT_TEXT.findall(block))
-        else:  # compact JSON, as most servers write it: bytes.count is a memchr-fast scan
+            usage = b'"usage"' in block and _USAGE.search(block)
+        else:  # compact JSON, as most servers write it
             self.deltas += block.count(b'"content":"') - block.count(b'"content":""')
-            for key in _CHAT_RARE_KEYS:
-                if key in block:
+            if _CHAT_RARE.search(block):
+                for key in _CHAT_RARE_KEYS:
                     self.deltas += block.count(key + b'"') - block.count(key + b'""')
+            usage = b'"usage":{' in block
         if b'"tool_calls"' in block:
             self.deltas += len(_CHAT_TOOL_CALLS.findall(block))
-        if b'"usage"' in block and _USAGE.search(block):
+        if usage:
             block = self._chat_usage(block)
         if self.service_tier is not None:
             block = self._chat_tier(block)
@@ -97,13 +107,15 @@ class StreamMeter:
     def _chat_tier(self, block: bytes) -> bytes:
         named = block.count(b'"service_tier"')
         if not named:
-            if b"data:{" in block:
+            # A server writes `data:{` on every event or on none; a block starts with an event.
+            if block.startswith(b"data:{") or (not block.startswith(b"data: {")
+                                               and b"data:{" in block):
                 return _DATA_OBJECT.sub(self._tier_first, block)
             # Every event starts a line (the block starts with one, the others follow a
             # newline): "data: {" elsewhere is inside a string, where JSON escapes newlines.
             tiered = block.replace(b"\ndata: {", b"\n" + self._tier_first)
-            if tiered.startswith(b"data: {"):
-                tiered = self._tier_first + tiered[7:]
+            if tiered.startswith(b"data: {"):  # (a view: the block is copied once, not twice)
+                tiered = self._tier_first + memoryview(tiered)[7:]
             return tiered
         if named == len(_DATA_OBJECT.findall(block)):
             return _TIER.sub(self._tier_field, block)

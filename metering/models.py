@@ -19,6 +19,9 @@ class UsageStatus(models.TextChoices):
     COMPLETED = "completed", "Completed"
     FAILED = "failed", "Failed"
     CANCELLED = "cancelled", "Cancelled"
+    # The gateway died mid-stream: billed from the last progress checkpoint (Sluice's sweep of
+    # an expired lease, or a replacement gateway process). A later real event replaces it.
+    INTERRUPTED = "interrupted", "Interrupted"
 
 
 class UsageEvent(models.Model):
@@ -88,6 +91,9 @@ class UsageEventKey(models.Model):
     varchar_pattern_ops index, which no query here uses."""
 
     request_id = models.CharField(max_length=128, primary_key=True)
+    # The started_at of its event while that is an interrupted one (else null): a real event
+    # for the request replaces it, and finds it by (org, started_at), the events' index.
+    interrupted_started_at = models.DateTimeField(null=True, blank=True)
 
     FORMER_LABELS = ("quotas.usageeventkey",)
 
@@ -114,7 +120,7 @@ class UsageHourly(models.Model):
     # Every additive figure of a rollup row: compaction sums exactly these.
     COUNTERS = ("requests", "errors", "input_tokens", "cached_input_tokens", "output_tokens",
                 "premium_input_tokens", "premium_output_tokens", "ttft_ms_total", "ttft_count",
-                "decode_ms_total")
+                "decode_ms_total", "interrupted")
 
     org = models.ForeignKey(Organization, on_delete=models.PROTECT, related_name="+")
     pool = models.ForeignKey(CapacityPool, on_delete=models.PROTECT, related_name="+")
@@ -134,6 +140,9 @@ class UsageHourly(models.Model):
     ttft_ms_total = models.PositiveBigIntegerField(default=0)
     ttft_count = models.PositiveBigIntegerField(default=0)
     decode_ms_total = models.PositiveBigIntegerField(default=0)
+    # Of `requests` (and `errors`), those billed from a lease's last progress: the gateway died
+    # mid-stream (docs/hook.md, Leases). A database default: rows written before it count 0.
+    interrupted = models.PositiveBigIntegerField(default=0, db_default=0)
 
     FORMER_LABELS = ("quotas.usagehourly",)
 

@@ -85,6 +85,7 @@ class KeyUsage:
     output_tokens: int
     avg_ttft_ms: int | None
     output_tps: float | None
+    interrupted: int = 0  # of requests: billed from a lease's last progress
 
 
 def usage_by_key(*, org, since: datetime) -> list[KeyUsage]:
@@ -94,14 +95,22 @@ def usage_by_key(*, org, since: datetime) -> list[KeyUsage]:
             .values("api_key_id", "api_key__name", "api_key__lookup").order_by()
             .annotate(requests=Sum("requests"), errors=Sum("errors"), i=Sum("input_tokens"),
                       o=Sum("output_tokens"), ttft=Sum("ttft_ms_total"), n=Sum("ttft_count"),
-                      decode=Sum("decode_ms_total")))
+                      decode=Sum("decode_ms_total"), interrupted=Sum("interrupted")))
     usage = [KeyUsage(api_key_id=r["api_key_id"], name=r["api_key__name"] or "(no key)",
                       prefix=r["api_key__lookup"] or "", requests=r["requests"],
                       errors=r["errors"], input_tokens=r["i"], output_tokens=r["o"],
                       avg_ttft_ms=round(r["ttft"] / r["n"]) if r["n"] else None,
-                      output_tps=round(r["o"] * 1000 / r["decode"], 1) if r["decode"] else None)
+                      output_tps=round(r["o"] * 1000 / r["decode"], 1) if r["decode"] else None,
+                      interrupted=r["interrupted"])
              for r in rows]
     return sorted(usage, key=lambda k: -(k.input_tokens + k.output_tokens))
+
+
+def usage_interrupted_requests(*, org, start: datetime, end: datetime) -> int:
+    """Requests of the hours in [start, end) billed from a lease's last progress (their
+    gateway died mid-stream), from the hourly rollups, as invoices rate them."""
+    return UsageHourly.objects.filter(org=org, hour__gte=start, hour__lt=end).aggregate(
+        n=Sum("interrupted"))["n"] or 0
 
 
 def usage_tokens_by_pool(*, org, since: datetime) -> dict[int, int]:
@@ -141,6 +150,7 @@ class DeliveredSpeed:
     output_tps_p50: float | None
     output_tps_p5: float | None
     fast: int  # measured requests that kept the pool's promise (premium-eligible)
+    interrupted: int = 0  # of errors: billed from a lease's last progress (the gateway died)
     # Requests admitted after waiting in the admission queue, and their waits (ms).
     waited: int = 0
     queued_p50_ms: float | None = None
@@ -178,6 +188,7 @@ def delivered_speed(*, since: datetime, by: tuple[str, ...] = (), org=None,
         "tps_p50": Percentile("output_tps", fraction=0.5, filter=measured),
         "tps_p5": Percentile("output_tps", fraction=0.05, filter=measured),
         "fast": Count("id", filter=measured & Q(premium_eligible=True)),
+        "interrupted": Count("id", filter=Q(status=UsageStatus.INTERRUPTED)),
         "waited": Count("id", filter=Q(queued_ms__isnull=False)),
         "queued_p50": Percentile("queued_ms", fraction=0.5),
         "queued_p95": Percentile("queued_ms", fraction=0.95),
@@ -189,6 +200,7 @@ def delivered_speed(*, since: datetime, by: tuple[str, ...] = (), org=None,
         errors=row["errors"], tokens=row["tokens"] or 0, measured=row["measured"],
         ttft_p50_ms=row["ttft_p50"], ttft_p95_ms=row["ttft_p95"],
         output_tps_p50=row["tps_p50"], output_tps_p5=row["tps_p5"], fast=row["fast"],
+        interrupted=row["interrupted"],
         waited=row["waited"], queued_p50_ms=row["queued_p50"], queued_p95_ms=row["queued_p95"],
     ) for row in rows]
     return sorted(speeds, key=lambda s: -s.tokens)

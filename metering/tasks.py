@@ -5,6 +5,7 @@ from dataclasses import asdict
 from celery import shared_task
 from django.utils import timezone
 
+from metering.leases import leases_sweep as leases_sweep_service
 from metering.partitions import usage_partitions_ensure
 from metering.refusals import refusals_drain as refusals_drain_service
 from metering.retention import usage_raw_retire
@@ -29,3 +30,12 @@ def usage_partitions_maintain() -> dict:
 def usage_rollups_compact() -> dict:
     """Beat, daily: hourly rollups past the hourly retention summed per day."""
     return asdict(usage_rollups_compact_service(now=timezone.now()))
+
+
+# Expires well within the beat's period: a sweep that waited in the queue for longer is
+# dropped, the next one claims the same leases.
+@shared_task(expires=5)
+def leases_sweep() -> int:
+    """Beat, every second: leases not renewed billed as interrupted usage, their slots and
+    bucket shares freed (metering/leases.py). Safe to run twice at once: claims are atomic."""
+    return leases_sweep_service()

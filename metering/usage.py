@@ -22,6 +22,7 @@ from django.conf import settings
 from django.db import connection, transaction
 
 from metering.events import UsageCell, usage_recorded
+from metering.models import UsageStatus
 from metering.partitions import usage_started_at_window
 from metering.plausibility import usage_implausible
 from orgs.services.api_keys import LAST_USED_RESOLUTION, api_key_touch
@@ -178,8 +179,9 @@ WITH batch AS (
            output_tokens, started_at, first_token_at, finished_at, ttft_ms, output_tps,
            premium_eligible, unreserved, queued_ms)
 ), claimed AS (
-    INSERT INTO quotas_usageeventkey (request_id)
-    SELECT request_id FROM batch ORDER BY request_id
+    INSERT INTO quotas_usageeventkey (request_id, interrupted_started_at)
+    SELECT request_id, CASE WHEN status = 'interrupted' THEN started_at END
+    FROM batch ORDER BY request_id
     ON CONFLICT (request_id) DO NOTHING
     RETURNING request_id
 ), inserted AS (
@@ -198,14 +200,15 @@ WITH batch AS (
     INSERT INTO quotas_usagehourly AS h (
         org_id, pool_id, api_key_id, hour, requests, errors, input_tokens, cached_input_tokens,
         output_tokens, premium_input_tokens, premium_output_tokens, ttft_ms_total, ttft_count,
-        decode_ms_total)
+        decode_ms_total, interrupted)
     SELECT org_id, pool_id, api_key_id, date_trunc('hour', started_at, 'UTC'),
            count(*), count(*) FILTER (WHERE status <> 'completed'),
            sum(input_tokens), sum(cached_input_tokens), sum(output_tokens),
            coalesce(sum(input_tokens) FILTER (WHERE premium_eligible), 0),
            coalesce(sum(output_tokens) FILTER (WHERE premium_eligible), 0),
            coalesce(sum(ttft_ms), 0), count(ttft_ms),
-           coalesce(sum(round(extract(epoch FROM finished_at - first_token_at) * 1000)), 0)
+           coalesce(sum(round(extract(epoch FROM finished_at - first_token_at) * 1000)), 0),
+           count(*) FILTER (WHERE status = 'interrupted')
     FROM inserted
     GROUP BY 1, 2, 3, 4
     ORDER BY 1, 2, 3, 4
@@ -219,7 +222,8 @@ WITH batch AS (
         premium_output_tokens = h.premium_output_tokens + EXCLUDED.premium_output_tokens,
         ttft_ms_total = h.ttft_ms_total + EXCLUDED.ttft_ms_total,
         ttft_count = h.ttft_count + EXCLUDED.ttft_count,
-        decode_ms_total = h.decode_ms_total + EXCLUDED.decode_ms_total
+        decode_ms_total = h.decode_ms_total + EXCLUDED.decode_ms_total,
+        interrupted = h.interrupted + EXCLUDED.interrupted
 )
 SELECT request_id FROM inserted
 """
@@ -246,6 +250,108 @@ def _columns(rows: list[_Row]) -> dict[str, list]:
     }
 
 
+# A real event replaces the interrupted record of its request (docs/hook.md, Leases), and so
+# does an interrupted one with more output (a gateway's spool knows more than the sweep's
+# checkpoint): the record's key is locked (a concurrent batch replacing it waits), its event
+# deleted, its rollup taken out and its key deleted, in the batch's transaction, before the
+# batch claims the key anew.
+_INTERRUPTED_LOCK_SQL = """
+SELECT request_id, interrupted_started_at FROM quotas_usageeventkey
+WHERE request_id = ANY(%(request_ids)s) AND interrupted_started_at IS NOT NULL
+ORDER BY request_id FOR UPDATE
+"""
+_INTERRUPTED_KEY_DELETE_SQL = "DELETE FROM quotas_usageeventkey WHERE request_id = %(request_id)s"
+_INTERRUPTED_EVENT_DELETE_SQL = """
+DELETE FROM quotas_usageevent
+WHERE org_id = %(org_id)s AND started_at = %(started_at)s AND request_id = %(request_id)s
+  AND status = 'interrupted' AND (%(real)s OR output_tokens < %(output_tokens)s)
+RETURNING org_id, pool_id, api_key_id, started_at, input_tokens, cached_input_tokens,
+          output_tokens, ttft_ms,
+          coalesce(round(extract(epoch FROM finished_at - first_token_at) * 1000), 0)::bigint
+"""
+# Its rollup: the hour's row, or the day's where the hours were summed since (a day row
+# holds its hours as of compaction; an event recorded later went to an hourly row beside it).
+_INTERRUPTED_ROLLUP_SQL = """
+UPDATE quotas_usagehourly SET requests = requests - 1, errors = errors - 1,
+    interrupted = interrupted - 1,
+    input_tokens = input_tokens - %(input_tokens)s,
+    cached_input_tokens = cached_input_tokens - %(cached_input_tokens)s,
+    output_tokens = output_tokens - %(output_tokens)s,
+    ttft_ms_total = ttft_ms_total - coalesce(%(ttft_ms)s::integer, 0),
+    ttft_count = ttft_count - (%(ttft_ms)s::integer IS NOT NULL)::integer,
+    decode_ms_total = decode_ms_total - %(decode_ms)s
+WHERE org_id = %(org_id)s AND pool_id = %(pool_id)s
+  AND api_key_id IS NOT DISTINCT FROM %(api_key_id)s AND hours = %(hours)s AND hour = %(hour)s
+  AND interrupted >= 1 AND input_tokens >= %(input_tokens)s AND output_tokens >= %(output_tokens)s
+"""
+_INTERRUPTED_KEYS_SQL = """
+SELECT request_id FROM quotas_usageeventkey
+WHERE request_id = ANY(%(request_ids)s) AND interrupted_started_at IS NOT NULL
+"""
+
+
+@dataclass(slots=True)
+class _Removed:
+    """An interrupted event a real one replaced: what its rollup and spend held."""
+    org_id: int
+    pool_id: int
+    api_key_id: int | None
+    started_at: datetime
+    input_tokens: int
+    cached_input_tokens: int
+    output_tokens: int
+    ttft_ms: int | None  # an interrupted event a gateway reported may have timings
+    decode_ms: int
+
+
+def _interrupted_remove(cursor, rows: list[_Row]) -> list[_Removed]:
+    """Take out the interrupted records that `rows` replace."""
+    by_id = {r.event.request_id: r for r in rows}
+    cursor.execute(_INTERRUPTED_LOCK_SQL, {"request_ids": sorted(by_id)})
+    removed = []
+    for request_id, started_at in cursor.fetchall():
+        new = by_id[request_id]
+        cursor.execute(_INTERRUPTED_EVENT_DELETE_SQL, {
+            "org_id": new.ref.org_id, "started_at": started_at, "request_id": request_id,
+            "real": new.event.status != UsageStatus.INTERRUPTED,
+            "output_tokens": new.event.output_tokens})
+        for old in map(lambda values: _Removed(*values), cursor.fetchall()):
+            cursor.execute(_INTERRUPTED_KEY_DELETE_SQL, {"request_id": request_id})
+            removed.append(old)
+            hour = old.started_at.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+            for hours, at in ((1, hour), (24, hour.replace(hour=0))):
+                cursor.execute(_INTERRUPTED_ROLLUP_SQL, {
+                    "org_id": old.org_id, "pool_id": old.pool_id, "api_key_id": old.api_key_id,
+                    "hours": hours, "hour": at, "input_tokens": old.input_tokens,
+                    "cached_input_tokens": old.cached_input_tokens,
+                    "output_tokens": old.output_tokens, "ttft_ms": old.ttft_ms,
+                    "decode_ms": old.decode_ms})
+                if cursor.rowcount:
+                    break
+    return removed
+
+
+def _insert(cursor, rows: list[_Row], received_at: datetime) -> tuple[set[str], list[_Removed]]:
+    """Insert the batch, replacing interrupted records: the request_ids inserted, and the
+    interrupted records removed. A record committed by a concurrent batch (the sweep) after
+    this one looked is found when the insert skips its request_id, and replaced then."""
+    inserted, removed, pending = set(), [], rows
+    for _ in range(2):
+        removed += _interrupted_remove(cursor, pending)
+        cursor.execute(_INSERT_SQL, {**_columns(pending), "received_at": received_at})
+        got = {request_id for (request_id,) in cursor.fetchall()}
+        inserted |= got
+        skipped = sorted(r.event.request_id for r in pending if r.event.request_id not in got)
+        if not skipped:
+            break
+        cursor.execute(_INTERRUPTED_KEYS_SQL, {"request_ids": skipped})
+        again = {request_id for (request_id,) in cursor.fetchall()}
+        pending = [r for r in pending if r.event.request_id in again]
+        if not pending:
+            break
+    return inserted, removed
+
+
 def _settle(rows: list[_Row]) -> None:
     by_pool: dict[int, list[Settlement]] = defaultdict(list)
     for r in rows:
@@ -265,9 +371,16 @@ def _settle(rows: list[_Row]) -> None:
                            len(settlements), pool_id)
 
 
-def _usage_cells(rows: list[_Row]) -> list[UsageCell]:
-    """The new rows summed per org, pool and UTC hour: the same cells as the hourly rollups."""
+def _usage_cells(rows: list[_Row], removed: list[_Removed] = ()) -> list[UsageCell]:
+    """The new rows, less the interrupted records they replaced, summed per org, pool and UTC
+    hour: the same cells as the hourly rollups."""
     cells: dict = defaultdict(lambda: [0, 0, 0, 0, 0])
+    for old in removed:
+        hour = old.started_at.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+        cell = cells[(old.org_id, old.pool_id, hour)]
+        cell[0] -= old.input_tokens
+        cell[1] -= old.output_tokens
+        cell[4] -= old.cached_input_tokens
     for r in rows:
         hour = r.event.started_at.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
         cell = cells[(r.ref.org_id, r.ref.pool_id, hour)]
@@ -281,14 +394,14 @@ def _usage_cells(rows: list[_Row]) -> list[UsageCell]:
             for (org_id, pool_id, hour), sums in cells.items()]
 
 
-def _after_commit(rows: list[_Row]) -> None:
+def _after_commit(rows: list[_Row], removed: list[_Removed], settle: list[_Row]) -> None:
     # Billing prices the new usage into the orgs' month spend counters (spend caps) before the
     # settlement frees the money the reservations held: in between the money counts twice
     # (more refusals for a moment), never zero times (a spend cap passed).
     try:
-        usage_recorded.emit(cells=_usage_cells(rows))
+        usage_recorded.emit(cells=_usage_cells(rows, removed))
     finally:
-        _settle(rows)
+        _settle(settle)
 
 
 # key id -> when this process last touched it: saves a query per call for busy keys.
@@ -304,7 +417,10 @@ def _keys_touch(key_ids: set[int], now: datetime) -> None:
 
 
 @transaction.atomic(durable=True)
-def _store(rows: list[_Row]) -> set[str]:
+def _store(rows: list[_Row], *, settle_all: bool = False) -> set[str]:
+    """Record `rows`; after the commit, settle in Redis those inserted (`settle_all`: every
+    row, the sweep's: a lease claimed again after a sweep died may be recorded already, and is
+    not settled yet)."""
     now = clock.now()
     connection.ensure_connection()
     # A server-side-binding cursor on Django's connection (same transaction): the arrays travel
@@ -316,15 +432,14 @@ def _store(rows: list[_Row]) -> set[str]:
     threshold, conn.prepare_threshold = conn.prepare_threshold, 0
     try:
         with psycopg.Cursor(conn) as cursor:
-            cursor.execute(_INSERT_SQL, {**_columns(rows), "received_at": now})
-            inserted = {request_id for (request_id,) in cursor.fetchall()}
+            inserted, removed = _insert(cursor, rows, now)
     finally:
         conn.prepare_threshold = threshold
     keys = {r.ref.api_key_id for r in rows
             if r.event.request_id in inserted and r.ref.api_key_id is not None}
     _keys_touch(keys, now)
     fresh = [r for r in rows if r.event.request_id in inserted]
-    transaction.on_commit(lambda: _after_commit(fresh))
+    transaction.on_commit(lambda: _after_commit(fresh, removed, rows if settle_all else fresh))
     return inserted
 
 
@@ -396,3 +511,13 @@ def usage_record(*, events: list[UsageInput]) -> list[UsageResult]:
             results.append(UsageResult(e.request_id, DUPLICATE))
         seen.add(e.request_id)
     return results
+
+
+def usage_record_attributed(*, events: list[UsageInput], refs: dict[str, ReservationRef]
+                            ) -> tuple[set[str], list[UsageResult]]:
+    """Record events Sluice attributed itself (`refs`: request_id -> its reservation; the
+    sweep's interrupted leases), never premium-eligible, then settle every one of them in
+    Redis, recorded now or before. (The request_ids inserted, the events rejected.)"""
+    kept, rejected = _timely(events)
+    rows = [_Row(e, refs[e.request_id], False, None, None, False) for e in kept]
+    return (_store(rows, settle_all=True) if rows else set()), rejected

@@ -24,7 +24,7 @@ from datetime import UTC
 from django.db.models import Count, Q, Sum
 from django.db.models.functions import Trunc
 
-from metering.models import RefusalMinute, UsageEvent, UsageHourly
+from metering.models import RefusalMinute, UsageEvent, UsageHourly, UsageStatus
 from metering.selectors import Percentile
 from orgs.models import Organization
 from quotas.models import Tier
@@ -65,11 +65,13 @@ def _totals(q: UsageQuery) -> dict[tuple, dict]:
     if q.page.width == "1m":
         rows = _scoped(UsageEvent.objects, q, "started_at").annotate(
             requests=Count("id"), input=Sum("input_tokens"), output=Sum("output_tokens"),
+            interrupted=Count("id", filter=Q(status=UsageStatus.INTERRUPTED)),
             premium_input=Sum("input_tokens", filter=Q(premium_eligible=True), default=0),
             premium_output=Sum("output_tokens", filter=Q(premium_eligible=True), default=0))
     else:
         rows = _scoped(UsageHourly.objects, q, "hour").annotate(
             requests=Sum("requests"), input=Sum("input_tokens"), output=Sum("output_tokens"),
+            interrupted=Sum("interrupted"),
             premium_input=Sum("premium_input_tokens"), premium_output=Sum("premium_output_tokens"))
     return {_key(r, q): r for r in rows}
 
@@ -115,6 +117,7 @@ def _result(key: tuple, q: UsageQuery, totals: dict | None, speeds: dict | None,
         "sluice": {
             "premium_eligible_input_tokens": totals.get("premium_input") or 0,
             "premium_eligible_output_tokens": totals.get("premium_output") or 0,
+            "interrupted_requests": totals.get("interrupted") or 0,
             "ttft_ms": {"p50": _rounded(speeds.get("ttft_p50"), 1),
                         "p95": _rounded(speeds.get("ttft_p95"), 1)},
             "output_tokens_per_second": {"p50": _rounded(speeds.get("tps_p50"), 1),

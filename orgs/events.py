@@ -8,6 +8,14 @@ org_transitioned = Event(
     doc="An organization moved through its lifecycle (orgs.services.lifecycle.TRANSITIONS). "
         "`org` has its new status.")
 
+org_service_stopping = Event(
+    "orgs.org_service_stopping", payload=("org", "action", "actor", "reason", "break_bookings"),
+    doc="The org is being suspended or offboarded in this transaction (`org` has its new "
+        "status; `org_transitioned` follows): its traffic stops. `break_bookings` are the ids "
+        "of the bookings the operator names as broken by it. A receiver refuses by raising a "
+        "DomainError (nothing changes): quotas does while a booking of the org that has not "
+        "ended is not named, and cancels the named ones with a full refund.")
+
 api_keys_changed = Event(
     "orgs.api_keys_changed", payload=("org_id",),
     doc="An API key of the org was created, revoked or changed.")

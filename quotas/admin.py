@@ -33,13 +33,14 @@ class CapacityPoolAdmin(ServiceAdminMixin, admin.ModelAdmin):
     def get_form(self, request, obj=None, **kwargs):
         form = super().get_form(request, obj, **kwargs)
         # Left empty, the output estimate default and floor stay as they are (or as defaulted).
-        for name in ("output_estimate_default", "output_estimate_floor"):
+        for name in ("output_estimate_default", "output_estimate_floor", "lease_ttl_seconds"):
             if name in form.base_fields:
                 form.base_fields[name].required = False
         return form
 
     def service_save(self, *, request, obj, data):
-        estimates = {k: data.get(k) for k in ("output_estimate_default", "output_estimate_floor")}
+        estimates = {k: data.get(k) for k in ("output_estimate_default", "output_estimate_floor",
+                                              "lease_ttl_seconds")}
         if obj is not None:
             return services.pool_settings_set.nested(
                 pool=obj, actor=request.user, capacity_tps=data["capacity_tps"],

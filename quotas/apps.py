@@ -28,6 +28,7 @@ class QuotasConfig(AppConfig):
         setting_changed.connect(engine_settings_changed)
         setting_changed.connect(hosts_setting_changed)
 
+        orgs_events.org_service_stopping.subscribe(receivers.org_service_stopping_received)
         orgs_events.org_transitioned.subscribe(receivers.org_transitioned_received)
         orgs_events.api_keys_changed.subscribe(receivers.api_keys_changed_received)
         orgs_events.api_key_slice_checking.subscribe(receivers.api_key_slice_checking_received)

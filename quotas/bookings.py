@@ -9,8 +9,8 @@ The rules of a window (UTC):
 A booking adds to an allocation: the org needs one in force in the pool, active, until the
 window ends. It is confirmed only if the ledger (quotas/ledger.py) has the room at every
 instant of the window. The lock order is the house's (quotas/services.py): the pool, then the
-org, then the booking rows; a booking, an allocation grant and a capacity change of one pool
-therefore serialize on the pool row and each reads the ledger the others committed.
+org, then its allocation and booking rows; a booking, an allocation grant and a capacity change
+of one pool therefore serialize on the pool row and each reads the ledger the others committed.
 
 Money is billing's: billing's `booking_confirm` quotes, checks the spend cap and calls
 `booking_create` inside its own transaction; a cancellation announces `booking_cancelled` and
@@ -25,10 +25,10 @@ from django.utils import timezone
 
 from orgs.models import Organization, OrgStatus
 from orgs.services.audit import Actor, audit_record
-from quotas.errors import BookingNoRoom
+from quotas.errors import BookingNoRoom, ChangeBreaksBookings
 from quotas.events import booking_cancelled, booking_ended, booking_started, capacity_freed
 from quotas.ledger import window_free
-from quotas.models import Allocation, Booking, BookingState, CapacityPool
+from quotas.models import Allocation, AllocationStatus, Booking, BookingState, CapacityPool
 from quotas.publish import limits_publish_org_later
 from quotas.selectors import allocations_in_force
 from sluice.errors import Conflict, DomainError, PermissionDenied, Unprocessable
@@ -171,6 +171,10 @@ def booking_create(*, org: Organization, pool: CapacityPool, ask: BookingAsk, ac
     # The pool first: concurrent bookings, grants and capacity changes see each other.
     pool = CapacityPool.objects.select_for_update().get(pk=pool.pk)
     org = Organization.objects.select_for_update().get(pk=org.pk)
+    # Then the allocation it adds to: an operator ending it meanwhile is seen (its end reads
+    # the bookings after this commits), not ended under a booking it never saw.
+    list(Allocation.objects.select_for_update().filter(org=org, pool=pool,
+                                                      status=AllocationStatus.ACTIVE))
     booking_validate(org=org, pool=pool, ask=ask, now=now)
     booking_room_check(pool=pool, ask=ask)
     user = actor if getattr(actor, "is_authenticated", False) else None
@@ -214,19 +218,48 @@ def booking_cancel(*, booking: Booking, actor: Actor, reason: str = "",
     return booking
 
 
-def bookings_cancel_for_allocation(*, allocation: Allocation, actor: Actor, reason: str,
-                                   now: datetime) -> int:
-    """The allocation a booking adds to has ended: its bookings that have not ended go too,
-    refunded in full. Inside the caller's transaction."""
-    live = (Booking.objects.filter(org_id=allocation.org_id, pool_id=allocation.pool_id,
-                                   state__in=[BookingState.CONFIRMED, BookingState.ACTIVE],
-                                   ends_at__gt=now).order_by("pk"))
+def bookings_named_check(*, conflict_ids, named) -> set[int]:
+    """Naming a booking a change does not break is a mistake (400 `booking_not_in_conflict`):
+    nothing is cancelled on a guess."""
+    conflict_ids, named = set(conflict_ids), set(named)
+    if named - conflict_ids:
+        message = "Name only bookings the change breaks."
+        raise DomainError(message, code="booking_not_in_conflict",
+                          fields={"break_bookings": [message]},
+                          details={"not_in_conflict": sorted(named - conflict_ids),
+                                   "conflicts": sorted(conflict_ids)})
+    return named
+
+
+def bookings_break(*, bookings, actor: Actor, reason: str, now: datetime | None = None) -> int:
+    """Cancel bookings a change of what they rely on breaks: refunded in full, their org told
+    (billing's receiver of `booking_cancelled`). Inside the caller's transaction."""
     count = 0
-    for booking in live:
+    for booking in sorted(bookings, key=lambda b: b.pk):
         booking_cancel.nested(booking=booking, actor=actor, reason=reason, by_operator=True,
                               now=now)
         count += 1
     return count
+
+
+def bookings_break_named(*, conflicts, named, actor: Actor, reason: str, code: str,
+                         message: str, now: datetime | None = None) -> int:
+    """The rule of every change that takes from a sold booking what it relies on (its
+    allocation ends or ends sooner, its org is suspended or offboarded): refused (422 `code`,
+    the bookings in `details.conflicts`) unless the operator names every booking it breaks;
+    those are then cancelled, refunded in full, and their org told. A capacity change, which
+    may break only some, is `quotas.services._bookings_break`."""
+    conflicts = list(conflicts)
+    ids = {b.pk for b in conflicts}
+    extra = set(named) - ids
+    # A booking whose window ended since it was named (a beat names them a moment before this
+    # reads them) is no mistake: nothing is left of it to break.
+    ended = set(Booking.objects.filter(pk__in=extra, ends_at__lte=now or timezone.now())
+                .values_list("pk", flat=True)) if extra else set()
+    named = bookings_named_check(conflict_ids=ids, named=set(named) - ended)
+    if ids - named:
+        raise ChangeBreaksBookings(code=code, message=message, conflicts=conflicts)
+    return bookings_break(bookings=conflicts, actor=actor, reason=reason, now=now)
 
 
 @transaction.atomic(durable=True)

@@ -92,3 +92,17 @@ class CapacityBelowBookings(Unprocessable):
             "conflict): they are cancelled with a full refund.",
             details={"pool": pool.pk, "conflicts": ids, "excess_tps": excess_tps,
                      "excess_input_tps": excess_input_tps})
+
+
+class ChangeBreaksBookings(Unprocessable):
+    """A change other than a capacity's (an allocation ended or shortened, an organization
+    suspended or offboarded) would break confirmed bookings: refused unless the operator names
+    every one of them (they are then cancelled with a full refund and a notice)."""
+
+    def __init__(self, *, code: str, message: str, conflicts: list):
+        ids = [b.pk for b in conflicts]
+        super().__init__(
+            f"{message} Name the bookings it breaks ({len(ids)}: "
+            f"{', '.join(f'#{i}' for i in ids)}): they are cancelled with a full refund and "
+            "their organization is told.",
+            code=code, details={"conflicts": ids})

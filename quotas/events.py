@@ -28,9 +28,10 @@ capacity_freed = Event(
 
 booking_cancelled = Event(
     "quotas.booking_cancelled", payload=("booking",),
-    doc="A booking was cancelled in this transaction (by its org, by an operator, or because "
-        "its pool's capacity was lowered or its allocation ended: then "
-        "`booking.cancelled_by_operator`). Billing refunds it and tells the org.")
+    doc="A booking was cancelled in this transaction (by its org, by an operator, or by a "
+        "change that breaks it: its pool's capacity lowered, its allocation ended or "
+        "shortened, its org suspended or offboarded; then `booking.cancelled_by_operator`). "
+        "Billing refunds it and tells the org.")
 
 booking_started = Event(
     "quotas.booking_started", payload=("booking",),

@@ -17,7 +17,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db.models import Q, QuerySet, Sum
+from django.db.models import Max, Q, QuerySet, Sum
 from django.utils import timezone
 
 from quotas.models import BOOKING_LIVE_STATES, Booking, CapacityPool
@@ -202,6 +202,37 @@ def org_guarantee_at(*, org_id: int, pool_id: int, at: datetime) -> tuple[int, i
                                                end=at + timedelta(microseconds=1))
               .filter(org_id=org_id).values_list("output_tps", "input_tps")]
     return g[0] + sum(o for o, _ in booked), (g[1] or 0) + sum(i for _, i in booked)
+
+
+def bookings_relying_on(*, org_id: int, pool_id: int | None = None,
+                        ending_after: datetime) -> QuerySet[Booking]:
+    """The org's bookings (in one pool, or in all) still to be served after `ending_after`:
+    what an allocation ending then, or the org's suspension or offboarding, would break."""
+    bookings = Booking.objects.filter(org_id=org_id, state__in=BOOKING_LIVE_STATES,
+                                      ends_at__gt=ending_after)
+    if pool_id is not None:
+        bookings = bookings.filter(pool_id=pool_id)
+    return bookings.select_related("pool", "org").order_by("starts_at", "id")
+
+
+@dataclass(frozen=True)
+class BookedNow:
+    """What an org's bookings in force add in one pool at an instant."""
+    output_tps: int
+    input_tps: int
+    extra_daily_tokens: int
+    until: datetime  # the last of their windows' ends
+
+
+def org_booked_at(*, org_id: int, at: datetime) -> dict[int, BookedNow]:
+    """Per pool, what the org's bookings holding `at` add to its allocation: what the limiter
+    enforces on top of it then. One query."""
+    rows = (Booking.objects.filter(org_id=org_id, state__in=BOOKING_LIVE_STATES,
+                                   starts_at__lte=at, ends_at__gt=at)
+            .values("pool_id").annotate(o=Sum("output_tps"), i=Sum("input_tps"),
+                                        d=Sum("extra_daily_tokens"), until=Max("ends_at"))
+            .order_by())
+    return {r["pool_id"]: BookedNow(r["o"], r["i"], r["d"], r["until"]) for r in rows}
 
 
 def org_bookings(*, org, pool: CapacityPool | None = None) -> QuerySet[Booking]:

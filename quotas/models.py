@@ -17,6 +17,10 @@ class LimiterFailurePolicy(models.TextChoices):
     FAIL_OPEN = "fail_open", "Fail open (local per-process limit)"
 
 
+LEASE_TTL_SECONDS = (6, 600)  # the range an operator may set
+LEASE_TTL_DEFAULT_SECONDS = 15
+
+
 class CapacityPool(models.Model):
     """One model in one region on one tier: a finite fleet measured in output tokens/s
     (decode) and, when declared, input tokens/s (prefill)."""
@@ -33,6 +37,10 @@ class CapacityPool(models.Model):
     # recent outputs), and the least an estimate reserves.
     output_estimate_default = models.PositiveIntegerField(default=4096)
     output_estimate_floor = models.PositiveIntegerField(default=64)
+    # How long a lease (a reservation its gateway renews by heartbeat, docs/hook.md) holds its
+    # slot without one: what a crashed gateway costs in capacity, against how late a
+    # heartbeat may be.
+    lease_ttl_seconds = models.PositiveSmallIntegerField(default=LEASE_TTL_DEFAULT_SECONDS)
     # Share of capacity that may be promised as guarantees; the rest is headroom for bursts.
     guaranteeable_ratio = models.DecimalField(max_digits=4, decimal_places=3,
                                               default=Decimal("0.900"))
@@ -56,6 +64,11 @@ class CapacityPool(models.Model):
             models.CheckConstraint(
                 name="pool_ratio_in_range",
                 condition=Q(guaranteeable_ratio__gt=0) & Q(guaranteeable_ratio__lte=1),
+            ),
+            models.CheckConstraint(
+                name="pool_lease_ttl_in_range",
+                condition=Q(lease_ttl_seconds__gte=LEASE_TTL_SECONDS[0])
+                & Q(lease_ttl_seconds__lte=LEASE_TTL_SECONDS[1]),
             ),
         ]
 

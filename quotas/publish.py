@@ -187,6 +187,7 @@ def _pool_states(pool_ids: set[int], now: datetime,
             headroom_tps=h, input_headroom_tps=hi,
             estimate_default=pool.output_estimate_default,
             estimate_floor=pool.output_estimate_floor,
+            lease_ttl_ms=pool.lease_ttl_seconds * 1000,
             schedule=tuple((epoch_ms(t), *_headroom(pool, g, gi, booked, t)) for t in edges))
     return states
 

@@ -1,5 +1,9 @@
 """What quotas does when orgs announces something (subscribed in QuotasConfig.ready())."""
 
+from django.utils import timezone
+
+from quotas.bookings import bookings_break_named
+from quotas.ledger import bookings_relying_on
 from quotas.publish import limits_publish_org_later
 from quotas.selectors import org_allocation_maxima
 from quotas.services import allocations_end_for_org
@@ -12,6 +16,18 @@ def org_transitioned_received(*, org, action: str, actor, reason: str) -> None:
     if action == "offboard":
         # Offboarding returns the org's guarantees to its pools, in the same transaction.
         allocations_end_for_org(org=org, actor=actor, reason="organization offboarded")
+
+
+def org_service_stopping_received(*, org, action: str, actor, reason: str,
+                                  break_bookings) -> None:
+    """A suspended or offboarded org cannot use what it booked: every booking of it that has not
+    ended must be named, and is cancelled with a full refund and a notice."""
+    verb = {"suspend": "suspended", "offboard": "offboarded"}[action]
+    bookings_break_named(
+        conflicts=bookings_relying_on(org_id=org.pk, ending_after=timezone.now()),
+        named=break_bookings, actor=actor, code="org_has_bookings",
+        message=f"{org.name} has bookings that have not ended: being {verb} breaks them.",
+        reason=f"Your organization was {verb}" + (f": {reason}" if reason else "."))
 
 
 def api_keys_changed_received(*, org_id: int) -> None:

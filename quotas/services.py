@@ -38,10 +38,10 @@ from django.utils import timezone
 
 from orgs.models import Organization, OrgStatus
 from orgs.services.audit import Actor, audit_record
-from quotas.bookings import booking_cancel, bookings_cancel_for_allocation
+from quotas.bookings import bookings_break, bookings_break_named, bookings_named_check
 from quotas.errors import CapacityBelowBookings, CapacityBelowGuarantees, CapacityExhausted
 from quotas.events import capacity_freed
-from quotas.ledger import FOREVER, capacity_conflicts, window_free
+from quotas.ledger import FOREVER, bookings_relying_on, capacity_conflicts, window_free
 from quotas.models import Allocation, AllocationStatus, CapacityPool
 from quotas.publish import limits_publish_org_later, limits_publish_pool_later
 from quotas.selectors import allocations_in_force, pool_guaranteed_input_tps, pool_guaranteed_tps
@@ -157,7 +157,8 @@ def pool_create(*, model: str, region: str, tier: str, capacity_tps: int,
                 limiter_failure_policy: str | None = None,
                 prefill_capacity_tps: int | None = None,
                 output_estimate_default: int | None = None,
-                output_estimate_floor: int | None = None) -> CapacityPool:
+                output_estimate_floor: int | None = None,
+                lease_ttl_seconds: int | None = None) -> CapacityPool:
     if CapacityPool.objects.filter(model=model, region=region, tier=tier).exists():
         raise Conflict(f"A pool for {model} in {region} ({tier}) exists already.",
                        code="pool_exists")
@@ -170,6 +171,8 @@ def pool_create(*, model: str, region: str, tier: str, capacity_tps: int,
         pool.output_estimate_default = output_estimate_default
     if output_estimate_floor is not None:
         pool.output_estimate_floor = output_estimate_floor
+    if lease_ttl_seconds is not None:
+        pool.lease_ttl_seconds = lease_ttl_seconds
     pool.save()
     audit_record(actor=actor, action="pool.create", target=pool,
                  after={"capacity_tps": capacity_tps, "ratio": str(guaranteeable_ratio),
@@ -212,13 +215,7 @@ def _bookings_break(*, pool: CapacityPool, guaranteeable_tps: int,
     their orgs told. Naming a booking the change does not break is a mistake (400)."""
     conflicts = capacity_conflicts(pool=pool, guaranteeable_tps=guaranteeable_tps,
                                    guaranteeable_input_tps=guaranteeable_input_tps)
-    conflict_ids, named = {b.pk for b in conflicts.bookings}, set(named)
-    if named - conflict_ids:
-        message = "Name only bookings the new capacity breaks."
-        raise DomainError(message, code="booking_not_in_conflict",
-                          fields={"break_bookings": [message]},
-                          details={"not_in_conflict": sorted(named - conflict_ids),
-                                   "conflicts": sorted(conflict_ids)})
+    named = bookings_named_check(conflict_ids={b.pk for b in conflicts.bookings}, named=named)
     if not conflicts:
         return
     rest = capacity_conflicts(pool=pool, guaranteeable_tps=guaranteeable_tps,
@@ -229,8 +226,8 @@ def _bookings_break(*, pool: CapacityPool, guaranteeable_tps: int,
                                     excess_tps=rest.excess_tps,
                                     excess_input_tps=rest.excess_input_tps)
     why = "The pool's capacity was lowered" + (f": {reason}" if reason else ".")
-    for booking in sorted((b for b in conflicts.bookings if b.pk in named), key=lambda b: b.pk):
-        booking_cancel.nested(booking=booking, actor=actor, reason=why, by_operator=True)
+    bookings_break(bookings=[b for b in conflicts.bookings if b.pk in named], actor=actor,
+                   reason=why)
 
 
 @nestable
@@ -291,9 +288,10 @@ def pool_settings_set(*, pool: CapacityPool, actor: Actor, capacity_tps: int,
                       prefill_capacity_tps: int | None | object = _UNCHANGED,
                       output_estimate_default: int | None = None,
                       output_estimate_floor: int | None = None,
+                      lease_ttl_seconds: int | None = None,
                       queue_max_wait_ms: int | None = None) -> CapacityPool:
     """Everything an operator edits on a pool; capacity goes through `pool_capacity_set`. The
-    output estimate default and floor stay as they are when not given."""
+    output estimate default and floor, and the lease TTL, stay as they are when not given."""
     pool = pool_capacity_set.nested(pool=pool, capacity_tps=capacity_tps, actor=actor,
                                     guaranteeable_ratio=guaranteeable_ratio,
                                     prefill_capacity_tps=prefill_capacity_tps)
@@ -302,6 +300,7 @@ def pool_settings_set(*, pool: CapacityPool, actor: Actor, capacity_tps: int,
               "ttft_ceiling_ms": pool.ttft_ceiling_ms,
               "output_estimate_default": pool.output_estimate_default,
               "output_estimate_floor": pool.output_estimate_floor,
+              "lease_ttl_seconds": pool.lease_ttl_seconds,
               "queue_max_wait_ms": pool.queue_max_wait_ms}
     after = {"limiter_failure_policy": limiter_failure_policy,
              "speed_floor_output_tps": speed_floor_output_tps,
@@ -309,6 +308,7 @@ def pool_settings_set(*, pool: CapacityPool, actor: Actor, capacity_tps: int,
              "output_estimate_default": output_estimate_default or pool.output_estimate_default,
              "output_estimate_floor": (pool.output_estimate_floor if output_estimate_floor is None
                                        else output_estimate_floor),
+             "lease_ttl_seconds": lease_ttl_seconds or pool.lease_ttl_seconds,
              "queue_max_wait_ms": (pool.queue_max_wait_ms if queue_max_wait_ms is None
                                    else queue_max_wait_ms)}
     if before != after:
@@ -317,7 +317,7 @@ def pool_settings_set(*, pool: CapacityPool, actor: Actor, capacity_tps: int,
         pool.save(update_fields=[*after, "updated_at"])
         audit_record(actor=actor, action="pool.settings_set", target=pool, before=before,
                      after=after)
-        limits_publish_pool_later(pool_id=pool.pk)  # the estimate default and floor
+        limits_publish_pool_later(pool_id=pool.pk)  # the estimates and the lease TTL
     return pool
 
 
@@ -364,7 +364,11 @@ def allocation_change(*, allocation: Allocation, actor: Actor, guaranteed_tps: i
                       burst_tps: int | None = None, daily_tokens: int | None = None,
                       max_concurrency: int | None = None, valid_until: datetime | None = None,
                       reason: str = "", guaranteed_input_tps: int | None = None,
-                      burst_input_tps: int | None = None) -> Allocation:
+                      burst_input_tps: int | None = None,
+                      break_bookings: Sequence[int] = ()) -> Allocation:
+    """A `valid_until` sooner than a confirmed booking of the org in the pool ends is refused
+    (422 `allocation_ends_before_bookings`) unless `break_bookings` names every such booking
+    (`quotas.bookings.bookings_break_named`)."""
     pool = pool_lock(pool_id=allocation.pool_id)
     allocation = Allocation.objects.select_for_update().get(pk=allocation.pk)
     if allocation.status != AllocationStatus.ACTIVE:
@@ -384,6 +388,18 @@ def allocation_change(*, allocation: Allocation, actor: Actor, guaranteed_tps: i
     _check_room(pool=pool, tps=g, input_tps=g_in,
                 until=allocation.valid_until if valid_until is None else valid_until,
                 allocation=allocation)
+    sooner = valid_until is not None and (allocation.valid_until is None
+                                          or valid_until < allocation.valid_until)
+    if sooner or break_bookings:
+        bookings_break_named(
+            conflicts=bookings_relying_on(org_id=allocation.org_id, pool_id=pool.pk,
+                                          ending_after=max(valid_until, timezone.now()))
+            if sooner else [],
+            named=break_bookings, actor=actor, code="allocation_ends_before_bookings",
+            message=f"The allocation would end before bookings of {allocation.org.name} in "
+                    f"{pool} do.",
+            reason="The allocation this booking added to now ends before it"
+                   + (f": {reason}" if reason else "."))
     if g < allocation.guaranteed_tps or (g_in or 0) < (allocation.guaranteed_input_tps or 0):
         _capacity_freed(pool_id=pool.pk)
     allocation.guaranteed_tps, allocation.burst_tps = g, b
@@ -401,7 +417,14 @@ def allocation_change(*, allocation: Allocation, actor: Actor, guaranteed_tps: i
 
 @nestable
 @transaction.atomic(durable=True)
-def allocation_end(*, allocation: Allocation, actor: Actor, reason: str = "") -> Allocation:
+def allocation_end(*, allocation: Allocation, actor: Actor, reason: str = "",
+                   break_bookings: Sequence[int] = ()) -> Allocation:
+    """Refused while bookings of the org in the pool rely on the allocation (422
+    `allocation_has_bookings`) unless `break_bookings` names every one of them
+    (`quotas.bookings.bookings_break_named`)."""
+    # The house order: the org, then the allocation. A booking being confirmed holds the org
+    # and waits for the allocation; this end then reads the booking once it is committed.
+    Organization.objects.select_for_update().get(pk=allocation.org_id)
     allocation = Allocation.objects.select_for_update().get(pk=allocation.pk)
     if allocation.status != AllocationStatus.ACTIVE:
         raise Conflict("This allocation has already ended.", code="allocation_ended")
@@ -411,10 +434,15 @@ def allocation_end(*, allocation: Allocation, actor: Actor, reason: str = "") ->
     if allocation.valid_until is None or allocation.valid_until > now:
         allocation.valid_until = max(now, allocation.valid_from + timedelta(seconds=1))
     allocation.save(update_fields=["status", "valid_until", "updated_at"])
+    bookings_break_named(
+        conflicts=bookings_relying_on(org_id=allocation.org_id, pool_id=allocation.pool_id,
+                                      ending_after=now),
+        named=break_bookings, actor=actor, now=now, code="allocation_has_bookings",
+        message=f"Bookings of {allocation.org.name} in {allocation.pool} rely on this "
+                "allocation.",
+        reason="The allocation this booking added to ended" + (f": {reason}" if reason else "."))
     audit_record(actor=actor, action="allocation.end", target=allocation, org=allocation.org,
                  before=before, after=_allocation_snapshot(allocation), reason=reason)
-    bookings_cancel_for_allocation(allocation=allocation, actor=actor, now=now,
-                                   reason="The allocation this booking added to ended.")
     limits_publish_org_later(org_id=allocation.org_id)
     _capacity_freed(pool_id=allocation.pool_id)
     return allocation
@@ -437,8 +465,13 @@ def allocations_expire(*, now: datetime | None = None) -> int:
     count = 0
     for allocation in expired:
         try:
+            # Its end was agreed: a booking is confirmed only within it, and shortening it
+            # names what it breaks. Any booking still relying on it is the system's to break.
             allocation_end(allocation=allocation, actor="celery:allocations_expire",
-                           reason="valid_until reached")
+                           reason="valid_until reached",
+                           break_bookings=list(bookings_relying_on(
+                               org_id=allocation.org_id, pool_id=allocation.pool_id,
+                               ending_after=now).values_list("pk", flat=True)))
         except Conflict:
             continue  # ended meanwhile (by an operator, or by a concurrent run of this task)
         count += 1

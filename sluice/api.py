@@ -16,6 +16,14 @@ class RequiredBooleanField(serializers.BooleanField):
     default_empty_html = serializers.empty
 
 
+def break_bookings_field(help_text: str) -> serializers.ListField:
+    """The ids of the bookings an operator names as broken by a change (its refusal answered
+    them in `details.conflicts`): they are cancelled with a full refund and a notice."""
+    return serializers.ListField(
+        child=serializers.IntegerField(min_value=1, max_value=2**63 - 1), required=False,
+        default=list, max_length=10_000, help_text=help_text)
+
+
 def validated_input(serializer_class, data, *, partial: bool = False,
                     context: dict | None = None) -> dict:
     """Parse a view's input with its Input serializer (`context`: what its checks need to

@@ -193,4 +193,5 @@ def served_over_http():
     the served application; `.url`, `.stop()`."""
     from gateway.serving import ServerThread
 
+    served()  # the application built now (Django, every URLconf), not by the first request
     return ServerThread(_over_http).start()

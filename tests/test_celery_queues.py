@@ -27,10 +27,11 @@ def test_every_task_is_routed_to_a_declared_queue_by_a_route_of_its_own():
 
 
 def test_the_limit_publish_has_a_queue_to_itself():
-    """What the hot path must learn within a second: limits, and gateway tokens revoked."""
+    """What the hot path must learn within a second: limits, and gateway tokens revoked; and
+    the slots and bucket shares of expired leases, freed within seconds."""
     assert {name for name in _tasks() if _queue(name) == "limits"} == {
         "quotas.tasks.limits_publish_org", "quotas.tasks.limits_publish_pool",
-        "quotas.tasks.gateway_tokens_publish_task"}
+        "quotas.tasks.gateway_tokens_publish_task", "metering.tasks.leases_sweep"}
 
 
 def test_email_stripe_and_webhooks_wait_on_their_own_queues():

@@ -139,10 +139,11 @@ def queue_call(op: str, *, pool_id: int, digest: str, request_id: str, input_tok
                max_output_tokens: int | None = None, tier: str = "auto",
                key_tier: str = "unknown", pool_tier: str = "fast", budget_ms: int = -1,
                max_wait_ms: int = 0, pool_cap: int = 0, org_cap: int = 0, pump_max: int = 64,
-               now_ms: int) -> ScriptCall:
+               lease_owner: str = "", lease_id: str = "", lease_for: str = "",
+               lease_ttl_ms: int = 0, now_ms: int) -> ScriptCall:
     """The queue script's call: authorize's KEYS and ARGV for the request (as engine.py's
     limiter_authorize builds them), then the queue's."""
-    ttl_ms = engine_config().reservation_ttl_s * 1000
+    ttl_ms = lease_ttl_ms if lease_owner else engine_config().reservation_ttl_s * 1000
     day, month = time_stamps(now_ms)
     keys = QueueKeys(pool_key(pool_id, KEY.registry), pool_key(pool_id, KEY.synced),
                      pool_key(pool_id, KEY.pool), pool_key(pool_id, KEY.reservation, request_id),
@@ -151,6 +152,7 @@ def queue_call(op: str, *, pool_id: int, digest: str, request_id: str, input_tok
     args = QueueArgs(digest, request_id, input_tokens,
                      -1 if max_output_tokens is None else max_output_tokens, tier, key_tier,
                      pool_tier, now_ms, day, month, ttl_ms, 0, ttl_ms + RECORD_GRACE_MS,
+                     lease_owner, lease_id, lease_for,
                      op, budget_ms, max_wait_ms, pool_cap, org_cap, pump_max)
     return ScriptCall(NAME, keys, args)
 

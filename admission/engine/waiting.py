@@ -326,7 +326,8 @@ on_limiter_reset(_watches_close)
 
 async def queue_decide(*, pool_id: int, digest: str, request_id: str, input_tokens: int,
                        max_output_tokens: int | None, tier: str, key_tier: str, pool_tier: str,
-                       budget_ms: int, max_wait_ms: int,
+                       budget_ms: int, max_wait_ms: int, lease_owner: str = "",
+                       lease_id: str = "", lease_for: str = "", lease_ttl_ms: int = 0,
                        gone: Callable[[], Awaitable] | None = None,
                        on_wait: Callable[[int], object] | None = None) -> QueueOutcome:
     """Decide a request that may wait (budget_ms: what it asked, -1 for its key's or org's
@@ -338,7 +339,8 @@ async def queue_decide(*, pool_id: int, digest: str, request_id: str, input_toke
     await watch.subscribed(pool_id)
     ask = {"pool_id": pool_id, "digest": digest, "request_id": request_id,
            "input_tokens": input_tokens, "max_output_tokens": max_output_tokens, "tier": tier,
-           "key_tier": key_tier, "pool_tier": pool_tier}
+           "key_tier": key_tier, "pool_tier": pool_tier, "lease_owner": lease_owner,
+           "lease_id": lease_id, "lease_for": lease_for, "lease_ttl_ms": lease_ttl_ms}
     joined = await _join(watch, ask, budget_ms=budget_ms, max_wait_ms=max_wait_ms)
     if joined.state in ("decided", "done"):
         return QueueOutcome(joined.decision, budget_ms=joined.budget_ms)

@@ -16,7 +16,7 @@ from rest_framework.views import APIView
 
 from billing import selectors, services, stripe_api
 from billing.api.serializers import InvoiceDetailSerializer, InvoiceSerializer
-from billing.pdf import invoice_pdf
+from billing.pdf import interrupted_note, invoice_pdf
 from billing.periods import month_bounds, month_of, month_parse
 from billing.rating import total_cents
 from billing.services.accounts import SPEND_CAP_MAX_MICROS
@@ -83,8 +83,9 @@ class InvoiceDetailView(OrgBillingView):
 
 
 def invoice_html(invoice) -> str:
-    return render_to_string("billing/invoice.html", {"invoice": invoice,
-                                                      "lines": invoice.lines.all()})
+    return render_to_string("billing/invoice.html", {
+        "invoice": invoice, "lines": invoice.lines.all(),
+        "interrupted_note": interrupted_note(invoice)})
 
 
 class InvoiceHtmlView(OrgBillingView):

@@ -15,6 +15,7 @@ from billing.services.accounts import billing_account_lock
 from orgs.models import Organization, OrgStatus, SuspensionReason
 from orgs.services import org_restore, org_suspend
 from orgs.services.audit import Actor, audit_record
+from quotas.ledger import bookings_relying_on
 from sluice.errors import IllegalTransition
 from sluice.transactions import nestable
 
@@ -98,8 +99,13 @@ def dunning_suspend_one(*, account: BillingAccount, actor: Actor,
         return False  # paid meanwhile
     if account.org.status != OrgStatus.ACTIVE:
         return False
+    # No operator to name them: the suspension for payment breaks every booking of the org
+    # that has not ended (refunded in full, the org told, as for any booking a change breaks).
+    broken = bookings_relying_on(org_id=account.org_id,
+                                 ending_after=timezone.now()).values_list("pk", flat=True)
     org_suspend.nested(org=account.org, actor=actor, cause=SuspensionReason.PAYMENT,
-                       reason=f"unpaid since {account.payment_failed_at:%Y-%m-%d}, grace ended")
+                       reason=f"unpaid since {account.payment_failed_at:%Y-%m-%d}, grace ended",
+                       break_bookings=list(broken))
     suspended_for_payment_email_queue(org=account.org)
     return True
 

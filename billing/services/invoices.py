@@ -1,19 +1,31 @@
 """Monthly close, void, re-issue, and supplements for late usage. The close is idempotent by a
 unique constraint: at most one live (not void) invoice per org and month, besides the
-supplements that bill usage of a paid month reported after its invoice was issued."""
+supplements that bill usage of a paid month reported after its invoice was issued.
+
+No invoice totals below zero (a constraint holds it). A month whose refunds of bookings exceed
+its charges ends with a line "Credit carried to the next invoice" that brings it to zero; the
+next invoices of the org (of any month, supplements too) use that credit with a line "Credit
+from earlier invoices", up to their own subtotal, until it is spent. The credit is the sum of the
+credit lines of the org's live invoices: voiding an invoice gives back the credit it used (or
+takes back what it carried), and its re-issue uses or carries it again."""
 
 import logging
 from datetime import date, datetime
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import Max, Q
 from django.utils import timezone
 
 from billing.events import invoice_issued
 from billing.models import Invoice, InvoiceLine, InvoiceStatus, LineKind, OutboxKind
 from billing.periods import month_after, month_before, month_bounds, month_of
-from billing.rating import RatedLine, lines_not_yet_billed, total_cents
-from billing.selectors import billing_discount_bps, month_invoiced_lines, month_rated_lines
+from billing.rating import RatedLine, credit_lines, lines_not_yet_billed, total_cents
+from billing.selectors import (
+    billing_discount_bps,
+    credit_balance_cents,
+    month_invoiced_lines,
+    month_rated_lines,
+)
 from billing.services.outbox import outbox_enqueue
 from metering.models import UsageHourly
 from metering.partitions import usage_started_at_window
@@ -24,6 +36,8 @@ from sluice.errors import IllegalTransition, Unprocessable
 from sluice.transactions import nested_atomic
 
 logger = logging.getLogger(__name__)
+# The first key of the advisory lock on an org's credit (the second is the org's id).
+CREDIT_LOCK_SPACE = 7301
 _KIND_LABELS = dict(LineKind.choices)
 
 
@@ -49,11 +63,28 @@ def _lines_create(invoice: Invoice, lines: list[RatedLine]) -> None:
         for n, ln in enumerate(lines, start=1))
 
 
+def _credit_lock(org: Organization) -> None:
+    """One invoice of an org at a time reads and moves its credit (two months closed at once
+    must not both use it). A transaction-level advisory lock, taken last: every other lock an
+    invoice takes comes before it."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [CREDIT_LOCK_SPACE, org.pk])
+
+
+def _with_credit(org: Organization, lines: list[RatedLine]) -> list[RatedLine]:
+    """`lines` and what keeps their total from going below zero: Stripe never gets a negative
+    invoice (billing.rating.credit_lines)."""
+    _credit_lock(org)
+    return lines + credit_lines(subtotal_cents=total_cents(lines),
+                                balance_cents=credit_balance_cents(org=org))
+
+
 def _invoice_insert(*, org: Organization, month: date, lines: list[RatedLine],
                     replaces: Invoice | None = None,
                     supplements: Invoice | None = None) -> Invoice:
     revision = (Invoice.objects.filter(org=org, period_start=month)
                 .aggregate(m=Max("revision"))["m"] or 0) + 1
+    lines = _with_credit(org, lines)
     total = total_cents(lines)
     invoice = Invoice.objects.create(
         org=org, period_start=month, period_end=month_after(month), revision=revision,

@@ -323,6 +323,8 @@ CELERY_TASK_ROUTES = {
     "quotas.tasks.limits_publish_org": {"queue": "limits"},
     "quotas.tasks.limits_publish_pool": {"queue": "limits"},
     "quotas.tasks.gateway_tokens_publish_task": {"queue": "limits"},
+    # Expired leases hold bucket shares until swept: within seconds, not behind daily jobs.
+    "metering.tasks.leases_sweep": {"queue": "limits"},
     "sluice.tasks.*": {"queue": "email"},
     "billing.tasks.*": {"queue": "billing"},
     "webhooks.tasks.*": {"queue": "webhooks"},
@@ -346,6 +348,9 @@ CELERY_BEAT_SCHEDULE["emails-drain"] = {"task": "sluice.tasks.emails_drain", "sc
 # The gateway hook's refusal counters (Redis) into PostgreSQL, for the Usage API.
 CELERY_BEAT_SCHEDULE["refusals-drain"] = {"task": "metering.tasks.refusals_drain",
                                           "schedule": 60.0}
+# Leases not renewed (a dead gateway's streams): billed from their last progress, their slots
+# and bucket shares freed, within 5 s of expiry (metering/leases.py).
+CELERY_BEAT_SCHEDULE["leases-sweep"] = {"task": "metering.tasks.leases_sweep", "schedule": 1.0}
 CELERY_BEAT_SCHEDULE["waves-advance"] = {
     "task": "rollout.tasks.waves_advance", "schedule": 60.0,
 }

@@ -39,6 +39,7 @@ from metering.selectors import SPEED_WINDOW, delivered_speed, org_usage_buckets
 from orgs.models import OrgStatus
 from orgs.selectors import org_api_keys, org_members
 from orgs.services.lifecycle import org_allowed_actions, org_transition
+from quotas.ledger import bookings_relying_on
 from quotas.models import CapacityPool
 from quotas.selectors import org_allocations, pool_capacity_summaries, pool_get
 from quotas.services import allocation_change, pool_capacity_set, pool_settings_set
@@ -56,7 +57,7 @@ from sluice.messages import flash, redirect_at
 PAGE_SIZE = 50
 POOL_SETTINGS = ("guaranteeable_ratio", "limiter_failure_policy", "speed_floor_output_tps",
                  "ttft_ceiling_ms", "output_estimate_default", "output_estimate_floor",
-                 "queue_max_wait_ms")
+                 "lease_ttl_seconds", "queue_max_wait_ms")
 
 # Console navigation, in menu order: (url name, label, permission). Domains add their pages here
 # (vetting queue, waves, quota requests, price book...).
@@ -172,6 +173,11 @@ def org_detail(request, *, site, org_id: int):
     return _org_page(request, site, org=org_get(org_id=org_id))
 
 
+def _named_bookings(request) -> list[int]:
+    """The bookings an operator ticked as broken by the change they confirm."""
+    return [int(x) for x in request.POST.getlist("break_bookings") if x.isdigit()]
+
+
 def _org_page(request, site, *, org, grant_form=None, status=200):
     can_see_invoices = request.user.has_perm(perm.VIEW_INVOICES)
     allocations = list(org_allocations(org=org))
@@ -180,6 +186,8 @@ def _org_page(request, site, *, org, grant_form=None, status=200):
         "invoices": invoices_for_org(org=org)[:PAGE_SIZE] if can_see_invoices else None,
         "org": org,
         "actions": [(a, LIFECYCLE_LABELS[a]) for a in org_allowed_actions(org=org)],
+        # What a suspension or an offboarding breaks: named by ticking, else refused.
+        "live_bookings": list(bookings_relying_on(org_id=org.pk, ending_after=timezone.now())),
         "allocations": allocations, "keys": org_api_keys(org=org),
         "members": org_members(org=org).order_by("user__email"),
         "audit": audit_events(org_id=org.pk)[:PAGE_SIZE],
@@ -200,7 +208,9 @@ def org_lifecycle(request, *, site, org_id: int):
     action = form.cleaned_data["action"]
     try:
         org_transition(action=action, org=org, actor=request.user,
-                       reason=form.cleaned_data["reason"])
+                       reason=form.cleaned_data["reason"],
+                       break_bookings=_named_bookings(request)
+                       if action in ("suspend", "offboard") else ())
     except DomainError as error:
         # Illegal transitions (a stale page, a colleague faster) are explained, nothing changed.
         flash(request, messages.ERROR, error.message, at="lifecycle")
@@ -256,6 +266,10 @@ def allocation_edit(request, *, site, allocation_id: int):
         status = 422
     return _render(request, site, "console/allocation_edit.html", {
         "allocation": allocation, "form": form, "can_change": can_change,
+        # What ending it breaks: named by ticking, else refused.
+        "live_bookings": list(bookings_relying_on(org_id=allocation.org_id,
+                                                  pool_id=allocation.pool_id,
+                                                  ending_after=timezone.now())),
     }, status=status)
 
 
@@ -265,9 +279,12 @@ def allocation_end_view(request, *, site, allocation_id: int):
     allocation = allocation_get(allocation_id=allocation_id)
     try:
         allocation_end_service(allocation=allocation, actor=request.user,
-                               reason=request.POST.get("reason", ""))
+                               reason=request.POST.get("reason", ""),
+                               break_bookings=_named_bookings(request))
     except DomainError as error:
-        flash(request, messages.ERROR, error.message, at="allocations")
+        # Back where the bookings it would break can be ticked.
+        flash(request, messages.ERROR, error.message, at="end")
+        return redirect_at("admin:console_allocation", allocation.pk, at="end")
     else:
         flash(request, messages.SUCCESS, f"Allocation in {allocation.pool} ended.",
               at="allocations")

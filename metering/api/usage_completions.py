@@ -37,6 +37,9 @@ class UsageCompletionsResultOutput(serializers.Serializer):
     sluice = inline_serializer("UsageCompletionsSluiceFields", {
         "premium_eligible_input_tokens": serializers.IntegerField(),
         "premium_eligible_output_tokens": serializers.IntegerField(),
+        "interrupted_requests": serializers.IntegerField(
+            help_text="Of num_model_requests, those whose gateway died mid-stream, billed from "
+                      "their last progress (status interrupted; docs/hook.md, Leases)."),
         "ttft_ms": _PERCENTILES,
         "output_tokens_per_second": _PERCENTILES,
         "queued_requests": serializers.IntegerField(

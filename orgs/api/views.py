@@ -34,7 +34,7 @@ from orgs.selectors import (
     principal_actor,
 )
 from orgs.services.lifecycle import TRANSITIONS, org_allowed_actions
-from sluice.api import validated_input
+from sluice.api import break_bookings_field, validated_input
 from sluice.openapi import errors
 from sluice.pagination import PaginatedApi, paginate
 
@@ -114,12 +114,18 @@ class OrgTransitionApi(APIView):
     class InputSerializer(serializers.Serializer):
         action = serializers.ChoiceField(choices=sorted(TRANSITIONS))
         reason = serializers.CharField(max_length=2000, required=False, default="")
+        break_bookings = break_bookings_field(
+            "Suspend and offboard: every booking of the org that has not ended, cancelled with "
+            "a full refund and a notice.")
 
-    @extend_schema(request=InputSerializer, responses={200: OrgOutput, **errors(409)},
+    @extend_schema(request=InputSerializer, responses={200: OrgOutput, **errors(409, 422)},
                    description="Move the organization through its lifecycle. An action that is "
                    "not legal from the current state answers 409 `illegal_transition`; review, "
                    "approve and reject of an org with an open application answer 409 "
-                   "`application_open` (decide the application instead).")
+                   "`application_open` (decide the application instead). Suspending or "
+                   "offboarding an org with bookings that have not ended answers 422 "
+                   "`org_has_bookings` with `details.conflicts` unless `break_bookings` names "
+                   "every one of them.")
     def post(self, request, org_id: int):
         org = org_get_for_user(user=request.user, org_id=org_id)
         operator_require(user=request.user, perm="orgs.change_organization")

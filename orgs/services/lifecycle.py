@@ -5,11 +5,13 @@
     approved / active / suspended / rejected -> offboarded
 """
 
+from collections.abc import Sequence
+
 from django.db import transaction
 from django.utils import timezone
 from django.utils.text import slugify
 
-from orgs.events import org_transition_requested, org_transitioned
+from orgs.events import org_service_stopping, org_transition_requested, org_transitioned
 from orgs.models import Organization, OrgStatus, SuspensionReason
 from orgs.notifications import org_email_queue
 from orgs.services.audit import Actor, audit_record
@@ -31,6 +33,10 @@ TRANSITIONS: dict[str, tuple[frozenset[str], str]] = {
 }
 
 
+# The transitions that stop an org's traffic, and so break the bookings it holds.
+STOPS_SERVICE = frozenset({"suspend", "offboard"})
+
+
 def org_allowed_actions(*, org: Organization) -> list[str]:
     return [action for action, (sources, _) in TRANSITIONS.items() if org.status in sources]
 
@@ -38,7 +44,7 @@ def org_allowed_actions(*, org: Organization) -> list[str]:
 @nested_atomic
 def _org_transition(
     *, org: Organization, action: str, actor: Actor, reason: str = "",
-    suspension_reason: str = "",
+    suspension_reason: str = "", break_bookings: Sequence[int] = (),
 ) -> Organization:
     sources, target = TRANSITIONS[action]
     # Lock the row: two operators clicking at once must not both pass the source-state check.
@@ -59,6 +65,10 @@ def _org_transition(
         after={"status": target, "suspension_reason": suspension_reason}, reason=reason,
     )
     org_email_queue(org=locked, action=action)
+    if action in STOPS_SERVICE:
+        # Quotas refuses unless the operator names the bookings this breaks, and cancels them.
+        org_service_stopping.emit(org=locked, action=action, actor=actor, reason=reason,
+                                  break_bookings=list(break_bookings))
     # Higher apps act in this transaction: quotas republishes limits (after commit) and, on
     # offboarding, returns the org's guarantees to its pools; rollout marks an admitted org's
     # application and sends the waitlist emails; billing creates a Stripe customer on
@@ -139,11 +149,14 @@ def org_admit(*, org: Organization, actor: Actor, reason: str = "") -> Organizat
 @transaction.atomic(durable=True)
 def org_suspend(
     *, org: Organization, actor: Actor, reason: str = "",
-    cause: str = SuspensionReason.OPERATOR,
+    cause: str = SuspensionReason.OPERATOR, break_bookings: Sequence[int] = (),
 ) -> Organization:
-    """Suspension keeps API keys but stops traffic: authorize checks the org's status."""
+    """Suspension keeps API keys but stops traffic: authorize checks the org's status. Its
+    bookings that have not ended must be named in `break_bookings` (refused otherwise): they
+    are cancelled with a full refund (`org_service_stopping`)."""
     return _org_transition(
-        org=org, action="suspend", actor=actor, reason=reason, suspension_reason=cause
+        org=org, action="suspend", actor=actor, reason=reason, suspension_reason=cause,
+        break_bookings=break_bookings,
     )
 
 
@@ -155,9 +168,12 @@ def org_restore(*, org: Organization, actor: Actor, reason: str = "") -> Organiz
 
 @nestable
 @transaction.atomic(durable=True)
-def org_offboard(*, org: Organization, actor: Actor, reason: str = "") -> Organization:
-    # Quotas ends the org's allocations in this transaction (its org_transitioned receiver).
-    return _org_transition(org=org, action="offboard", actor=actor, reason=reason)
+def org_offboard(*, org: Organization, actor: Actor, reason: str = "",
+                 break_bookings: Sequence[int] = ()) -> Organization:
+    """Its bookings that have not ended must be named, as for a suspension. Quotas ends the
+    org's allocations in this transaction (its org_transitioned receiver)."""
+    return _org_transition(org=org, action="offboard", actor=actor, reason=reason,
+                           break_bookings=break_bookings)
 
 
 @nestable
@@ -168,7 +184,7 @@ def org_reapply(*, org: Organization, actor: Actor, reason: str = "") -> Organiz
 
 @transaction.atomic(durable=True)
 def org_transition(*, org: Organization, action: str, actor: Actor,
-                   reason: str = "") -> Organization:
+                   reason: str = "", break_bookings: Sequence[int] = ()) -> Organization:
     """The operator's lifecycle button (REST and console): one action by name."""
     services = {
         "review_start": org_review_start, "approve": org_approve, "reject": org_reject,
@@ -178,8 +194,16 @@ def org_transition(*, org: Organization, action: str, actor: Actor,
     if action not in services:
         raise DomainError(f"Unknown lifecycle action {action!r}.", code="unknown_action",
                           details={"allowed": sorted(services)})
+    if break_bookings and action not in STOPS_SERVICE:
+        raise DomainError(f"{action.replace('_', ' ').capitalize()} breaks no booking.",
+                          code="booking_not_in_conflict",
+                          fields={"break_bookings": ["Only a suspension or an offboarding "
+                                                     "breaks bookings."]})
     # Rollout refuses the decisions that belong to an open application.
     org_transition_requested.emit(org=org, action=action)
     if action == "review_start":
         return org_review_start.nested(org=org, actor=actor)
+    if action in STOPS_SERVICE:
+        return services[action].nested(org=org, actor=actor, reason=reason,
+                                       break_bookings=break_bookings)
     return services[action].nested(org=org, actor=actor, reason=reason)

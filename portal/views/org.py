@@ -47,6 +47,7 @@ from portal.forms import (
 from portal.progress import org_admitted, org_progress
 from portal.selectors import org_invitations_pending, user_email_verified
 from portal.views.application import EDITABLE_STATES
+from quotas.ledger import org_booked_at
 from quotas.selectors import org_allocations
 from sluice.errors import DomainError
 from sluice.forms import form_add_domain_error
@@ -268,9 +269,12 @@ def quotas(request, membership):
                                                       "progress": org_progress(org=org)})
     now = timezone.now()
     used = usage_tokens_by_pool(org=org, since=datetime.combine(now.date(), time.min, tzinfo=UTC))
+    # Bookings in force now: the limiter enforces them on top of the allocation.
+    booked = org_booked_at(org_id=org.pk, at=now)
     return render(request, "portal/quotas.html", {
         "org": org, "admitted": True, "allocations": [
-            {"allocation": a, "used_today": used.get(a.pool_id, 0),
+            {"allocation": a, "booked": booked.get(a.pool_id),
+             "used_today": used.get(a.pool_id, 0),
              "left_today": max(a.daily_tokens - used.get(a.pool_id, 0), 0),
              "used_share": used.get(a.pool_id, 0) / a.daily_tokens}
             for a in org_allocations(org=org)],

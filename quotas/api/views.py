@@ -12,9 +12,17 @@ from orgs.models import Organization
 from orgs.selectors import operator_require, user_is_operator
 from quotas import services
 from quotas.ledger import capacity_conflicts
-from quotas.models import Allocation, AllocationStatus, CapacityPool, LimiterFailurePolicy, Tier
+from quotas.models import (
+    LEASE_TTL_DEFAULT_SECONDS,
+    LEASE_TTL_SECONDS,
+    Allocation,
+    AllocationStatus,
+    CapacityPool,
+    LimiterFailurePolicy,
+    Tier,
+)
 from quotas.selectors import allocation_get_for_user, pool_capacity_summaries, pool_capacity_summary
-from sluice.api import validated_input
+from sluice.api import break_bookings_field, validated_input
 from sluice.errors import NotFound
 from sluice.openapi import errors
 from sluice.pagination import PaginatedApi, paginate
@@ -23,6 +31,10 @@ from sluice.pagination import PaginatedApi, paginate
 CAPACITY_TPS_MAX = 2**31 - 1
 PREFILL_HELP = ("Input (prefill) tokens/s, metered apart from output; null: input tokens count "
                 "with output against capacity_tps.")
+
+
+LEASE_TTL_HELP = ("Seconds a lease (a reservation its gateway renews by heartbeat) holds its "
+                  "slot without one: what a crashed gateway costs in capacity.")
 
 
 class PoolOutput(serializers.Serializer):
@@ -41,6 +53,7 @@ class PoolOutput(serializers.Serializer):
         help_text="Output tokens a request reserves before its org has history.")
     output_estimate_floor = serializers.IntegerField(
         help_text="The least an output estimate reserves.")
+    lease_ttl_seconds = serializers.IntegerField(help_text=LEASE_TTL_HELP)
 
 
 class PoolSummaryOutput(serializers.Serializer):
@@ -89,6 +102,9 @@ class PoolListApi(APIView):
                                                         allow_null=True, help_text=PREFILL_HELP)
         output_estimate_default = serializers.IntegerField(min_value=1, required=False)
         output_estimate_floor = serializers.IntegerField(min_value=0, required=False)
+        lease_ttl_seconds = serializers.IntegerField(
+            min_value=LEASE_TTL_SECONDS[0], max_value=LEASE_TTL_SECONDS[1], required=False,
+            help_text=LEASE_TTL_HELP + f" Default {LEASE_TTL_DEFAULT_SECONDS}.")
 
     @extend_schema(responses=PoolSummaryOutput(many=True),
                    description="Every pool with its capacity summary (operators).")
@@ -122,11 +138,9 @@ class PoolCapacityApi(APIView):
             help_text=PREFILL_HELP + " Absent: unchanged. Declaring it gives the pool's "
             "allocations input TPS in proportion to their output TPS.")
         reason = serializers.CharField(max_length=2000, required=False, default="")
-        break_bookings = serializers.ListField(
-            child=serializers.IntegerField(min_value=1, max_value=2**63 - 1), required=False,
-            default=list,
-            max_length=10_000, help_text="Bookings this change breaks, cancelled with a full "
-            "refund and a notice: the conflicts a lower capacity answered.")
+        break_bookings = break_bookings_field(
+            "Bookings this change breaks, cancelled with a full refund and a notice: the "
+            "conflicts a lower capacity answered.")
 
     @extend_schema(request=InputSerializer, responses={200: PoolSummaryOutput, **errors(422)},
                    description="Change capacity. Lowering it below what is guaranteed answers "
@@ -257,6 +271,10 @@ class AllocationListApi(PaginatedApi, APIView):
 
 class AllocationDetailApi(APIView):
     class InputSerializer(_LimitsInput):
+        break_bookings = break_bookings_field(
+            "With a sooner `valid_until`: every booking of the org in the pool that would end "
+            "after it, cancelled with a full refund and a notice.")
+
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
             for field in self.fields.values():
@@ -268,7 +286,11 @@ class AllocationDetailApi(APIView):
         return Response(AllocationOutput(allocation).data)
 
     @extend_schema(request=InputSerializer, responses={200: AllocationOutput,
-                                                       **errors(409, 422)})
+                                                       **errors(409, 422)},
+                   description="Change an allocation. A `valid_until` sooner than a confirmed "
+                   "booking of the org in the pool ends answers 422 "
+                   "`allocation_ends_before_bookings` with `details.conflicts` unless "
+                   "`break_bookings` names every one of them.")
     def patch(self, request, allocation_id: int):
         allocation = allocation_get_for_user(user=request.user, allocation_id=allocation_id)
         operator_require(user=request.user, perm="quotas.change_allocation")
@@ -281,8 +303,15 @@ class AllocationDetailApi(APIView):
 class AllocationEndApi(APIView):
     class InputSerializer(serializers.Serializer):
         reason = serializers.CharField(max_length=2000, required=False, default="")
+        break_bookings = break_bookings_field(
+            "Every booking of the org in the pool that has not ended: cancelled with a full "
+            "refund and a notice.")
 
-    @extend_schema(request=InputSerializer, responses={200: AllocationOutput, **errors(409)})
+    @extend_schema(request=InputSerializer, responses={200: AllocationOutput,
+                                                       **errors(409, 422)},
+                   description="End an allocation. While bookings of the org in the pool have "
+                   "not ended: 422 `allocation_has_bookings` with `details.conflicts` unless "
+                   "`break_bookings` names every one of them.")
     def post(self, request, allocation_id: int):
         allocation = allocation_get_for_user(user=request.user, allocation_id=allocation_id)
         operator_require(user=request.user, perm="quotas.change_allocation")

@@ -1,6 +1,7 @@
 """The rate-limit headers a gateway forwards to its caller, OpenAI style."""
 
 from quotas.limiter.schema import Decision
+from quotas.limiter.state import BUCKET_SECONDS
 
 
 def duration_format(ms: int) -> str:
@@ -41,3 +42,10 @@ def ratelimit_headers(d: Decision) -> dict[str, str]:
             "x-ratelimit-reset-output-tokens": duration_format(d.output_reset_ms),
         })
     return headers
+
+
+def tokens_refill_tps(d: Decision) -> int:
+    """The tokens/s refilling the bucket the `x-ratelimit-*-tokens` headers describe (each
+    bucket holds BUCKET_SECONDS of its rate): what a gateway needs for per-minute headers
+    (Cerebras' `x-ratelimit-limit-tokens-minute` is 60 x this)."""
+    return d.tokens_limit // BUCKET_SECONDS

@@ -18,7 +18,7 @@ from quotas.hook import messages
 from quotas.hook.asgi import CLIENT_GONE, Answer, Handler
 from quotas.hook.fail_open import fail_open_authorize, fail_open_heartbeat
 from quotas.hook.gateway_tokens import GatewayIdentity, gateway_authenticate_async
-from quotas.hook.headers import ratelimit_headers
+from quotas.hook.headers import ratelimit_headers, tokens_refill_tps
 from quotas.hook.inputs import AuthorizeInput, BadInput, authorize_input, json_body
 from quotas.hook.metrics import AUTHORIZE_SECONDS, DECISIONS, LIMITER_ERRORS
 from quotas.hook.refusals import refusal_count, refusal_counted
@@ -32,7 +32,7 @@ from quotas.hook.routing import (
 )
 from quotas.limiter.aio import background, in_thread
 from quotas.limiter.connection import LimiterUnavailable
-from quotas.limiter.engine import limiter_authorize, limiter_spill_mark
+from quotas.limiter.engine import limiter_authorize, limiter_lease_map, limiter_spill_mark
 from quotas.limiter.schema import SPILLED, TIER_MISMATCH, Decision
 from sluice.errors import error_body
 from sluice.secrets import secret_digest
@@ -121,13 +121,17 @@ def hook_handler(handle: Callable[[object, GatewayIdentity], Answer], histogram)
     return handler
 
 
-def _decision_answer(d: Decision, *, route: PoolRoute, request_id: str, dry_run: bool,
-                     limiter: str, queued=None) -> Answer:
+def lease_answer(*, lease_id: str, ttl_ms: int) -> dict:
+    """authorize's `lease` (docs/hook.md, Leases): a heartbeat every third of the TTL leaves
+    two chances before expiry; 2-5 s keeps it cheap and the loss of a lease prompt."""
+    return {"id": lease_id, "ttl_ms": ttl_ms, "heartbeat_ms": min(5000, max(2000, ttl_ms // 3))}
+
+
+def _decision_answer(d: Decision, *, route: PoolRoute, reservation_id: str | None,
+                     dry_run: bool, limiter: str, queued=None) -> Answer:
     if d.allowed:
         status = 200
-        body = {"allowed": True, "reservation_id": None if dry_run else reservation_id_issue(
-                    pool_id=route.pool_id, org_id=d.org_id, api_key_id=d.api_key_id,
-                    request_id=request_id),
+        body = {"allowed": True, "reservation_id": reservation_id,
                 "org": d.org_id,
                 "pool": {"id": route.pool_id, "model": route.model, "region": route.region,
                          "tier": route.tier},
@@ -135,14 +139,18 @@ def _decision_answer(d: Decision, *, route: PoolRoute, request_id: str, dry_run:
                 "reserved_tokens": d.reserved_tokens,
                 "reserved_input_tokens": d.reserved_input_tokens,
                 "reserved_output_tokens": d.reserved_output_tokens,
-                "headers": ratelimit_headers(d)}
+                "headers": ratelimit_headers(d), "tokens_refill_tps": tokens_refill_tps(d)}
         if dry_run:
             body["dry_run"] = True
+        elif d.lease_ttl_ms:
+            body["lease"] = lease_answer(lease_id=reservation_id, ttl_ms=d.lease_ttl_ms)
     else:
         status, message = messages.REFUSALS[d.outcome]
         headers = ratelimit_headers(d) if d.tokens_limit or d.requests_limit else None
         status, body = _refusal(d.outcome, message, status, retry_after_ms=d.retry_after_ms,
                                 headers=headers)
+        if headers:
+            body["tokens_refill_tps"] = tokens_refill_tps(d)
         if d.scope:  # which limit refused: the org's allocation or the key's slice, and which
             body["error"]["scope"] = d.scope
         if d.limit:
@@ -190,6 +198,20 @@ NOT_HERE = frozenset({"no_allocation", "invalid_api_key"})
 # stale one answers TIER_MISMATCH and is corrected), so its size is bounded by clearing.
 KEY_TIER_HINTS_MAX = 50_000
 _key_tier_hints: dict[str, str] = {}
+# API-key digest -> (org id, key id), as the last decision said: a lease's id is then signed
+# before the decision, and authorize maps it in the same call (checked there; else lease_map).
+_key_owners: dict[str, tuple[int, int]] = {}
+
+
+def _lease_signed(ask: AuthorizeInput, digest: str, pool_id: int) -> tuple[str, str, str]:
+    """(reservation_id, its signature, "<org>.<key>") of a lease request whose key's org is
+    known here, else ("", "", "")."""
+    owner = _key_owners.get(digest) if ask.lease_owner and not ask.dry_run else None
+    if owner is None:
+        return "", "", ""
+    reservation_id = reservation_id_issue(pool_id=pool_id, org_id=owner[0],
+                                          api_key_id=owner[1], request_id=ask.request_id)
+    return reservation_id, reservation_id.rpartition("_")[2], f"{owner[0]}.{owner[1]}"
 
 
 def _candidates(routes: list[PoolRoute], service_tier: str, hint: str) -> list[PoolRoute]:
@@ -199,10 +221,12 @@ def _candidates(routes: list[PoolRoute], service_tier: str, hint: str) -> list[P
 
 
 async def _decide(ask: AuthorizeInput, route: PoolRoute, digest: str, hint: str,
-                  waits: dict) -> Decision:
+                  waits: dict, signature: str, signed_for: str) -> Decision:
     """One pool's decision: the admission queue's where the pool has one and the request may
     wait (its budget, or its key's or org's default), else authorize's. `waits`: route ->
     what the queue said."""
+    lease = {"lease_owner": ask.lease_owner, "lease_id": signature, "lease_for": signed_for,
+             "lease_ttl_ms": route.lease_ttl_ms}
     if _queue is not None and route.queue_max_wait_ms and ask.queue_threshold_ms \
             and not ask.dry_run:
         queued = await _queue(
@@ -210,30 +234,37 @@ async def _decide(ask: AuthorizeInput, route: PoolRoute, digest: str, hint: str,
             request_id=ask.request_id, input_tokens=ask.input_tokens,
             max_output_tokens=ask.max_output_tokens, tier=ask.service_tier, key_tier=hint,
             pool_tier=route.tier, budget_ms=ask.queue_threshold_ms,
-            max_wait_ms=route.queue_max_wait_ms)
+            max_wait_ms=route.queue_max_wait_ms, **lease)
         waits[route] = queued
         return queued.decision
     return await limiter_authorize(
         pool_id=route.pool_id, api_key=ask.api_key, digest=digest,
         request_id=ask.request_id, input_tokens=ask.input_tokens,
         max_output_tokens=ask.max_output_tokens, tier=ask.service_tier,
-        key_tier=hint, pool_tier=route.tier, dry_run=ask.dry_run)
+        key_tier=hint, pool_tier=route.tier, dry_run=ask.dry_run, **lease)
 
 
 async def _limiter_decide(ask: AuthorizeInput, routes: list[PoolRoute], waits: dict
-                          ) -> tuple[Decision, PoolRoute] | None:
-    """Ask the pools in order until one admits or refuses for good: (decision, route), or None
-    when no pool of a tier the key's default allows serves the model. Raises
-    LimiterUnavailable (with the route it happened on as its argument)."""
+                          ) -> tuple[Decision, PoolRoute, str] | None:
+    """Ask the pools in order until one admits or refuses for good: (decision, route,
+    reservation_id made before the decision or ""), or None when no pool of a tier the key's
+    default allows serves the model. Raises LimiterUnavailable (with the route it happened on
+    as its argument). `waits`: route -> what its admission queue said."""
     digest = secret_digest(ask.api_key)
     refused: list[tuple[Decision, PoolRoute]] = []
     for _ in range(2):  # a second pass only when the key's default tier turned out stale
         hint = _key_tier_hints.get(digest, "unknown")
         for route in _candidates(routes, ask.service_tier, hint):
+            reservation_id, signature, signed_for = _lease_signed(ask, digest, route.pool_id)
             try:
-                d = await _decide(ask, route, digest, hint, waits)
+                d = await _decide(ask, route, digest, hint, waits, signature, signed_for)
             except LimiterUnavailable as exc:
                 raise LimiterUnavailable(route) from exc
+            if (ask.lease_owner and d.api_key_id
+                    and _key_owners.get(digest) != (d.org_id, d.api_key_id)):
+                if len(_key_owners) >= KEY_TIER_HINTS_MAX:
+                    _key_owners.clear()
+                _key_owners[digest] = (d.org_id, d.api_key_id)
             if d.key_tier and d.key_tier != hint:
                 if len(_key_tier_hints) >= KEY_TIER_HINTS_MAX:
                     _key_tier_hints.clear()
@@ -243,7 +274,7 @@ async def _limiter_decide(ask: AuthorizeInput, routes: list[PoolRoute], waits: d
             if d.allowed:
                 if refused:
                     await _spills_mark(refused, ask, d)
-                return d, route
+                return d, route, reservation_id
             refused.append((d, route))
             if ask.service_tier != "auto" or d.outcome not in SPILL_ON:
                 break
@@ -255,8 +286,8 @@ async def _limiter_decide(ask: AuthorizeInput, routes: list[PoolRoute], waits: d
     # org holds nothing in the fast one.
     for d, route in refused:
         if d.outcome not in NOT_HERE:
-            return d, route
-    return refused[0] if refused else None
+            return d, route, ""
+    return (*refused[0], "") if refused else None
 
 
 async def _spills_mark(refused: list[tuple[Decision, PoolRoute]], ask: AuthorizeInput,
@@ -304,7 +335,7 @@ async def authorize_handle(body: object, gateway: GatewayIdentity) -> Answer:
         if decided is None:
             return _refusal("unknown_model", f"No pool serves model {ask.model!r} on the API "
                             "key's default service tier.", 404)
-        decision, route = decided
+        decision, route, reservation_id = decided
     except LimiterUnavailable as exc:
         # Redis could not decide (down, too slow, read-only, out of memory, or the pool could
         # not be rebuilt): the pool's policy answers. fail_closed refuses (nobody exceeds a
@@ -313,7 +344,7 @@ async def authorize_handle(body: object, gateway: GatewayIdentity) -> Answer:
         route = exc.args[0]
         policy = "fail_open" if route.fail_open else "fail_closed"
         LIMITER_ERRORS.labels(policy).inc()
-        decision = None
+        decision, reservation_id = None, ""
         if route.fail_open:
             decision = await in_thread(_fail_open_decide, ask=ask, route=route)
         if decision is None:
@@ -326,8 +357,25 @@ async def authorize_handle(body: object, gateway: GatewayIdentity) -> Answer:
     _decisions_counted(decision.outcome, limiter).inc()
     if refusal_counted(decision=decision, limiter=limiter):  # off the decision's path
         background(refusal_count, decision=decision, pool_id=route.pool_id, limiter=limiter)
-    return _decision_answer(decision, route=route, request_id=ask.request_id,
+    if decision.allowed and not ask.dry_run:
+        reservation_id = reservation_id or reservation_id_issue(
+            pool_id=route.pool_id, org_id=decision.org_id, api_key_id=decision.api_key_id,
+            request_id=ask.request_id)
+        if decision.lease_ttl_ms and not decision.lease_mapped:
+            await _lease_map(route.pool_id, ask.request_id, reservation_id)
+    return _decision_answer(decision, route=route, reservation_id=reservation_id or None,
                             dry_run=ask.dry_run, limiter=limiter, queued=waits.get(route))
+
+
+async def _lease_map(pool_id: int, request_id: str, reservation_id: str) -> None:
+    """Map a lease's id where authorize could not: once per API key and process."""
+    try:
+        await limiter_lease_map(pool_id=pool_id, request_id=request_id,
+                                signature=reservation_id.rpartition("_")[2])
+    except LimiterUnavailable:
+        # Admitted all the same: its heartbeats answer unknown_lease, it expires after the
+        # TTL (billed from no progress), and its usage event replaces that.
+        logger.warning("lease %s of pool %s could not be mapped", request_id, pool_id)
 
 
 def _fail_open_decide(ask: AuthorizeInput, route: PoolRoute) -> Decision | None:

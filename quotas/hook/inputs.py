@@ -11,11 +11,15 @@ import orjson
 
 # Matched with fullmatch(): `$` alone also matches before a trailing newline ("abc\n").
 REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+# A gateway process's id (a lease's holder): a uuid4 hex per process is fine.
+GATEWAY_PROCESS = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
 MAX_TOKENS = 10_000_000
 MAX_EVENTS = 1000
 # A usage batch nests three deep (object, events list, event); nothing valid nests deeper.
 MAX_DEPTH = 8
-USAGE_STATUSES = ("completed", "failed", "cancelled")
+# interrupted: a stream whose gateway died, billed from its last progress (a replacement
+# process reporting from the spool, or Sluice's sweep of an expired lease, docs/hook.md).
+USAGE_STATUSES = ("completed", "failed", "cancelled", "interrupted")
 
 
 class BadInput(Exception):
@@ -149,6 +153,9 @@ class AuthorizeInput(NamedTuple):
     max_output_tokens: int | None  # None: reserve the output estimate alone
     dry_run: bool
     service_tier: str = "auto"
+    # The gateway process that holds the reservation as a lease (the request asked for one:
+    # `lease` true, `gateway_process`), else "".
+    lease_owner: str = ""
     queue_threshold_ms: int = -1  # how long it may wait for capacity; -1: absent (defaults)
 
 
@@ -179,6 +186,7 @@ def _authorize_input_fast(body: object) -> AuthorizeInput | None:
     region, input_tokens, max_output = get("region"), get("input_tokens"), get("max_output_tokens")
     dry_run, tier = get("dry_run", False), get("service_tier", "auto")
     queue = _queue_threshold(get("queue_threshold_ms"))
+    lease, process = get("lease", False), get("gateway_process")
     if (queue is None or type(request_id) is not str or not 0 < len(request_id) <= 128
             or REQUEST_ID.fullmatch(request_id) is None
             or type(api_key) is not str or not 0 < len(api_key) <= 256
@@ -187,14 +195,28 @@ def _authorize_input_fast(body: object) -> AuthorizeInput | None:
             or type(input_tokens) is not int or not 0 <= input_tokens <= MAX_TOKENS
             or (max_output is not None
                 and (type(max_output) is not int or not 1 <= max_output <= MAX_TOKENS))
-            or type(dry_run) is not bool or tier not in SERVICE_TIERS):
+            or type(dry_run) is not bool or tier not in SERVICE_TIERS
+            or type(lease) is not bool
+            or (process is not None and (type(process) is not str
+                                         or GATEWAY_PROCESS.fullmatch(process) is None))
+            or (lease and process is None)):
         return None
     return AuthorizeInput(request_id, api_key, model, region, input_tokens, max_output, dry_run,
-                          tier, queue)
+                          tier, process if lease else "", queue)
 
 
 def authorize_input(body: object) -> AuthorizeInput:
     return _authorize_input_fast(body) or _authorize_input_checked(body)
+
+
+def _lease_owner(f: "_Fields") -> str:
+    lease = f.boolean("lease")
+    process = f.text("gateway_process", max_length=64, required=False)
+    if process is not None and not GATEWAY_PROCESS.fullmatch(process):
+        f.errors["gateway_process"] = ["Must be 1-64 characters of A-Z a-z 0-9 . _ : -"]
+    elif lease and process is None and "gateway_process" not in f.errors:
+        f.errors["gateway_process"] = ["Required with lease: the gateway process holding it."]
+    return (process or "") if lease else ""
 
 
 def _authorize_input_checked(body: object) -> AuthorizeInput:
@@ -209,6 +231,7 @@ def _authorize_input_checked(body: object) -> AuthorizeInput:
         dry_run=f.boolean("dry_run"),
         service_tier=f.choice("service_tier", SERVICE_TIERS, default="auto"),
         queue_threshold_ms=_queue_threshold(f.body.get("queue_threshold_ms")),
+        lease_owner=_lease_owner(f),
     )
     if parsed.queue_threshold_ms is None:
         low, high = QUEUE_THRESHOLD_MS
@@ -325,3 +348,4 @@ def usage_input(body: object) -> list[UsageInput]:
     if errors:
         raise _refuse(body, errors["0"] if not batched else {"events": errors})
     return events
+

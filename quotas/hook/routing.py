@@ -42,6 +42,7 @@ class PoolRoute:
     ttft_ceiling_ms: int
     tier: str = Tier.FAST
     output_estimate_default: int = 4096  # what fail-open reserves without max_output_tokens
+    lease_ttl_ms: int = 15_000  # what a lease admitted here lives without a heartbeat
     queue_max_wait_ms: int = 0  # the admission queue's longest wait (0: no queue)
 
 
@@ -63,10 +64,12 @@ class _Routes:
     def load(self) -> None:
         pools = CapacityPool.objects.order_by("pk").values_list(
             "pk", "model", "region", "limiter_failure_policy", "speed_floor_output_tps",
-            "ttft_ceiling_ms", "tier", "output_estimate_default", "queue_max_wait_ms")
+            "ttft_ceiling_ms", "tier", "output_estimate_default", "lease_ttl_seconds",
+            "queue_max_wait_ms")
         self.by_id = {pk: PoolRoute(pk, model, region, policy == LimiterFailurePolicy.FAIL_OPEN,
-                                    floor, ceiling, tier, estimate, queue)
-                      for pk, model, region, policy, floor, ceiling, tier, estimate, queue
+                                    floor, ceiling, tier, estimate, lease_s * 1000, queue)
+                      for pk, model, region, policy, floor, ceiling, tier, estimate, lease_s,
+                      queue
                       in pools}
         self.asked = {}
         self.loaded_at = time.monotonic()

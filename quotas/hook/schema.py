@@ -16,6 +16,7 @@ from rest_framework.views import APIView
 
 from quotas.hook.gateway_tokens import gateway_authenticate
 from quotas.hook.inputs import (
+    GATEWAY_PROCESS,
     MAX_EVENTS,
     MAX_TOKENS,
     REQUEST_ID,
@@ -130,6 +131,15 @@ class Authorize(serializers.Serializer):
                   "else the fast pool, and the standard pool when the fast one refuses for "
                   "TPS or capacity (or the org has no allocation there); priority: fast pools "
                   "only; default: standard pools only.")
+    lease = serializers.BooleanField(
+        required=False, default=False,
+        help_text="true: a lease (docs/hook.md, Leases), living the pool's lease TTL unless "
+                  "renewed (leases/heartbeat), freed by leases/release, billed from its last "
+                  "progress (status interrupted) if it expires. false: today's reservation.")
+    gateway_process = serializers.RegexField(
+        GATEWAY_PROCESS, max_length=64, required=False,
+        help_text="Required with lease: the gateway process holding it (a uuid4 hex per "
+                  "process is fine); only it may renew or release it.")
 
 
 class ServedPool(serializers.Serializer):
@@ -137,6 +147,18 @@ class ServedPool(serializers.Serializer):
     model = serializers.CharField()
     region = serializers.CharField()
     tier = serializers.ChoiceField(choices=["fast", "standard"])
+
+
+REFILL_HELP = ("The tokens/s refilling the bucket the x-ratelimit-*-tokens headers describe "
+               "(with the headers): per-minute headers read 60 x this.")
+
+
+class Lease(serializers.Serializer):
+    id = serializers.CharField(help_text="The lease's id: the same as reservation_id.")
+    ttl_ms = serializers.IntegerField(help_text="How long it lives without a heartbeat (the "
+                                                "pool's lease TTL).")
+    heartbeat_ms = serializers.IntegerField(help_text="How often to renew it: a third of the "
+                                                      "TTL, within 2,000-5,000.")
 
 
 class AuthorizeAllowed(serializers.Serializer):
@@ -157,6 +179,9 @@ class AuthorizeAllowed(serializers.Serializer):
         help_text="The smaller of max_output_tokens and the output estimate. Usage beyond it "
                   "is debited when reported (the buckets may owe tokens), the rest refunded.")
     headers = RateLimitHeaders()
+    tokens_refill_tps = serializers.IntegerField(help_text=REFILL_HELP)
+    lease = Lease(required=False, help_text="When asked for (not on dry_run, nor when admitted "
+                                            "failing open).")
     dry_run = serializers.BooleanField(required=False)
     queue_budget_ms = serializers.IntegerField(
         required=False, help_text="The wait budget used, where the pool has a queue.")
@@ -198,6 +223,7 @@ class AuthorizeRefused(serializers.Serializer):
         "409: request_id_conflict. 404: unknown_model. 503: limiter_unavailable. 429 from "
         "the admission queue: queue_timeout, queue_full."))
     headers = RefusalHeaders()
+    tokens_refill_tps = serializers.IntegerField(required=False, help_text=REFILL_HELP)
     queue_budget_ms = serializers.IntegerField(
         required=False, help_text="The wait budget used, where the pool has a queue.")
     queued_ms = serializers.IntegerField(

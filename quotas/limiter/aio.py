@@ -107,20 +107,22 @@ class _Link(asyncio.Protocol):
         self.loop = loop
         self.transport: asyncio.Transport | None = None
         self.reader = hiredis.Reader(encoding="utf-8")
-        # (future, deadline) of every call written and not yet answered, oldest first.
-        self.waiting: deque[tuple[asyncio.Future, float]] = deque()
+        # (future, deadline, sent at) of every call written and not yet answered, oldest first.
+        self.waiting: deque[tuple[asyncio.Future, float, float]] = deque()
         self.expired = 0  # how many of the oldest have been failed for want of a reply
         self.watch: asyncio.TimerHandle | None = None  # the next check of the oldest deadline
         self.unsent: list[bytes] = []
         self.lost = False
+        self.heard = loop.time()  # when Redis last sent anything on this link
 
     def connection_made(self, transport) -> None:
         self.transport = transport
 
     def data_received(self, data: bytes) -> None:
+        self.heard = self.loop.time()
         self.reader.feed(data)
         while (reply := self.reader.gets()) is not False:
-            future, _ = self.waiting.popleft()
+            future = self.waiting.popleft()[0]
             if self.expired:  # this one timed out: its reply is dropped
                 self.expired -= 1
             elif not future.done():  # else its caller went away
@@ -134,7 +136,7 @@ class _Link(asyncio.Protocol):
         if self.watch is not None:
             self.watch.cancel()
         while self.waiting:
-            future, _ = self.waiting.popleft()
+            future = self.waiting.popleft()[0]
             if not future.done():
                 future.set_exception(_LinkLost(f"connection to Redis lost: {exc}"))
 
@@ -149,8 +151,9 @@ class _Link(asyncio.Protocol):
         if not self.unsent:  # the first of this turn: write them all at its end
             loop.call_soon(self._write)
         self.unsent.append(packed)
-        deadline = loop.time() + timeout
-        self.waiting.append((future, deadline))
+        now = loop.time()
+        deadline = now + timeout
+        self.waiting.append((future, deadline, now))
         if self.watch is None:
             self.watch = loop.call_at(deadline, self._deadline_reached)
         return future
@@ -167,9 +170,12 @@ class _Link(asyncio.Protocol):
         self.watch = None
         now, waiting, at = self.loop.time() - AFTER_POLL_SECONDS, self.waiting, self.expired
         while at < len(waiting) and waiting[at][1] <= now:
-            future = waiting[at][0]
+            future, _, sent = waiting[at]
             if not future.done():
-                future.set_exception(SlowReply("no reply from Redis in time"))
+                # Silent: nothing came from Redis since this call was sent (it hangs); else
+                # it answered others meanwhile and this reply is late behind a slow command.
+                future.set_exception(SlowReply("no reply from Redis in time",
+                                               silent=self.heard <= sent))
             at += 1
         self.expired = at
         if at < len(waiting):

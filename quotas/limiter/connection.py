@@ -36,11 +36,12 @@ logger = logging.getLogger(__name__)
 
 SCRIPTS_DIR = Path(__file__).parent / "scripts"
 # The hot calls' breaker, one per process (its threads' calls and every event loop's). It opens
-# after the first call left without a reply for reply_timeout_s (a hung Redis: every call after
-# it would wait as long), or after BREAKER_FAILURES other failures in a row (refused, reset, an
-# error reply). While open, every hot call fails at once and the pool's policy answers; a probe
-# thread PINGs Redis every PROBE_SECONDS (each PING given reply_timeout_s) and closes it on the
-# first answer. A reply that is slow but within reply_timeout_s is an answer: it never opens.
+# after the first call left without a reply for reply_timeout_s while nothing came from Redis
+# (a hung Redis: every call after it would wait as long), or after BREAKER_FAILURES other
+# failures in a row (refused, reset, an error reply, a reply late behind a slow command).
+# While open, every hot call fails at once and the pool's policy answers; a probe thread PINGs
+# Redis every PROBE_SECONDS (each PING given reply_timeout_s) and closes it on the first
+# answer. A reply that is slow but within reply_timeout_s is an answer: it never opens.
 BREAKER_FAILURES = 3
 PROBE_SECONDS = 0.05
 CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
@@ -73,7 +74,12 @@ class LimiterUnavailable(Exception):
 
 
 class SlowReply(Exception):
-    """Connected and sent, but no reply within reply_timeout_s."""
+    """Connected and sent, but no reply within reply_timeout_s. `silent`: nothing at all came
+    from Redis meanwhile (a hang); False when it answered other calls (this one was slow)."""
+
+    def __init__(self, message: str, *, silent: bool = True):
+        super().__init__(message)
+        self.silent = silent
 
 
 def engine_configure(config: EngineConfig) -> None:
@@ -286,8 +292,9 @@ def hot_call_failed(name: str, exc: Exception) -> LimiterUnavailable:
     and return the error to raise."""
     global _failures
     _failures += 1
-    if not _open and (isinstance(exc, SlowReply | TimeoutError | redis.TimeoutError)
-                      or _failures >= BREAKER_FAILURES):
+    hung = (exc.silent if isinstance(exc, SlowReply)
+            else isinstance(exc, TimeoutError | redis.TimeoutError))
+    if not _open and (hung or _failures >= BREAKER_FAILURES):
         _breaker_open()
     logger.warning("limiter: %s failed (%s): %s", name, type(exc).__name__, exc)
     return LimiterUnavailable(str(exc))

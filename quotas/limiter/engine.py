@@ -29,7 +29,15 @@ from quotas.limiter.schema import (
     AuthorizeArgs,
     AuthorizeKeys,
     Decision,
+    ExpiredLease,
     HeldReservation,
+    LeaseAnswer,
+    LeaseExpireArgs,
+    LeaseExpireKeys,
+    LeaseMapArgs,
+    LeaseMapKeys,
+    LeaseUpdateArgs,
+    LeaseUpdateKeys,
     LookupArgs,
     SettleArgs,
     SettleKeys,
@@ -42,6 +50,8 @@ from quotas.limiter.schema import (
 )
 from sluice.secrets import secret_digest  # Django-free, like the engine
 
+# A lease's TTL where the caller knows none (quotas/models.py's default; _common.lua's too).
+LEASE_TTL_DEFAULT_MS = 15_000
 # How long a reservation's record outlives its expiry: a late usage report still finds it.
 RECORD_GRACE_MS = 6 * 3600 * 1000
 # A settlement's values in the order settle.lua reads them (attrgetter: one C call each).
@@ -71,16 +81,20 @@ def _pool_keys(pool_id: int) -> _PoolKeys:
 async def limiter_authorize(*, pool_id: int, api_key: str, request_id: str, input_tokens: int,
                             max_output_tokens: int | None, tier: str = "auto",
                             key_tier: str = "unknown", pool_tier: str = "fast",
-                            dry_run: bool = False, digest: str | None = None) -> Decision:
+                            dry_run: bool = False, digest: str | None = None,
+                            lease_owner: str = "", lease_id: str = "", lease_for: str = "",
+                            lease_ttl_ms: int = LEASE_TTL_DEFAULT_MS) -> Decision:
     """Decide one request in one pool. `max_output_tokens` None: reserve the output estimate
     alone. `tier` is what the request asked for (auto, priority, default), `pool_tier` the
     pool's (fast, standard), `key_tier` what the caller believes the key's default tier is
     ("unknown" if it has no idea): a mismatch answers TIER_MISMATCH with the key's tier, and
     nothing is reserved. `digest`: the key's, when the caller has it already. Raises
-    LimiterUnavailable when Redis cannot be reached."""
+    LimiterUnavailable when Redis cannot be reached. `lease_owner`: the gateway process holding
+    it as a lease ("": none), for `lease_ttl_ms`; `lease_id`: its id's signature, signed for
+    `lease_for` ("<org>.<key_id>"), or "" (then Decision.lease_mapped is 0: limiter_lease_map)."""
     config = engine_config()
     pool = _pool_keys(pool_id)
-    ttl_ms = config.reservation_ttl_s * 1000
+    ttl_ms = lease_ttl_ms if lease_owner else config.reservation_ttl_s * 1000
     now_ms = clock.now_ms()
     day, month = time_stamps(now_ms)
     # Positional, in the layouts' order: this runs once per inference request.
@@ -89,7 +103,7 @@ async def limiter_authorize(*, pool_id: int, api_key: str, request_id: str, inpu
     args = AuthorizeArgs(digest or secret_digest(api_key), request_id, input_tokens,
                          -1 if max_output_tokens is None else max_output_tokens, tier, key_tier,
                          pool_tier, now_ms, day, month, ttl_ms, int(dry_run),
-                         ttl_ms + RECORD_GRACE_MS)
+                         ttl_ms + RECORD_GRACE_MS, lease_owner, lease_id, lease_for)
     decision = reply_decode(Decision, await script_call("authorize", keys=keys, args=args))
     if decision.outcome == UNSYNCED:
         if config.pool_rebuild is not None:
@@ -137,3 +151,52 @@ def limiter_reservations_lookup(*, pool_id: int,
                          keys=[reservation + r for r in request_ids])
     return [None if reply is None else reply_decode(HeldReservation, reply)
             for reply in replies]
+
+
+# A released lease whose usage has not come this long after is billed from its progress (and
+# replaced by its usage if that comes later): batches come within seconds.
+LEASE_RELEASE_GRACE_MS = 120_000
+# A lease the sweep claimed but did not settle (it died meanwhile) is claimed again after this.
+LEASE_CLAIM_MS = 30_000
+
+
+class LeaseNamed(NamedTuple):
+    """A lease as a heartbeat names it (org and key unverified: the script compares)."""
+    signature: str
+    org_id: int
+    api_key_id: int  # 0: none
+    progress: int
+
+
+async def limiter_lease_map(*, pool_id: int, request_id: str, signature: str) -> None:
+    """Map the lease id ending in `signature` to `request_id`. Raises LimiterUnavailable."""
+    record_ttl_ms = engine_config().reservation_ttl_s * 1000 + RECORD_GRACE_MS
+    await script_call("lease_map", keys=LeaseMapKeys(
+        reservation=_pool_keys(pool_id).reservation_prefix + request_id,
+        lease_id=pool_key(pool_id, KEY.lease_id, signature)),
+        args=LeaseMapArgs(request_id=request_id, record_ttl_ms=record_ttl_ms))
+
+
+async def limiter_leases_update(*, pool_id: int, owner: str, release: bool,
+                                leases: list[LeaseNamed]) -> list[LeaseAnswer]:
+    """Renew (or release) `leases` of one pool held by the gateway process `owner`, in one
+    script call: a LeaseAnswer per lease, in order. Raises LimiterUnavailable."""
+    record_ttl_ms = engine_config().reservation_ttl_s * 1000 + RECORD_GRACE_MS
+    keys = [*LeaseUpdateKeys(pool=_pool_keys(pool_id).pool),
+            *[pool_key(pool_id, KEY.lease_id, lease.signature) for lease in leases]]
+    args = [*LeaseUpdateArgs(now_ms=clock.now_ms(), owner=owner, release=int(release),
+                             release_grace_ms=LEASE_RELEASE_GRACE_MS,
+                             record_ttl_ms=record_ttl_ms),
+            *chain.from_iterable(lease[1:] for lease in leases)]
+    replies = await script_call("lease_update", keys=keys, args=args)
+    return [reply_decode(LeaseAnswer, reply) for reply in replies]
+
+
+def limiter_leases_expire(*, pool_id: int, limit: int = 500) -> list[ExpiredLease]:
+    """Claim up to `limit` of the pool's due leases, oldest first (lease_expire.lua), claimed
+    again if not settled within LEASE_CLAIM_MS. Raises LimiterUnavailable."""
+    replies = script_run("lease_expire", bulk=True,
+                         keys=LeaseExpireKeys(leases=pool_key(pool_id, KEY.leases)),
+                         args=LeaseExpireArgs(now_ms=clock.now_ms(), limit=limit,
+                                              claim_ms=LEASE_CLAIM_MS))
+    return [reply_decode(ExpiredLease, reply) for reply in replies]

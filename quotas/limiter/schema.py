@@ -70,6 +70,9 @@ class PoolFields(NamedTuple):
     input_headroom_capacity: str = "ihc"
     estimate_default: str = "ed"  # output tokens reserved before an org has history
     estimate_floor: str = "ef"  # an estimate never reserves fewer
+    # How long a lease (a reservation its gateway renews, docs/hook.md) lives without a
+    # heartbeat, ms. Read by authorize only for a lease, and by lease_update: not packed.
+    lease_ttl: str = "lt"
 
 
 class BucketFields(NamedTuple):
@@ -102,7 +105,15 @@ class ReservationFields(NamedTuple):
     key_slice: str = "ks"  # 1: the key's own buckets were debited too (absent: no)
     day: str = "d"  # YYYYMMDD the tokens were counted in
     expires: str = "x"  # epoch ms
-    state: str = "s"  # settled; spilled: a marker, served by another pool (absent: open)
+    state: str = "s"  # settled; spilled: a marker, served by another pool (absent: open);
+    #                   a lease's: released (slot freed, usage awaited), expired (the sweep's)
+    # A lease's only (absent: not a lease):
+    lease_owner: str = "lo"  # the gateway process holding it
+    lease_expired: str = "le"  # 1 once the sweep claimed it (kept when settled)
+    progress: str = "lp"  # output tokens delivered, last reported (absent: 0)
+    progress_at: str = "la"  # when, epoch ms (absent: `started`)
+    output_bound: str = "lb"  # max_output_tokens (-1: none)
+    started: str = "l0"  # admitted, epoch ms
 
 
 class KeySliceFields(NamedTuple):
@@ -190,6 +201,10 @@ class KeyNames(NamedTuple):
     key_slice: str = "key"  # :<key_id>, hash: KeySliceFields
     key_inflight: str = "kinflight"  # :<key_id>, sorted set: request_id by expiry
     histogram: str = "hist"  # :<org>[:<key_id>], hash: HistogramFields
+    leases: str = "leases"  # sorted set: request_id of each open lease by when it is due
+    # :<signature>, string: the request_id of the lease whose id (reservation_id) ends in it:
+    # a heartbeat names leases by id, which is signed, not encrypted. Kept as long as the record.
+    lease_id: str = "lid"
     # The admission queue's (admission/engine/queue.py): its orgs with waiters (a sorted set),
     # and the channel told when a pool's capacity frees while they wait.
     queue_orgs: str = "q"
@@ -250,6 +265,8 @@ class Decision(NamedTuple):
     output_limit: int = 0
     output_remaining: int = 0
     output_reset_ms: int = 0
+    lease_ttl_ms: int = 0  # a lease's (authorize asked for one): how long it lives unrenewed
+    lease_mapped: int = 0  # 1: its id leads to it (else the caller maps it: lease_map)
 
     @property
     def allowed(self) -> bool:
@@ -303,9 +320,15 @@ class AuthorizeArgs(NamedTuple):
     now_ms: int
     day: str  # YYYYMMDD (UTC)
     month: str  # YYYYMM
-    ttl_ms: int  # how long the reservation holds its slot
+    ttl_ms: int  # how long the reservation holds its slot (a lease's: the pool's lease TTL)
     dry_run: int  # 1: decide, reserve nothing
     record_ttl_ms: int  # how long the reservation's record is kept
+    lease_owner: str  # the gateway process holding the reservation as a lease ("": no lease)
+    # The signature of the lease's id (its reservation_id), and the "<org>.<key_id>" the caller
+    # computed it for (a cached belief about the API key: stored only if it is the key's).
+    # "": not known before the decision (the caller then maps it: lease_map).
+    lease_id: str
+    lease_for: str
 
 
 class SettleKeys(NamedTuple):
@@ -319,6 +342,71 @@ class SettleArgs(NamedTuple):
     estimate_min_samples: int  # observations before an org's (key's) own estimate is used
     estimate_half_life: int  # observations after which one counts half as much
     estimate_ttl_ms: int  # an idle org's (key's) histogram and estimate are forgotten after it
+
+
+class LeaseUpdateKeys(NamedTuple):
+    pool: str
+
+
+class LeaseUpdateArgs(NamedTuple):
+    now_ms: int
+    owner: str  # the gateway process asking
+    release: int  # 1: release (the stream ended), 0: renew
+    release_grace_ms: int  # a released lease without usage by then is billed from its progress
+    record_ttl_ms: int
+
+
+class LeaseItem(NamedTuple):
+    """One lease of a heartbeat or release: the key of its id's signature (KEY.lease_id),
+    then these: the org and API key its id names, and its progress."""
+    org_id: int
+    api_key_id: int  # 0: none
+    progress: int  # output tokens delivered so far
+
+
+# lease_update's answers: the lease's new state, or why it was refused (docs/hook.md).
+RENEWED, RELEASED = "renewed", "released"
+LEASE_REFUSALS = ("unknown_lease", "lease_expired", "lease_not_yours", "progress_backwards",
+                  "progress_beyond_reservation")
+LEASE_STATUSES = (RENEWED, RELEASED, *LEASE_REFUSALS)
+
+
+class LeaseAnswer(NamedTuple):
+    """lease_update's reply per lease."""
+    status: str  # renewed, released, or the refusal's code
+    ttl_ms: int = 0  # renewed: until when it lives from now
+
+
+class LeaseMapKeys(NamedTuple):
+    reservation: str
+    lease_id: str
+
+
+class LeaseMapArgs(NamedTuple):
+    request_id: str
+    record_ttl_ms: int
+
+
+class LeaseExpireKeys(NamedTuple):
+    leases: str
+
+
+class LeaseExpireArgs(NamedTuple):
+    now_ms: int
+    limit: int  # claimed per call at most
+    claim_ms: int  # a claim not settled by then is claimed again (the sweep died meanwhile)
+
+
+class ExpiredLease(NamedTuple):
+    """lease_expire's reply per lease claimed: what settling it as interrupted usage needs."""
+    request_id: str
+    org_id: int
+    api_key_id: int  # 0: none
+    input_tokens: int  # the reservation's input
+    output_tokens: int  # its last progress checkpoint
+    started_ms: int
+    progress_ms: int  # when the checkpoint was reported (started_ms: never)
+    day: str = ""  # YYYYMMDD the reservation counted on
 
 
 class LookupArgs(NamedTuple):
@@ -380,6 +468,7 @@ class PoolPublishArgs(NamedTuple):
     input_headroom_capacity: int
     estimate_default: int
     estimate_floor: int
+    lease_ttl: int  # ms
     schedule: str  # OrgPublishState.pool_schedule, as JSON
 
 
@@ -412,6 +501,10 @@ SCRIPTS = {
                         shared=("buckets",)),
     "settle": Script(keys=SettleKeys, args=SettleArgs, item=Settlement, shared=("buckets",)),
     "lookup": Script(keys=None, args=LookupArgs, item=LookupItem, reply=HeldReservation),
+    "lease_update": Script(keys=LeaseUpdateKeys, args=LeaseUpdateArgs, item=LeaseItem,
+                           reply=LeaseAnswer),
+    "lease_map": Script(keys=LeaseMapKeys, args=LeaseMapArgs),
+    "lease_expire": Script(keys=LeaseExpireKeys, args=LeaseExpireArgs, reply=ExpiredLease),
     "spill_mark": Script(keys=SpillMarkKeys, args=SpillMarkArgs),
     "org_publish": Script(keys=OrgPublishKeys, args=OrgPublishArgs, shared=("publish",)),
     "pool_publish": Script(keys=PoolPublishKeys, args=PoolPublishArgs, shared=("publish",)),

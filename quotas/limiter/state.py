@@ -99,6 +99,7 @@ class PoolState:
     estimate_default: int  # output tokens
     estimate_floor: int
     input_headroom_tps: int = 0  # 0 with no prefill capacity declared
+    lease_ttl_ms: int = 15_000  # how long a lease lives without a heartbeat
     # (epoch ms, headroom tokens/s, input headroom tokens/s) from then on, in time order.
     schedule: tuple[tuple[int, int, int], ...] = ()
 
@@ -110,7 +111,7 @@ def _pool_values(pool: PoolState, headroom_tps: int | None = None,
     return stored_values(
         POOL, headroom_rate=h, headroom_capacity=h * BUCKET_SECONDS, input_headroom_rate=hi,
         input_headroom_capacity=hi * BUCKET_SECONDS, estimate_default=pool.estimate_default,
-        estimate_floor=pool.estimate_floor)
+        estimate_floor=pool.estimate_floor, lease_ttl=pool.lease_ttl_ms)
 
 
 def _pool_schedule(pool: PoolState) -> list:

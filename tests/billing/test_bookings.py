@@ -180,6 +180,21 @@ def test_invoices_show_each_booking_and_each_refund_on_its_own_line(org, pool, p
     assert Booking.objects.get(pk=kept.pk).state == BookingState.CONFIRMED
 
 
+def test_tokens_used_in_a_booked_window_are_usage_with_the_speed_credit(org, pool,
+                                                                          premium_price):
+    """The booking buys guaranteed tokens/s, not a speed of its own: its tokens are measured
+    and billed like any request's, and those delivered below the pool's promise get the
+    speed credit."""
+    booking = confirm(org, pool)
+    # In the window: 1M output tokens, 250,000 of them delivered too slow for the premium.
+    usage_add(org=org, pool=pool, hour=START + timedelta(hours=1), o=1_000_000, po=750_000)
+    october, _ = invoice_close_month(org=org, month=date(2026, 10, 1), actor="test",
+                                     now=datetime(2026, 11, 2, tzinfo=UTC))
+    lines = {(ln.kind, ln.booking_id): ln.amount_cents for ln in october.lines.all()}
+    assert lines == {("booking", booking.pk): 24_000, ("output", None): 3_000,
+                     ("premium_output", None): 1_000, ("speed_credit", None): -250}
+
+
 def test_the_costs_api_groups_bookings_and_its_days_add_up_to_the_invoice(org, pool,
                                                                             premium_price):
     usage_add(org=org, pool=pool, hour=datetime(2026, 10, 3, 9, tzinfo=UTC), o=1_000_000)

@@ -105,3 +105,27 @@ def test_slow_answers_never_open_it(tmp_path):
         await sluice.stop()
 
     run_async(run())
+
+
+def test_a_call_allowed_to_wait_is_not_a_failure_when_its_answer_is_late(tmp_path):
+    """The admission queue's seam: a call that declares its own read timeout (its wait budget)
+    reached Sluice when it times out; a call with the client's timeout that gets no answer
+    is Sluice not answering."""
+    async def run():
+        sluice = SluiceStandIn()
+        sluice.mode, sluice.delay = "answer", 0.6
+        url = await sluice.start()
+        async with AsyncSluiceClient(url, token="gw_x", spool_path=str(tmp_path / "u.jsonl"),
+                                     retries=2, timeout=0.2, flush_interval=3600) as client:
+            with pytest.raises(SluiceUnavailable):
+                await client.authorize(request_id="q1", api_key="sk_x", model="m",
+                                       input_tokens=1, read_timeout=0.3)
+            assert not client.breaker.open
+            assert sluice.paths.count("/api/gateway/v1/authorize") == 1  # not retried
+            with pytest.raises(SluiceUnavailable):
+                await authorize(client)
+            assert client.breaker.open  # the client's own timeout, after its retries
+            await client.breaker.stop()
+        await sluice.stop()
+
+    run_async(run())

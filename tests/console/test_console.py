@@ -233,13 +233,13 @@ def test_list_pages_use_a_constant_number_of_queries(operator_console, django_as
     # lengths, the speed board (pool speed, org speed, guarantees, org names), the pools'
     # promises, next wave, three billing counts;
     # org + allocations + keys + members + audit trail + the grant form's pools + quota
-    # requests + usage buckets + speed + invoices (org page).
+    # requests + usage buckets + speed + invoices + bookings not ended (org page).
     _count_queries(django_assert_num_queries, operator_console, "/admin/console/orgs/", 7)
     _count_queries(django_assert_num_queries, operator_console, "/admin/console/audit/", 7)
     _count_queries(django_assert_num_queries, operator_console, "/admin/console/pools/", 11)
     _count_queries(django_assert_num_queries, operator_console, "/admin/", 21)
     _count_queries(django_assert_num_queries, operator_console,
-                   f"/admin/console/orgs/{org.pk}/", 15)
+                   f"/admin/console/orgs/{org.pk}/", 16)
     _count_queries(django_assert_num_queries, operator_console,
                    "/admin/console/gateway-tokens/", 6)
     _count_queries(django_assert_num_queries, operator_console, "/admin/console/prices/", 7)

@@ -242,6 +242,27 @@ def test_operator_sets_pool_limiter_speed_and_admission(operator_console):
         AuditEvent.objects.values_list("action", flat=True))
 
 
+def test_operator_sets_the_pools_lease_ttl_within_its_range(operator_console):
+    pool = PoolFactory()
+    settings = {"guaranteeable_ratio": "0.900", "limiter_failure_policy": "fail_closed",
+                "speed_floor_output_tps": 300, "ttft_ceiling_ms": 2000}
+    for refused in (5, 601):
+        response = operator_console.post(f"/admin/console/pools/{pool.pk}/settings/",
+                                         {**settings, "lease_ttl_seconds": refused})
+        assert response.status_code == 422
+    response = operator_console.post(f"/admin/console/pools/{pool.pk}/settings/",
+                                     {**settings, "lease_ttl_seconds": 30})
+    assert response.status_code == 302
+    pool.refresh_from_db()
+    assert pool.lease_ttl_seconds == 30
+    # Left empty, it stays as it is.
+    operator_console.post(f"/admin/console/pools/{pool.pk}/settings/", settings)
+    pool.refresh_from_db()
+    assert pool.lease_ttl_seconds == 30
+    assert "30 s without a heartbeat" in operator_console.get(
+        "/admin/console/pools/").content.decode()
+
+
 def test_pool_ratio_below_guarantees_is_refused_with_its_message(operator_console):
     pool = PoolFactory(capacity_tps=10_000)
     AllocationFactory(pool=pool, guaranteed_tps=8_000, burst_tps=8_000)

@@ -16,10 +16,10 @@ from tests.factories import AllocationFactory, OrganizationFactory
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def test_a_demo_request_is_authorized_and_reported_through_the_hook(live_server, settings,
+def test_a_demo_request_is_authorized_and_reported_through_the_hook(served_url, settings,
                                                                     redis_client, tmp_path,
                                                                     monkeypatch):
-    settings.PUBLIC_URL = live_server.url
+    settings.PUBLIC_URL = served_url
     monkeypatch.setattr(demo_traffic, "CREDENTIALS", tmp_path / "demo-traffic.json")
     monkeypatch.setattr(demo_traffic, "STATE", tmp_path)
     org = OrganizationFactory(name="Acme Voice", slug="acme-voice", status=OrgStatus.ACTIVE)
@@ -30,7 +30,7 @@ def test_a_demo_request_is_authorized_and_reported_through_the_hook(live_server,
     pool_routes_reload()
     assert demo_traffic._credentials() == credentials  # kept, not made again
     assert (tmp_path / "demo-traffic.json").stat().st_mode & 0o077 == 0
-    hook = demo_traffic.HookSender(live_server.url, credentials["gateway_token"])
+    hook = demo_traffic.HookSender(served_url, credentials["gateway_token"])
     sender = demo_traffic.Sender(org_slug="acme-voice", api_key=credentials["keys"]["acme-voice"],
                                  model=allocation.pool.model, region=allocation.pool.region)
     request = demo_request(random.Random(7), slow_share=0)

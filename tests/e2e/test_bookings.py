@@ -77,7 +77,9 @@ def test_an_owner_quotes_and_books_a_window_from_the_portal(new_page):
     assert BookingCharge.objects.get(booking=booking).amount_micros == 240_000_000
 
 
-def test_an_operator_reads_the_calendar_and_breaks_a_booking_to_lower_capacity(new_page):
+def _operator_signed_in_and_a_booking(new_page):
+    """An operator signed in to the console, and Launch Co's confirmed booking of 5,000
+    tokens/s in a pool of 10,000."""
     groups_sync(group_model=Group, permission_model=Permission)
     operator = UserFactory(username="ops@sluice.dev", is_staff=True)
     operator.groups.add(Group.objects.get(name="operator"))
@@ -95,6 +97,11 @@ def test_an_operator_reads_the_calendar_and_breaks_a_booking_to_lower_capacity(n
     page.get_by_label("Password").fill(PASSWORD)
     page.get_by_label("Authentication code").fill(totp_code(device))
     page.get_by_role("button", name="Sign in").click()
+    return page, pool, org, booking
+
+
+def test_an_operator_reads_the_calendar_and_breaks_a_booking_to_lower_capacity(new_page):
+    page, pool, _org, booking = _operator_signed_in_and_a_booking(new_page)
     page.get_by_role("link", name="Pools", exact=True).click()
     page.get_by_role("link", name="Calendar: guarantees, bookings and free capacity").click()
     expect(page.get_by_role("heading", name=f"Calendar of {pool}")).to_be_visible()
@@ -118,3 +125,25 @@ def test_an_operator_reads_the_calendar_and_breaks_a_booking_to_lower_capacity(n
     page.get_by_role("link", name="Bookings", exact=True).click()
     expect(page.get_by_role("heading", name="Bookings", exact=True)).to_be_visible()
     main_page(page, "console-bookings")
+
+
+def test_an_operator_suspends_an_org_only_by_ticking_the_bookings_it_breaks(new_page):
+    page, _pool, org, booking = _operator_signed_in_and_a_booking(new_page)
+    page.goto(f"/admin/console/orgs/{org.pk}/")
+    ticked = page.locator(f"#lifecycle [data-booking='{booking.pk}']")
+    expect(ticked).to_be_visible()
+    main_page(page, "console-org-bookings-to-break")
+
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.get_by_role("button", name="Suspend").click()
+    expect(page.locator("#lifecycle .alert-error")).to_contain_text("being suspended breaks them")
+    org.refresh_from_db()
+    assert org.status == "active"
+
+    page.locator(f"#lifecycle [data-booking='{booking.pk}']").check()
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.get_by_role("button", name="Suspend").click()
+    expect(page.locator("#lifecycle .alert-success")).to_contain_text("suspended")
+    booking.refresh_from_db()
+    assert (booking.state, booking.cancelled_by_operator) == (BookingState.CANCELLED, True)
+    assert BookingCharge.objects.get(booking=booking).refund_micros > 0

@@ -16,6 +16,7 @@ from playwright.sync_api import expect
 from billing.models import Invoice
 from console.management.commands.seed_demo import DEMO_PASSWORD, OPERATOR_EMAIL, OWNER_EMAIL
 from orgs.models import ApiKey, Organization, OrgStatus, Role
+from quotas.limiter.state import limiter_org_guarantee
 from quotas.models import Booking, GatewayToken
 from rollout.models import QuotaRequest, RolloutWave
 from rollout.quota_requests import quota_request_create
@@ -238,6 +239,8 @@ def test_landing_and_portal_tour(demo, new_page):
     main_page(page, "portal-keys")
     _nav(page, "Quotas")
     expect(page.locator('[data-field="guaranteed_tps"]')).to_contain_text("12,000")
+    # The window in force: what the limiter admits now, the allocation plus the booking.
+    expect(page.locator('[data-field="booked_tps"]')).to_contain_text("16,000 tokens/s")
     main_page(page, "portal-quotas")
     _nav(page, "Usage")
     expect(page.locator("[data-chart='hour-tps'] canvas")).to_have_count(1)
@@ -260,7 +263,7 @@ def _books_a_window(page):
     """The demo owner books a window on the portal; it takes its place beside the demo's."""
     _nav(page, "Book capacity")
     acme = Organization.objects.get(slug="acme-voice")
-    expect(page.locator("[data-booking]")).to_have_count(2)  # last month's, and one ahead
+    expect(page.locator("[data-booking]")).to_have_count(3)  # last month's, in force, ahead
     page.locator("a[data-pool]").first.click()
     expect(page.locator("figure[data-chart='free'] canvas")).to_have_count(1)
     start = (timezone.now() + timedelta(days=2)).replace(hour=16, minute=0, second=0,
@@ -331,3 +334,9 @@ def test_demo_is_alive_after_seeding(demo):
     assert invoice.lines.filter(kind="booking", booking__state="ended").count() == 1
     assert Booking.objects.filter(org=acme, state="confirmed", starts_at__gt=now).count() == 1
     assert Booking.objects.filter(state="confirmed").count() == 3
+    # One is in force: the limiter admits Acme Voice's allocation plus it, now.
+    in_force = Booking.objects.get(org=acme, state="active")
+    assert in_force.starts_at <= now < in_force.ends_at
+    allocation = acme.allocations.get(pool=in_force.pool, status="active")
+    assert limiter_org_guarantee(pool_id=in_force.pool_id, org_id=acme.pk, at=now).output_tps \
+        == allocation.guaranteed_tps + in_force.output_tps

@@ -46,6 +46,7 @@ def test_tps_refusal_is_retried_after_retry_after_ms_and_succeeds(stack_factory,
     assert int(first_headers["retry-after-ms"]) > 0 and first_headers["retry-after"]
     assert first_headers["x-should-retry"] == "true"
     assert first_headers["x-ratelimit-limit-tokens"] == "1000"
+    assert first_headers["x-ratelimit-limit-tokens-minute"] == "6000"  # 60 x 100 tok/s
     assert statuses[-1][0] == 200
     assert all(s == 429 for s, _ in statuses[:-1])
 

@@ -28,6 +28,12 @@ def test_non_streaming_sync_records_the_upstreams_usage(stack):
     assert raw.headers["x-ratelimit-limit-tokens"] == "50000"
     assert "x-ratelimit-remaining-tokens" in raw.headers
     assert "x-ratelimit-remaining-tokens-day" in raw.headers
+    # Cerebras' names beside OpenAI's: the bucket holds 10 s of its refill rate (5,000 tok/s).
+    assert raw.headers["x-ratelimit-limit-tokens-minute"] == "300000"
+    assert raw.headers["x-ratelimit-remaining-tokens-minute"] == \
+        raw.headers["x-ratelimit-remaining-tokens"]
+    assert 0 <= float(raw.headers["x-ratelimit-reset-tokens-minute"]) <= 10
+    assert not any(name.endswith("requests-day") for name in raw.headers)
     event = stored_event(request_id)
     assert (event.input_tokens, event.output_tokens, event.status) == (
         UPSTREAM_PROMPT_TOKENS, 12, "completed")

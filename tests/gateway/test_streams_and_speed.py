@@ -131,8 +131,8 @@ def test_two_gateway_processes_admit_no_more_than_the_allocation(stack_factory, 
     assert outcomes.count("concurrency_exceeded") == 12 - admitted
     served = stack.sim_log()
     assert len(served) == admitted
-    # Never more than the allocation's 3 at once (a slot frees only when the usage of a
-    # finished stream is settled, so a late thread may still be admitted after one ends).
+    # Never more than the allocation's 3 at once (a slot frees when a stream ends, so a late
+    # thread may still be admitted after one ends).
     for entry in served:
         overlapping = [e for e in served if e["started"] <= entry["started"] < e["finished"]]
         assert len(overlapping) <= 3

@@ -44,9 +44,11 @@ def test_seed_demo_covers_every_state_and_is_idempotent(settings):
     assert summary.guaranteed_tps <= summary.guaranteeable_tps
     active = Organization.objects.filter(status=OrgStatus.ACTIVE)
     assert all(Allocation.objects.filter(org=o, status="active").exists() for o in active)
-    # Bookings: once each, on the ledger (never over at any instant), one of them ended.
-    assert Booking.objects.count() == 4
+    # Bookings: once each, on the ledger (never over at any instant), one of them ended, one in
+    # force.
+    assert Booking.objects.count() == 5
     assert Booking.objects.filter(state="ended").count() == 1
+    assert Booking.objects.filter(state="active").count() == 1
     now = timezone.now()
     steps = ledger_steps(pool=pool, start=now, end=now + FOREVER)
     assert max(s.output_tps for s in steps) <= pool.guaranteeable_tps

@@ -117,3 +117,17 @@ def test_other_orgs_and_other_roles(booked, orgs):
                                           form(*window(72), action="confirm"))
     assert refused.status_code == 404
     assert Booking.objects.count() == 1
+
+
+def test_the_quotas_page_shows_a_booking_in_force_on_top_of_the_allocation(booked):
+    a, pool = booked
+    start = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
+    Booking.objects.create(org=a.org, pool=pool, starts_at=start - timedelta(hours=1),
+                           ends_at=start + timedelta(hours=3), output_tps=3_000,
+                           state=BookingState.ACTIVE)
+    Booking.objects.create(org=a.org, pool=pool, starts_at=start + timedelta(days=2),
+                           ends_at=start + timedelta(days=2, hours=3), output_tps=500)
+    page = a.client.get(f"/portal/o/{a.org.slug}/quotas/").content.decode()
+    shown = page.split('data-field="booked_tps"')[1].split("</p>")[0]
+    assert "3,000 guaranteed tokens/s" in shown and "4,000 tokens/s" in shown
+    assert (start + timedelta(hours=3)).strftime("%Y-%m-%d %H:%M") in shown

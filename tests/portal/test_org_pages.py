@@ -163,9 +163,10 @@ def test_list_pages_use_a_constant_number_of_queries(orgs, django_assert_num_que
     slug = a.org.slug
     a.client.get(f"/portal/o/{slug}/")  # the first visit remembers the org in the session
     # Session, user, membership, the switcher's memberships, then the page's own reads:
-    # members + invitations, verified email + keys, allocations + today's use; status: the
+    # members + invitations, verified email + keys, allocations + today's use + the bookings in
+    # force; status: the
     # latest application, the pool preference (waitlist), verified email.
     for url, expected in [(f"/portal/o/{slug}/members/", 6), (f"/portal/o/{slug}/keys/", 6),
-                          (f"/portal/o/{slug}/quotas/", 6), (f"/portal/o/{slug}/", 7)]:
+                          (f"/portal/o/{slug}/quotas/", 7), (f"/portal/o/{slug}/", 7)]:
         with django_assert_num_queries(expected):
             assert a.client.get(url).status_code == 200

@@ -204,9 +204,13 @@ def test_conflicts_are_listed_before_anything_changes(org, pool):
                                   guaranteeable_input_tps=None)
 
 
-def test_ending_an_allocation_cancels_its_bookings(org, pool):
+def test_ending_an_allocation_cancels_the_bookings_the_operator_names(org, pool):
     booking = book(org, pool, ask(slot(24)))
-    allocation_end(allocation=org.allocations.get(), actor="ops", reason="offboarded")
+    with pytest.raises(DomainError) as refused:
+        allocation_end(allocation=org.allocations.get(), actor="ops", reason="offboarded")
+    assert refused.value.code == "allocation_has_bookings"
+    allocation_end(allocation=org.allocations.get(), actor="ops", reason="offboarded",
+                   break_bookings=[booking.pk])
     booking.refresh_from_db()
     assert (booking.state, booking.cancelled_by_operator) == (BookingState.CANCELLED, True)
 

@@ -116,6 +116,21 @@ def test_pool_create_and_list(operator_client, django_assert_num_queries):
     assert len(listing.json()) == CapacityPool.objects.count()
 
 
+def test_a_pool_is_created_with_its_lease_ttl_within_its_range(operator_client):
+    body = {"model": "m-lease", "region": "eu-west", "capacity_tps": 1_000,
+            "guaranteeable_ratio": "0.8"}
+    response = operator_client.post("/api/v1/pools/", body, format="json")
+    assert response.json()["lease_ttl_seconds"] == 15
+    for refused in (5, 601, "x"):
+        response = operator_client.post("/api/v1/pools/", {
+            **body, "region": "us", "lease_ttl_seconds": refused}, format="json")
+        assert response.status_code == 400
+        assert "lease_ttl_seconds" in response.json()["error"]["fields"]
+    response = operator_client.post("/api/v1/pools/", {
+        **body, "region": "us", "lease_ttl_seconds": 60}, format="json")
+    assert response.status_code == 201 and response.json()["lease_ttl_seconds"] == 60
+
+
 def test_members_cannot_manage_pools(two_orgs):
     a, _ = two_orgs
     assert a.client.get("/api/v1/pools/").status_code == 403

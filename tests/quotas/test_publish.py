@@ -11,7 +11,7 @@ from orgs.services.lifecycle import org_suspend
 from quotas.limiter import state
 from quotas.limiter.schema import KEY, ORG, POOL, pool_key
 from quotas.publish import limits_publish_pools_now_or_queue
-from quotas.services import allocation_change, pool_capacity_set
+from quotas.services import allocation_change, pool_capacity_set, pool_settings_set
 from rollout.waves import wave_open
 from tests.aio import limiter_authorize
 from tests.factories import PoolFactory, RolloutWaveFactory
@@ -75,6 +75,21 @@ def test_a_capacity_change_is_one_script_call_for_the_pool(limiter, commit, publ
     assert published_limits == []
     headroom = limiter.hget(pool_key(pool.pk, KEY.pool), POOL.headroom_rate)
     assert int(headroom) == 2_000 - 3 * 100
+
+
+def test_a_lease_ttl_change_reaches_redis_with_the_pools_values(limiter, commit, script_calls):
+    pool = PoolFactory(capacity_tps=1_000)
+    tenant_create(pool=pool, guaranteed_tps=100, burst_tps=200)
+    assert int(limiter.hget(pool_key(pool.pk, KEY.pool), POOL.lease_ttl)) == 15_000
+    script_calls.clear()
+    with commit():
+        pool_settings_set(pool=pool, actor="test", capacity_tps=1_000,
+                          guaranteeable_ratio=pool.guaranteeable_ratio,
+                          limiter_failure_policy=pool.limiter_failure_policy,
+                          speed_floor_output_tps=300, ttft_ceiling_ms=2000,
+                          lease_ttl_seconds=45)
+    assert script_calls == {"pool_publish": 1}
+    assert int(limiter.hget(pool_key(pool.pk, KEY.pool), POOL.lease_ttl)) == 45_000
 
 
 def test_many_changes_to_one_org_in_one_transaction_publish_it_once(

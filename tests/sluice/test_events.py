@@ -37,6 +37,8 @@ def test_higher_apps_subscribe_to_what_orgs_announces():
         quotas_receivers.org_transitioned_received, rollout_receivers.org_transitioned_received,
         billing_receivers.org_transitioned_received, webhooks_receivers.org_transitioned_received]
     assert orgs_events.api_keys_changed.receivers == [quotas_receivers.api_keys_changed_received]
+    assert orgs_events.org_service_stopping.receivers == [
+        quotas_receivers.org_service_stopping_received]
     assert orgs_events.org_transition_requested.receivers == [
         rollout_receivers.org_transition_requested_received]
     assert orgs_events.org_contact_reading.receivers == [

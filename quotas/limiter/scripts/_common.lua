@@ -13,12 +13,16 @@ local function key(name, part, more)  -- one concatenation: no table to build an
   return PREFIX .. ':' .. name .. ':' .. part
 end
 
+-- The pool's sorted set of leases (a key of no part; authorize adds to it, settle removes).
+local LEASES_KEY = PREFIX .. ':' .. KEY.leases
+
 local function num(value, default)
   if value == false or value == nil then return default end
   return tonumber(value)
 end
 
 local DAY_MS = 86400000
+local LEASE_TTL_DEFAULT_MS = 15000  -- a pool published before pools had one (models.py's)
 
 -- The limits authorize reads on every call, packed (cmsgpack: numbers stay numbers) into one
 -- field of the org's hash and of the pool's (F.layout.limits) by the publishes, beside the

@@ -12,6 +12,8 @@ local now, input = tonumber(A.now_ms), tonumber(A.input_tokens)
 local max_output = tonumber(A.max_output_tokens)
 local ttl = tonumber(A.ttl_ms)
 local dry = A.dry_run == '1'
+-- A lease (renewed by heartbeat: lease_update.lua) lives the pool's lease TTL (A.ttl_ms).
+local lease, lease_mapped = #A.lease_owner > 0, 0
 
 local entry = redis.call('HGET', K.registry, A.digest)
 if not entry then
@@ -268,9 +270,22 @@ if outcome == 'allowed' then
     -- The record, kept for hours: what every reservation has, then only where it has them
     -- (absent reads as 0) what it borrowed and whether its key has a slice: more calls for the
     -- few, no table of arguments for the many.
-    redis.call('HSET', K.reservation, F.res.org, org, F.res.api_key, key_id, F.res.cost,
-               total_text, F.res.input, string.format('%d', input), F.res.day, A.day,
-               F.res.expires, expires)
+    if lease then  -- and in the pool's leases by expiry, which the sweep claims from
+      redis.call('HSET', K.reservation, F.res.org, org, F.res.api_key, key_id, F.res.cost,
+                 total_text, F.res.input, string.format('%d', input), F.res.day, A.day,
+                 F.res.expires, expires, F.res.lease_owner, A.lease_owner,
+                 F.res.output_bound, A.max_output_tokens, F.res.started, A.now_ms)
+      redis.call('ZADD', LEASES_KEY, expires, A.request_id)
+      -- Its id leads to it, if the caller signed it for this org and key (else lease_map).
+      if A.lease_for == org .. '.' .. key_id then
+        redis.call('SET', key(KEY.lease_id, A.lease_id), A.request_id, 'PX', A.record_ttl_ms)
+        lease_mapped = 1
+      end
+    else
+      redis.call('HSET', K.reservation, F.res.org, org, F.res.api_key, key_id, F.res.cost,
+                 total_text, F.res.input, string.format('%d', input), F.res.day, A.day,
+                 F.res.expires, expires)
+    end
     local borrowed_out, borrowed_in = o_borrow + o_free, i_borrow + i_free
     if borrowed_out > 0 or borrowed_in > 0 then
       redis.call('HSET', K.reservation, F.res.from_burst, borrowed_out,
@@ -352,5 +367,6 @@ return reply{
   output_limit = out_limit, output_remaining = out_remaining, output_reset_ms = out_reset,
   day_limit = day_limit, day_remaining = day_remaining, day_reset_ms = day_reset,
   requests_limit = requests_limit, requests_remaining = requests_remaining,
-  requests_reset_ms = conc_reset,
+  requests_reset_ms = conc_reset, lease_ttl_ms = lease and ttl or 0,
+  lease_mapped = lease_mapped,
 }

@@ -9,6 +9,7 @@ local values = {headroom_rate = tonumber(A.headroom_rate),
                 input_headroom_rate = tonumber(A.input_headroom_rate),
                 input_headroom_capacity = tonumber(A.input_headroom_capacity),
                 estimate_default = tonumber(A.estimate_default),
-                estimate_floor = tonumber(A.estimate_floor)}
+                estimate_floor = tonumber(A.estimate_floor),
+                lease_ttl = tonumber(A.lease_ttl)}
 limits_schedule_write(K.pool, F.pool, values, pool_limits_of, cjson.decode(A.schedule))
 return 1

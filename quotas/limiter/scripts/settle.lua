@@ -154,7 +154,7 @@ for _, item in ipairs(ITEMS) do
   local prefill = input - tonumber(item.cached_input_tokens)
   local r = redis.call('HMGET', item.key, F.res.org, F.res.cost, F.res.input, F.res.from_burst,
                        F.res.input_from_burst, F.res.key_slice, F.res.day, F.res.state,
-                       F.res.api_key)
+                       F.res.api_key, F.res.lease_owner)
   local reserved_by, state = r[1], r[8]
   if state ~= 'settled' then
     -- Without a reservation, usage counts on the day the request started (a late report of
@@ -169,6 +169,7 @@ for _, item in ipairs(ITEMS) do
       reserved_out = tonumber(r[2]) - reserved_in
       borrowed_out, borrowed_in = num(r[4], 0), num(r[5], 0)
       redis.call('ZREM', key(KEY.inflight, owner), item.request_id)
+      if r[10] then redis.call('ZREM', LEASES_KEY, item.request_id) end  -- a lease's
       local money_key = key(KEY.money, owner)
       local held = redis.call('HGET', money_key, item.request_id)
       if held then

@@ -200,7 +200,11 @@ def test_schema_documents_the_hook(operator_client):
     assert set(authorize["responses"]) >= {"200", "400", "401", "403", "429", "503"}
     fields = schema["components"]["schemas"]["AuthorizeRequest"]["properties"]
     assert set(fields) == {"request_id", "api_key", "model", "region", "input_tokens",
-                           "max_output_tokens", "dry_run", "service_tier", "queue_threshold_ms"}
+                           "max_output_tokens", "dry_run", "service_tier", "lease",
+                           "gateway_process", "queue_threshold_ms"}
+    for call in ("heartbeat", "release"):
+        lease = schema["paths"][f"/api/gateway/v1/leases/{call}"]["post"]
+        assert set(lease["responses"]) == {"200", "400", "401", "503"}
 
 
 def test_metrics_count_decisions_by_outcome(gateway, tenant):

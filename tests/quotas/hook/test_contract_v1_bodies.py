@@ -55,7 +55,8 @@ def test_an_allowed_v1_request_gets_the_v1_answer_and_the_new_fields_beside_it(g
     }
     assert set(body) == {"allowed", "reservation_id", "org", "reserved_tokens", "headers",
                          "pool", "service_tier", "reserved_input_tokens",
-                         "reserved_output_tokens"}
+                         "reserved_output_tokens", "tokens_refill_tps"}
+    assert body["tokens_refill_tps"] == 100  # the 1,000-token bucket holds 10 s of its rate
     assert (body["service_tier"], body["pool"]["tier"]) == ("priority", "fast")
     assert (body["reserved_input_tokens"], body["reserved_output_tokens"]) == (30, 70)
 

@@ -36,6 +36,14 @@ from tests.quotas.limiter.test_engine import (  # noqa: F401
     test_tps_bucket_refills_at_the_guaranteed_rate,
     test_unknown_key_is_refused,
 )
+from tests.quotas.limiter.test_leases import (  # noqa: F401
+    test_a_heartbeat_renews_so_the_slot_stays_held,
+    test_a_released_lease_without_usage_is_billed_after_the_grace,
+    test_each_lease_is_answered_alone,
+    test_release_frees_the_slot_at_once_and_is_idempotent,
+    test_renewal_racing_expiry_exactly_one_wins,
+    test_the_sweep_claims_due_leases_with_their_checkpoint_once,
+)
 from tests.quotas.test_publish import (  # noqa: F401
     commit,
     script_calls,

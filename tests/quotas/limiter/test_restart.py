@@ -10,7 +10,8 @@ from django.db.models import F, Sum
 
 from billing.services.accounts import spend_cap_set
 from billing.services.caps import month_to_date_micros
-from metering.models import UsageHourly
+from metering.leases import leases_sweep
+from metering.models import UsageEvent, UsageHourly
 from orgs.services.api_keys import KeySlice, api_key_limits_set
 from quotas.hook.gateway_tokens import gateway_token_cache_clear, gateway_token_create
 from quotas.hook.reservations import reservation_id_issue
@@ -94,3 +95,47 @@ def test_counters_after_a_flush_never_fall_below_what_postgres_recorded(
         org=t.org, now=now)
     # Money held by requests in flight: PostgreSQL records none, and a flush forgets none
     # that could be owed (the reservations went with it).
+
+
+@pytest.mark.parametrize("order", list(permutations("HUSW")), ids="".join)
+def test_leases_in_flight_across_a_flush_are_billed_once_from_their_usage(
+        limiter, limiter_clock, hook, report, order):
+    """A Redis restart loses the leases and their checkpoints (docs/faults.md): their
+    heartbeats answer unknown_lease, the sweep finds nothing to bill, and the usage event the
+    gateway still sends (from its spool) is billed once; new leases work at once."""
+    t = tenant_create(guaranteed_tps=10_000, burst_tps=10_000, daily_tokens=10**9,
+                      max_concurrency=2)
+    pool_routes_reload()
+    lease = {"lease": True, "gateway_process": "proc-1"}
+
+    def admit(request_id):
+        return hook.post("/api/gateway/v1/authorize", {
+            "request_id": request_id, "api_key": t.plaintext, "model": t.pool.model,
+            "input_tokens": 100, "max_output_tokens": 400, **lease},
+            content_type="application/json").json()
+
+    held = [admit(f"held-{i}")["lease"]["id"] for i in range(2)]
+    hook.post("/api/gateway/v1/leases/heartbeat", {"gateway_process": "proc-1", "leases": [
+        {"id": i, "delivered_output_tokens": 50} for i in held]}, content_type="application/json")
+    limiter.flushdb()  # Redis restarts empty: the leases and their checkpoints are gone
+    limiter_clock.advance(seconds=20)
+    steps = {
+        "H": lambda: hook.post("/api/gateway/v1/leases/heartbeat", {
+            "gateway_process": "proc-1",
+            "leases": [{"id": held[0], "delivered_output_tokens": 60}]},
+            content_type="application/json").json(),
+        "U": lambda: report(t, "held-0", limiter_clock),
+        "S": lambda: limiter_sync_pool(pool_id=t.pool.pk),
+        "W": leases_sweep,
+    }
+    results = {step: steps[step]() for step in order}
+    assert [x.get("code") for x in results["H"]["leases"]] in (["unknown_lease"],
+                                                               ["limiter_unavailable"])
+    assert results["W"] == 0
+    assert list(UsageEvent.objects.values_list("request_id", "status")) == \
+        [("held-0", "completed")]
+    # The slots went with Redis: two new leases are admitted (once the buckets, rebuilt
+    # empty, refilled: a rebuild never lends what PostgreSQL cannot vouch for).
+    limiter_clock.advance(seconds=10)
+    answers = [admit(f"new-{i}") for i in range(2)]
+    assert [a["allowed"] for a in answers] == [True, True], answers

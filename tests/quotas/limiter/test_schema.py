@@ -17,11 +17,12 @@ SHARED = {name for name in LUA if name.startswith("_")}
 # (set by the orgs app), reservation states, flags, Redis range syntax, the hash tag's end, and
 # Lua's select('#').
 VALUES = {"active", "payment", "open", "settled", "spilled", "1", "(", "+inf", "-inf", ":", "}",
-          "#", "auto", "priority", "default", "fast", "unknown", "org", "key", "input", "output"}
+          "#", "auto", "priority", "default", "fast", "unknown", "org", "key", "input", "output",
+          "released", "expired", "0", "."}
 OUTCOMES = {"allowed", "duplicate", "unsynced", "invalid_api_key", "payment_required",
             "org_not_active", "no_allocation", "request_id_conflict", "spend_cap_reached",
             "concurrency_exceeded", "daily_quota_exhausted", "tps_exceeded",
-            "pool_capacity_exhausted", "tier_mismatch", "spilled"}
+            "pool_capacity_exhausted", "tier_mismatch", "spilled", *schema.LEASE_STATUSES}
 
 
 def _code(source: str) -> str:
@@ -106,7 +107,7 @@ def test_python_names_hash_fields_only_through_the_schema():
 
 def test_a_reply_decodes_by_name_with_the_declared_defaults():
     decision = schema.reply_decode(schema.Decision, ["tps_exceeded", 7, 9, 100, None, *[0] * 9,
-                                                     60, 40, "auto", "org", "output", *[0] * 6])
+                                                     60, 40, "auto", "org", "output", *[0] * 8])
     assert (decision.outcome, decision.org_id, decision.api_key_id) == ("tps_exceeded", 7, 9)
     assert decision.retry_after_ms is None and not decision.allowed
     with pytest.raises(ValueError):  # a reply one slot short is an error, not a shifted decode
@@ -122,7 +123,7 @@ def test_a_reply_by_field_name_is_written_as_the_list_in_the_layouts_order():
     source = "return reply{scope = f(a, {b, 'c,}'}) -- a comment, with a comma\n, outcome = 'x'}"
     expanded = schema._replies_expand("authorize", schema.Decision, source)
     values = ["('x')", "false", "false", "0", "false", *["0"] * 11, "false",
-              "(f(a, {b, 'c,}'})) or false", "false", *["0"] * 6]
+              "(f(a, {b, 'c,}'})) or false", "false", *["0"] * 8]
     assert expanded == "return {" + ", ".join(values) + "}"
     for wrong in ("reply{outcome = 'x', allowed = true}", "reply{org_id = 1}"):
         with pytest.raises(LookupError):

@@ -15,6 +15,10 @@ disk writes run in a worker thread so the loop never blocks on them.
 Once a call could not reach Sluice, the client's breaker (sluice_client/breaker.py) fails the
 next calls at once (SluiceUnavailable, no I/O; usage goes to the spool) until a background
 probe of Sluice's /healthz answers.
+
+With `leases=True` (hook contract §1, sluice_client/leases.py) `authorize` asks for a lease, one
+background task renews every lease the client holds in one heartbeat call per interval, and
+another sends `release(...)`s, gathered over a few milliseconds, at once.
 """
 
 import asyncio
@@ -37,7 +41,15 @@ from sluice_client.client import (
     authorize_body,
     queue_read_timeout,
 )
-from sluice_client.http1 import Http1Pool, HttpError
+from sluice_client.http1 import Http1Pool, HttpError, ReadTimeout, header_lines
+from sluice_client.leases import (
+    ASK_AGAIN,
+    HEARTBEAT_PATH,
+    RELEASE_PATH,
+    RELEASE_WINDOW,
+    LeaseBook,
+    process_id,
+)
 from sluice_client.spool import Spool
 
 logger = logging.getLogger("sluice_client")
@@ -62,13 +74,20 @@ class AsyncSluiceClient:
     def __init__(self, base_url: str, *, token: str, spool_path: str, timeout: float = 2.0,
                  retries: int = 2, batch_size: int = 500, flush_interval: float = 0.5,
                  max_connections: int = 100, probe_interval: float = 0.25,
-                 transport: httpx.AsyncBaseTransport | None = None):
+                 transport: httpx.AsyncBaseTransport | None = None, leases: bool = False,
+                 heartbeat_interval: float | None = None,
+                 release_window: float = RELEASE_WINDOW, on_lease_refused=None,
+                 on_usage_handled=None):
+        """`leases`, `heartbeat_interval`, `release_window`, `on_lease_refused`: as the sync
+        client's. `on_usage_handled(events)`: called once a batch of usage events is no longer
+        only in memory (Sluice answered for it, or it is in the spool)."""
         self.base_url = base_url.rstrip("/")
         self.retries, self.batch_size = retries, min(batch_size, MAX_BATCH)
         self.flush_interval = flush_interval
         self.spool = Spool(spool_path)
         self._headers = {"Authorization": f"Bearer {token}",
                          "Content-Type": "application/json"}
+        self._header_lines = header_lines(self._headers)  # the same on every call
         self._timeout, self._max_connections = timeout, max_connections
         self._pool: Http1Pool | None = None
         self._prefix = urlsplit(self.base_url).path  # Sluice served under a path
@@ -84,12 +103,25 @@ class AsyncSluiceClient:
         self._worker: asyncio.Task | None = None
         self._closing = False
         self.breaker = Breaker(probe=self._probe, probe_interval=probe_interval)
+        self.on_usage_handled = on_usage_handled
+        self.leases = LeaseBook(on_refused=on_lease_refused) if leases else None
+        self._heartbeat_interval, self._release_window = heartbeat_interval, release_window
+        self._lease_tasks: list[asyncio.Task] = []
+        self._release_wake = asyncio.Event()
+        self._release_urgent = asyncio.Event()
+        self._releases_answered = asyncio.Event()
+        self._releases_taken = self._releases_done = 0  # release batches taken / answered
+        self._leases_closing = False
 
     async def start(self) -> None:
         """Open the connection pool and start the background sender (on the running loop)."""
         self._open()
         if self._worker is None:
             self._worker = asyncio.create_task(self._run(), name="sluice-usage")
+        if self.leases is not None and not self._lease_tasks:
+            self._lease_tasks = [
+                asyncio.create_task(self._heartbeat_run(), name="sluice-heartbeat"),
+                asyncio.create_task(self._release_run(), name="sluice-release")]
 
     async def __aenter__(self) -> "AsyncSluiceClient":
         await self.start()
@@ -103,16 +135,146 @@ class AsyncSluiceClient:
     async def authorize(self, *, request_id: str, api_key: str, model: str, input_tokens: int,
                         max_output_tokens: int | None = None, region: str | None = None,
                         dry_run: bool = False, service_tier: str | None = None,
+                        read_timeout: float | None = None,
                         queue_threshold_ms: int | None = None) -> AuthorizeResult:
-        """As SluiceClient.authorize (queue_threshold_ms: the read timeout grows by it)."""
+        """`read_timeout`: how long Sluice may take to answer this call, when that may be
+        longer than the client's timeout (a request that may wait in Sluice's admission queue:
+        its wait budget plus the usual timeout). Such a call, once sent, is neither retried
+        nor counted by the breaker when its answer is late: Sluice was reached, the request
+        waited (see _post). `queue_threshold_ms`: how long the request may wait in Sluice's
+        admission queue (0 or 50-20,000; None: the key's or org's default); without a
+        `read_timeout`, the call's grows by it."""
+        lease = self.leases is not None and not dry_run
         body = authorize_body(request_id=request_id, api_key=api_key, model=model,
                               input_tokens=input_tokens, max_output_tokens=max_output_tokens,
                               region=region, dry_run=dry_run, service_tier=service_tier,
-                              queue_threshold_ms=queue_threshold_ms)
-        read = queue_read_timeout(self._timeout, queue_threshold_ms)
-        return AuthorizeResult.from_response(await self._post(
-            "/api/gateway/v1/authorize", body, read_timeout=None if read == self._timeout
-            else read))
+                              lease=lease, queue_threshold_ms=queue_threshold_ms)
+        if read_timeout is None and queue_threshold_ms:
+            read_timeout = queue_read_timeout(self._timeout, queue_threshold_ms)
+        # Releases queued or on their way may free the slot this request needs: they leave at
+        # once (no gathering). Near its concurrency limit (as the key's last answer said) the
+        # request waits for them; a concurrency refusal is asked again once the releases
+        # pending then are answered (a few times at most: streams keep ending meanwhile).
+        # Nothing waits when no release is pending.
+        pending = self._releases_pending() if lease else 0
+        if pending and self.leases.near_limit(api_key):
+            await self._releases_sent(pending)
+            pending = self._releases_pending()
+        result = AuthorizeResult.from_response(
+            await self._post("/api/gateway/v1/authorize", body, read_timeout=read_timeout))
+        for _ in range(ASK_AGAIN):
+            if not pending or result.error_code != "concurrency_exceeded":
+                break
+            await self._releases_sent(pending)
+            self.leases.stats["authorize_asked_again"] += 1
+            pending = self._releases_pending()
+            result = AuthorizeResult.from_response(
+                await self._post("/api/gateway/v1/authorize", body,
+                                 read_timeout=read_timeout))
+        if lease:
+            self.leases.answered_authorize(api_key, result)
+        if lease and result.allowed and result.lease is not None:
+            self.leases.hold(result.lease, bound=result.reserved_output_tokens)
+        return result
+
+    # -- leases ------------------------------------------------------------------------------
+
+    def lease_progress(self, lease_id: str, delivered_output_tokens: int) -> None:
+        """The request's output tokens delivered so far (the next heartbeat carries it)."""
+        if self.leases is not None:
+            self.leases.progress(lease_id, delivered_output_tokens)
+
+    def release(self, lease_id: str, delivered_output_tokens: int | None = None) -> None:
+        """The request's stream ended: stop renewing its lease and free its slot now (one
+        call for the releases of the next few milliseconds). Never waits."""
+        if self.leases is not None and self.leases.release(lease_id, delivered_output_tokens):
+            self._release_wake.set()
+
+    def _releases_pending(self) -> int:
+        """The release batch that carries every release queued so far (0: none pending), sent
+        at once."""
+        target = self._releases_taken + (1 if self.leases.releasing else 0)
+        if self._releases_done >= target:
+            return 0
+        if self.leases.releasing:
+            self._release_urgent.set()
+            self._release_wake.set()
+        return target
+
+    async def _releases_sent(self, target: int) -> None:
+        """Until release batch `target` is answered (at most the calls' own timeout)."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self._timeout * (self.retries + 1)):
+                while self._releases_done < target and self._lease_tasks:
+                    answered = self._releases_answered
+                    await answered.wait()
+
+    async def _heartbeat_run(self) -> None:
+        while True:
+            await asyncio.sleep(self._heartbeat_interval or self.leases.interval)
+            try:
+                await self.heartbeat()
+            except Exception:  # the heartbeat must survive anything
+                logger.exception("sluice heartbeat failed")
+
+    async def heartbeat(self) -> None:
+        """Renew every lease held now, with its progress: what the background task does every
+        interval (one call, or one per 1,000 leases). Refused leases are dropped."""
+        bodies = self.leases.renewals(process_id())
+        if bodies:
+            self.leases.stats["heartbeats"] += 1
+        for body in bodies:
+            await self._lease_call(HEARTBEAT_PATH, body, kind="heartbeat")
+
+    async def _release_run(self) -> None:
+        book = self.leases
+        while True:
+            if not book.releasing:
+                if self._leases_closing:
+                    return
+                self._release_urgent.clear()
+                await self._release_wake.wait()
+                self._release_wake.clear()
+                continue
+            if not self._release_urgent.is_set():  # gather the streams ending together
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self._release_window):
+                        await self._release_urgent.wait()
+            self._release_urgent.clear()
+            await self._releases_send()
+
+    async def _releases_send(self) -> None:
+        bodies = self.leases.releases_take(process_id())
+        self._releases_taken += 1
+        batch = self._releases_taken
+        try:
+            for body in bodies:
+                await self._lease_call(RELEASE_PATH, body, kind="release")
+        except Exception:
+            logger.exception("sluice lease release failed")
+        finally:
+            self._releases_done = max(self._releases_done, batch)
+            answered, self._releases_answered = self._releases_answered, asyncio.Event()
+            answered.set()
+
+    async def _lease_call(self, path: str, body: dict, *, kind: str) -> None:
+        book = self.leases
+        data = orjson.dumps(body)
+        book.stats[f"{kind}_calls"] += 1
+        book.stats[f"{kind}_bytes_sent"] += len(data)
+        try:
+            response = await self._post(path, data)
+        except SluiceUnavailable as exc:
+            book.stats[f"{kind}_failed"] += 1
+            logger.warning("sluice lease %s failed: %s", kind, exc)
+            return
+        book.stats[f"{kind}_bytes_received"] += len(response.content)
+        if response.status_code != 200:
+            book.stats[f"{kind}_failed"] += 1
+            logger.error("sluice refused a lease %s: HTTP %s %s", kind, response.status_code,
+                         response.text[:200])
+            return
+        book.answered(response.json(), kind=kind)
 
     def _open(self) -> None:
         if self._http is None and self._pool is None:
@@ -120,17 +282,17 @@ class AsyncSluiceClient:
             self._pool = Http1Pool(self.base_url, limit=self._max_connections,
                                    connect_timeout=self._timeout, read_timeout=self._timeout)
 
-    async def _send(self, method: str, path: str, data: bytes = b"",
+    async def _send(self, method: str, path: str, data: bytes = b"", *,
                     read_timeout: float | None = None) -> Reply:
         if self._http is not None:
             response = await self._http.request(
                 method, self.base_url + path, content=data,
-                timeout=httpx.USE_CLIENT_DEFAULT if read_timeout is None
-                else httpx.Timeout(self._timeout, read=read_timeout))
+                timeout=httpx.Timeout(self._timeout, read=read_timeout or self._timeout))
             return Reply(response.status_code, response.content)
         self._open()
-        response = await self._pool.request(method, self._prefix + path, headers=self._headers,
-                                            body=data, read_timeout=read_timeout)
+        response = await self._pool.request(method, self._prefix + path,
+                                            headers=self._header_lines, body=data,
+                                            read_timeout=read_timeout)
         try:
             return Reply(response.status, await response.read())
         finally:
@@ -143,16 +305,28 @@ class AsyncSluiceClient:
         except (TimeoutError, httpx.TransportError, HttpError):
             return False
 
-    async def _post(self, path: str, body: dict, read_timeout: float | None = None) -> Reply:
+    async def _post(self, path: str, body: dict | bytes, *,
+                    read_timeout: float | None = None) -> Reply:
+        """Sent with retries; after the last, the breaker hears that Sluice is unreachable.
+        A call that declared its own `read_timeout` (one Sluice may hold, as its admission
+        queue does) and got no answer in it is the exception: the request reached Sluice and
+        waited there, which says nothing about Sluice being down; it is neither retried (it
+        may still be waiting) nor counted as a failure."""
         if self.breaker.open:
             raise SluiceUnavailable("Sluice could not be reached a moment ago (probing)")
         last: Exception | None = None
-        data = orjson.dumps(body)
+        data = body if isinstance(body, bytes) else orjson.dumps(body)
         for attempt in range(self.retries + 1):
             if attempt:
                 await asyncio.sleep(min(0.05 * 2 ** attempt, 1.0))
             try:
-                response = await self._send("POST", path, data, read_timeout)
+                response = await self._send("POST", path, data, read_timeout=read_timeout)
+            except (ReadTimeout, httpx.ReadTimeout) as exc:
+                if read_timeout is not None:
+                    raise SluiceUnavailable("Sluice held the call past its read timeout") \
+                        from exc
+                last = exc
+                continue
             except (TimeoutError, httpx.TransportError, HttpError) as exc:
                 last = exc
                 continue
@@ -166,10 +340,18 @@ class AsyncSluiceClient:
     # -- usage -------------------------------------------------------------------------------
 
     def report_usage(self, event: UsageEvent | dict) -> None:
-        """Queue one event; never waits (safe to call from a response's cleanup)."""
-        self._pending.append(event.as_json() if isinstance(event, UsageEvent) else dict(event))
+        """Queue one event; never waits (safe to call from a response's cleanup). A lease the
+        client still holds for it is released now."""
+        body = event.as_json() if isinstance(event, UsageEvent) else dict(event)
+        if self.leases is not None and body.get("reservation_id") in self.leases:
+            self.release(body["reservation_id"])
+        self._pending.append(body)
         if len(self._pending) >= self.batch_size:
             self._full.set()
+
+    def flush_soon(self) -> None:
+        """Wake the background sender now (it sends what is queued, then replays the spool)."""
+        self._full.set()
 
     @property
     def pending(self) -> int:
@@ -183,9 +365,22 @@ class AsyncSluiceClient:
                 del self._pending[:self.batch_size]
                 if not await self._deliver(batch):
                     await asyncio.to_thread(self.spool.append, batch)
+                if self.on_usage_handled is not None:
+                    self.on_usage_handled(batch)
             await self._replay()
 
     async def close(self) -> None:
+        if self._lease_tasks:
+            heartbeat, releaser = self._lease_tasks
+            heartbeat.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await heartbeat
+            # The release task sends what is queued, then stops.
+            self._leases_closing = True
+            self._release_urgent.set()
+            self._release_wake.set()
+            await releaser
+            self._lease_tasks = []
         await self.breaker.stop()
         if self._worker is not None:
             # Asked to stop, not cancelled: Python 3.11's wait_for can swallow a cancellation

@@ -9,6 +9,15 @@ from datetime import datetime
 
 import httpx
 
+from sluice_client.leases import (
+    ASK_AGAIN,
+    HEARTBEAT_PATH,
+    RELEASE_PATH,
+    RELEASE_WINDOW,
+    Lease,
+    LeaseBook,
+    process_id,
+)
 from sluice_client.spool import Spool
 
 logger = logging.getLogger("sluice_client")
@@ -51,6 +60,11 @@ class AuthorizeResult:
     retryable: bool | None = None
     scope: str | None = None
     limit: str | None = None
+    # With the headers: the tokens/s refilling the bucket the x-ratelimit-*-tokens headers
+    # describe (per-minute headers read 60 x this); None from a Sluice that does not say it.
+    tokens_refill_tps: int | None = None
+    # The lease an admitted request holds when the client asked for one (hook contract §1).
+    lease: Lease | None = None
     # The admission queue (queue_threshold_ms): the budget the pool allowed, how long the
     # request waited (admitted or timed out), and on a refusal the ETA it was told.
     queue_budget_ms: int | None = None
@@ -71,8 +85,10 @@ class AuthorizeResult:
                    reserved_input_tokens=body.get("reserved_input_tokens", 0),
                    reserved_output_tokens=body.get("reserved_output_tokens", 0),
                    retryable=error.get("retryable"), scope=error.get("scope"),
-                   limit=error.get("limit"), queue_budget_ms=body.get("queue_budget_ms"),
-                   queued_ms=body.get("queued_ms"), queue_eta_ms=error.get("queue_eta_ms"))
+                   limit=error.get("limit"), tokens_refill_tps=body.get("tokens_refill_tps"),
+                   lease=Lease.from_answer(body.get("lease")),
+                   queue_budget_ms=body.get("queue_budget_ms"), queued_ms=body.get("queued_ms"),
+                   queue_eta_ms=error.get("queue_eta_ms"))
 
 
 @dataclass(frozen=True)
@@ -80,7 +96,7 @@ class UsageEvent:
     request_id: str
     input_tokens: int
     output_tokens: int
-    status: str  # completed, failed, cancelled
+    status: str  # completed, failed, cancelled, interrupted (a dead gateway's, from its spool)
     started_at: datetime
     finished_at: datetime
     first_token_at: datetime | None = None
@@ -108,10 +124,13 @@ class UsageEvent:
 
 def authorize_body(*, request_id: str, api_key: str, model: str, input_tokens: int,
                    max_output_tokens: int | None, region: str | None, dry_run: bool,
-                   service_tier: str | None, queue_threshold_ms: int | None = None) -> dict:
+                   service_tier: str | None, lease: bool = False,
+                   queue_threshold_ms: int | None = None) -> dict:
     """The authorize request's JSON (both clients): optional fields only when given."""
     body = {"request_id": request_id, "api_key": api_key, "model": model,
             "input_tokens": input_tokens, "dry_run": dry_run}
+    if lease and not dry_run:
+        body["lease"], body["gateway_process"] = True, process_id()
     if max_output_tokens is not None:
         body["max_output_tokens"] = max_output_tokens
     if region:
@@ -135,7 +154,13 @@ def queue_read_timeout(timeout: float, queue_threshold_ms: object) -> float:
 class SluiceClient:
     def __init__(self, base_url: str, *, token: str, spool_path: str, timeout: float = 2.0,
                  retries: int = 2, batch_size: int = 500, flush_interval: float = 1.0,
-                 transport: httpx.BaseTransport | None = None):
+                 transport: httpx.BaseTransport | None = None, leases: bool = False,
+                 heartbeat_interval: float | None = None,
+                 release_window: float = RELEASE_WINDOW, on_lease_refused=None):
+        """`leases`: ask for leases (hook contract §1; see sluice_client/leases.py).
+        `heartbeat_interval`: seconds between heartbeats, None for the interval Sluice
+        names. `on_lease_refused(kind, lease_id, code)`: called for each lease a heartbeat
+        or release refused."""
         self.base_url = base_url.rstrip("/")
         self.retries, self.batch_size = retries, min(batch_size, MAX_BATCH)
         self.flush_interval = flush_interval
@@ -149,6 +174,12 @@ class SluiceClient:
         self._split_budget = 0  # requests a split may still spend (_deliver_batch sets it)
         self._worker = threading.Thread(target=self._run, name="sluice-usage", daemon=True)
         self._worker.start()
+        self.leases = LeaseBook(on_refused=on_lease_refused) if leases else None
+        self._heartbeat_interval, self._release_window = heartbeat_interval, release_window
+        self._lease_cv = threading.Condition()
+        self._releases_taken = self._releases_done = 0  # release batches taken / answered
+        self._release_urgent = False
+        self._lease_threads: list[threading.Thread] = []
 
     # -- authorize ---------------------------------------------------------------------------
 
@@ -161,14 +192,147 @@ class SluiceClient:
         standard); "priority" or "default" as the caller asked. `queue_threshold_ms`: how long
         the request may wait for capacity (0 or 50-20,000; None: the key's or org's default);
         the read timeout grows by it. A retry (same request_id) keeps its place in the queue."""
+        lease = self.leases is not None and not dry_run
         body = authorize_body(request_id=request_id, api_key=api_key, model=model,
                               input_tokens=input_tokens, max_output_tokens=max_output_tokens,
                               region=region, dry_run=dry_run, service_tier=service_tier,
-                              queue_threshold_ms=queue_threshold_ms)
+                              lease=lease, queue_threshold_ms=queue_threshold_ms)
         read = queue_read_timeout(self._timeout, queue_threshold_ms)
-        return AuthorizeResult.from_response(self._post(
-            "/api/gateway/v1/authorize", body,
-            timeout=None if read == self._timeout else httpx.Timeout(self._timeout, read=read)))
+        timeout = None if read == self._timeout else httpx.Timeout(self._timeout, read=read)
+        # Releases queued or on their way may free the slot this request needs: they leave at
+        # once (no gathering). Near its concurrency limit (as the key's last answer said) the
+        # request waits for them; a concurrency refusal is asked again once the releases
+        # pending then are answered (a few times at most: streams keep ending meanwhile).
+        # Nothing waits when no release is pending.
+        pending = self._releases_pending() if lease else 0
+        if pending and self.leases.near_limit(api_key):
+            self._releases_sent(pending)
+            pending = self._releases_pending()
+        result = AuthorizeResult.from_response(
+            self._post("/api/gateway/v1/authorize", body, timeout=timeout))
+        for _ in range(ASK_AGAIN):
+            if not pending or result.error_code != "concurrency_exceeded":
+                break
+            self._releases_sent(pending)
+            self.leases.stats["authorize_asked_again"] += 1
+            pending = self._releases_pending()
+            result = AuthorizeResult.from_response(
+                self._post("/api/gateway/v1/authorize", body, timeout=timeout))
+        if lease:
+            self.leases.answered_authorize(api_key, result)
+        if lease and result.allowed and result.lease is not None:
+            self.leases.hold(result.lease, bound=result.reserved_output_tokens)
+            self._lease_threads_start()
+        return result
+
+    # -- leases ------------------------------------------------------------------------------
+
+    def lease_progress(self, lease_id: str, delivered_output_tokens: int) -> None:
+        """The request's output tokens delivered so far (the next heartbeat carries it)."""
+        if self.leases is not None:
+            self.leases.progress(lease_id, delivered_output_tokens)
+
+    def release(self, lease_id: str, delivered_output_tokens: int | None = None) -> None:
+        """The request's stream ended: stop renewing its lease and free its slot now (one
+        call for the releases of the next few milliseconds). Never waits."""
+        if self.leases is not None and self.leases.release(lease_id, delivered_output_tokens):
+            with self._lease_cv:
+                self._lease_cv.notify_all()
+
+    def _lease_threads_start(self) -> None:
+        if self._lease_threads:
+            return
+        with self._lease_cv:
+            if self._lease_threads:
+                return
+            self._lease_threads = [
+                threading.Thread(target=self._heartbeat_run, name="sluice-heartbeat",
+                                 daemon=True),
+                threading.Thread(target=self._release_run, name="sluice-release", daemon=True)]
+            for t in self._lease_threads:
+                t.start()
+
+    def _heartbeat_run(self) -> None:
+        book = self.leases
+        while not self._stop.wait(self._heartbeat_interval or book.interval):
+            try:
+                self.heartbeat()
+            except Exception:  # the heartbeat must survive anything
+                logger.exception("sluice heartbeat failed")
+
+    def heartbeat(self) -> None:
+        """Renew every lease held now, with its progress: what the heartbeat thread does every
+        interval (one call, or one per 1,000 leases). Refused leases are dropped."""
+        book = self.leases
+        bodies = book.renewals(process_id())
+        if bodies:
+            book.stats["heartbeats"] += 1
+        for body in bodies:
+            self._lease_call(HEARTBEAT_PATH, body, kind="heartbeat")
+
+    def _lease_call(self, path: str, body: dict, *, kind: str) -> None:
+        book = self.leases
+        book.stats[f"{kind}_calls"] += 1
+        try:
+            response = self._post(path, body)
+        except SluiceUnavailable as exc:
+            book.stats[f"{kind}_failed"] += 1
+            logger.warning("sluice lease %s failed: %s", kind, exc)
+            return
+        if response.status_code != 200:
+            book.stats[f"{kind}_failed"] += 1
+            logger.error("sluice refused a lease %s: HTTP %s %s", kind, response.status_code,
+                         response.text[:200])
+            return
+        book.answered(response.json(), kind=kind)
+
+    def _release_run(self) -> None:
+        cv, book = self._lease_cv, self.leases
+        while True:
+            with cv:
+                while not book.releasing and not self._stop.is_set():
+                    cv.wait()
+                if not book.releasing:
+                    return  # closing, nothing left
+                # Gather the releases of streams ending together, unless an authorize waits.
+                deadline = time.monotonic() + self._release_window
+                while not self._release_urgent and not self._stop.is_set() and (
+                        left := deadline - time.monotonic()) > 0:
+                    cv.wait(left)
+                self._release_urgent = False
+                bodies = book.releases_take(process_id())
+                self._releases_taken += 1
+                batch = self._releases_taken
+            try:
+                for body in bodies:
+                    self._lease_call(RELEASE_PATH, body, kind="release")
+            except Exception:
+                logger.exception("sluice lease release failed")
+            finally:
+                with cv:
+                    self._releases_done = batch
+                    cv.notify_all()
+
+    def _releases_pending(self) -> int:
+        """The release batch that carries every release queued so far (0: none pending), sent
+        at once."""
+        if not self._lease_threads:
+            return 0
+        with self._lease_cv:
+            target = self._releases_taken + (1 if self.leases.releasing else 0)
+            if self._releases_done >= target:
+                return 0
+            if self.leases.releasing:
+                self._release_urgent = True
+                self._lease_cv.notify_all()
+            return target
+
+    def _releases_sent(self, target: int) -> None:
+        """Until release batch `target` is answered (at most the calls' own timeout)."""
+        with self._lease_cv:
+            self._lease_cv.wait_for(
+                lambda: self._releases_done >= target or self._stop.is_set(),
+                timeout=(self._http.timeout.read or 5.0) * (self.retries + 1))
 
     def _post(self, path: str, body: dict, timeout: httpx.Timeout | None = None
               ) -> httpx.Response:
@@ -195,7 +359,11 @@ class SluiceClient:
     # -- usage -------------------------------------------------------------------------------
 
     def report_usage(self, event: UsageEvent | dict) -> None:
-        self._queue.put(event.as_json() if isinstance(event, UsageEvent) else dict(event))
+        """Queue the event. A lease the process still holds for it is released now."""
+        body = event.as_json() if isinstance(event, UsageEvent) else dict(event)
+        if self.leases is not None and body.get("reservation_id") in self.leases:
+            self.release(body["reservation_id"])
+        self._queue.put(body)
 
     def flush(self) -> None:
         """Send everything queued, then replay the spool. Returns when both were tried."""
@@ -205,7 +373,13 @@ class SluiceClient:
 
     def close(self) -> None:
         self._stop.set()
-        self._worker.join()
+        with self._lease_cv:
+            self._lease_cv.notify_all()
+        for t in [self._worker, *self._lease_threads]:
+            t.join()
+        if self.leases is not None:  # releases queued after the release thread left
+            for body in self.leases.releases_take(process_id()):
+                self._lease_call(RELEASE_PATH, body, kind="release")
         self.flush()
         self._http.close()
 

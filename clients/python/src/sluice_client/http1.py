@@ -10,7 +10,9 @@ makes two calls per request.
 Timeouts: `connect_timeout` to open a connection (waiting for a free one counts too), and
 `read_timeout` between two reads of the answer, as a socket read timeout would; a caller may
 pass its own `read_timeout` per request (an answer allowed to take longer, like one that waits
-in an admission queue). Connection problems raise HttpError, timeouts TimeoutError.
+in an admission queue). Connection problems raise HttpError, timeouts TimeoutError; a server
+that took the request and did not answer within `read_timeout` raises ReadTimeout (a
+TimeoutError too), so a caller can tell "reached but slow" from "not reached".
 """
 
 import asyncio
@@ -29,6 +31,17 @@ class HttpError(Exception):
     """The connection failed, or the answer was not HTTP."""
 
 
+class ReadTimeout(TimeoutError):
+    """The request was sent on a live connection; no answer (or no next part of it) came
+    within the read timeout."""
+
+
+def header_lines(headers: dict[str, str]) -> bytes:
+    """Header lines as a request carries them ("Name: value\r\n" each)."""
+    return b"".join(b"%s: %s\r\n" % (name.encode("latin-1"), str(value).encode("latin-1"))
+                    for name, value in headers.items())
+
+
 class _Connection(asyncio.Protocol):
     def __init__(self, pool: "Http1Pool"):
         self.pool = pool
@@ -45,13 +58,21 @@ class _Connection(asyncio.Protocol):
         if self.response is None:  # bytes nobody asked for: the connection is unusable
             self.transport.close()
             return
-        self.response.received = True
+        response = self.response
+        response.received = True
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:
             self._fail(HttpError("the server switched protocols"))
         except httptools.HttpParserError as exc:
             self._fail(HttpError(f"not an HTTP answer: {exc}"))
+        # The body's pieces (one per chunk of a chunked answer: a streaming server's every
+        # write) are woken for once per read, not once each.
+        if response.buffer:
+            if response.buffered > HIGH_WATER and not response.paused:
+                response.paused = True
+                self.transport.pause_reading()
+            response._wake()
 
     def connection_lost(self, exc) -> None:
         self.closed = True
@@ -70,14 +91,19 @@ class _Connection(asyncio.Protocol):
 
     # httptools
     def on_header(self, name: bytes, value: bytes) -> None:
-        self.response.headers[name.decode("latin-1").lower()] = value.decode("latin-1")
+        self.response.raw_headers.append((name, value))  # decoded only if someone reads them
 
     def on_headers_complete(self) -> None:
         response = self.response
         response.status = self.parser.get_status_code()
         response.keep_alive = self.parser.should_keep_alive()
-        response.until_close = ("content-length" not in response.headers and "chunked" not in
-                                response.headers.get("transfer-encoding", ""))
+        response.until_close = True  # no length and not chunked: the close ends the body
+        for name, value in response.raw_headers:
+            name = name.lower()
+            if name == b"content-length" or (name == b"transfer-encoding"
+                                             and b"chunked" in value.lower()):
+                response.until_close = False
+                break
         response.headers_done = True
         response._wake()
 
@@ -85,10 +111,6 @@ class _Connection(asyncio.Protocol):
         response = self.response
         response.buffer.append(body)
         response.buffered += len(body)
-        if response.buffered > HIGH_WATER and not response.paused:
-            response.paused = True
-            self.transport.pause_reading()
-        response._wake()
 
     def on_message_complete(self) -> None:
         response = self.response
@@ -108,19 +130,30 @@ class Response:
     (whole) or `readany()` (what has come, b"" at its end). Then `release()` (back to the pool
     if read to its end) or `close()`."""
 
-    def __init__(self, connection: _Connection, read_timeout: float):
-        self.connection, self.read_timeout = connection, read_timeout
+    def __init__(self, connection: _Connection, read_timeout: float,
+                 loop: asyncio.AbstractEventLoop):
+        # The loop, kept: asyncio.get_running_loop() makes a getpid() system call each time.
+        self.connection, self.read_timeout, self._loop = connection, read_timeout, loop
         self.status = 0
-        self.headers: dict[str, str] = {}
+        self.raw_headers: list[tuple[bytes, bytes]] = []
+        self._decoded: dict[str, str] | None = None
         self.buffer: collections.deque[bytes] = collections.deque()
-        self.buffered = 0
+        self.buffered = self.pieces = 0
         self.headers_done = self.complete = self.keep_alive = self.until_close = False
-        self.received = self.paused = False
+        self.received = self.paused = self.held = False
         self.error: Exception | None = None
         self._waiter: asyncio.Future | None = None
         self._waiting_since = 0.0
         self._timer: asyncio.TimerHandle | None = None
         self._done = False
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """Lower-case names, latin-1 values (the last of a repeated name)."""
+        if self._decoded is None:
+            self._decoded = {name.decode("latin-1").lower(): value.decode("latin-1")
+                             for name, value in self.raw_headers}
+        return self._decoded
 
     def _wake(self) -> None:
         if self._waiter is not None and not self._waiter.done():
@@ -129,7 +162,7 @@ class Response:
     async def _wait(self) -> None:
         """Until the protocol has something for us, at most read_timeout. One timer for the
         whole answer, checked when it fires, not one per wait: a stream waits once per read."""
-        loop = asyncio.get_running_loop()
+        loop = self._loop
         self._waiting_since = loop.time()
         if self._timer is None:
             self._timer = loop.call_at(self._waiting_since + self.read_timeout, self._check)
@@ -140,13 +173,13 @@ class Response:
             self._waiter = None
 
     def _check(self) -> None:
-        loop = asyncio.get_running_loop()
+        loop = self._loop
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             due = self._waiting_since + self.read_timeout
             if loop.time() >= due:
                 self._timer = None
-                waiter.set_exception(TimeoutError("no answer from the server in time"))
+                waiter.set_exception(ReadTimeout("no answer from the server in time"))
                 return
             self._timer = loop.call_at(due, self._check)
         elif self.complete or self.error is not None:
@@ -158,12 +191,30 @@ class Response:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        self.unhold()  # back in the pool, or closing: the connection must see the server close
 
     async def _headers(self) -> None:
         while not self.headers_done:
             if self.error is not None:
                 raise self.error
             await self._wait()
+
+    def hold(self) -> None:
+        """Read nothing from the socket until `unhold()`: what the server sends meanwhile
+        waits in the kernel and comes in one read when reading resumes (one wake-up and one
+        read for a burst of server writes; a relay that writes once a tick holds its
+        upstream until the tick)."""
+        if self.held or self._done or self.complete or self.error is not None:
+            return
+        self.held = True
+        if not self.paused:
+            self.connection.transport.pause_reading()
+
+    def unhold(self) -> None:
+        if self.held:
+            self.held = False
+            if not self.paused and not self.connection.closed:
+                self.connection.transport.resume_reading()
 
     async def readany(self) -> bytes:
         while not self.buffer:
@@ -172,12 +223,14 @@ class Response:
             if self.complete:
                 return b""
             await self._wait()
-        data = b"".join(self.buffer) if len(self.buffer) > 1 else self.buffer[0]
+        self.pieces = len(self.buffer)  # body pieces this read joined (chunks, of a chunked answer)
+        data = b"".join(self.buffer) if self.pieces > 1 else self.buffer[0]
         self.buffer.clear()
         self.buffered = 0
         if self.paused:
             self.paused = False
-            self.connection.transport.resume_reading()
+            if not self.held:
+                self.connection.transport.resume_reading()
         return data
 
     async def read(self) -> bytes:
@@ -226,21 +279,27 @@ class Http1Pool:
         self._slots = asyncio.Semaphore(limit)
         self._closed = False
 
-    async def request(self, method: str, target: str, *, headers: dict[str, str] | None = None,
-                      body: bytes = b"", read_timeout: float | None = None) -> Response:
-        """Send one request; return once the answer's status and headers are in."""
+    async def request(self, method: str, target: str, *,
+                      headers: dict[str, str] | bytes | None = None, body: bytes = b"",
+                      read_timeout: float | None = None) -> Response:
+        """Send one request; return once the answer's status and headers are in. `headers`
+        may come encoded (`header_lines(...)`), for a caller that sends the same ones on every
+        request."""
         head = [method.encode(), b" ", target.encode("latin-1"), b" HTTP/1.1\r\n",
                 self.host_header]
-        for name, value in (headers or {}).items():
-            head += [name.encode("latin-1"), b": ", str(value).encode("latin-1"), b"\r\n"]
+        if isinstance(headers, bytes):
+            head.append(headers)
+        elif headers:
+            head.append(header_lines(headers))
         if body or method in ("POST", "PUT", "PATCH"):
             head.append(b"Content-Length: %d\r\n" % len(body))
         head.append(b"\r\n")
         data = b"".join(head) + body
         timeout = self.read_timeout if read_timeout is None else read_timeout
+        loop = asyncio.get_running_loop()
         for attempt in range(2):
             connection, reused = await self._take()
-            response = Response(connection, timeout)
+            response = Response(connection, timeout, loop)
             connection.response = response
             try:
                 connection.transport.write(data)

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('metering', '0001_initial'),
+        ('metering', '0002_usage_interrupted'),
     ]
 
     operations = [

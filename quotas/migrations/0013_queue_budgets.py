@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('quotas', '0011_bookings'),
+        ('quotas', '0012_pool_lease_ttl'),
     ]
 
     operations = [
