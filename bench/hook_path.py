@@ -48,6 +48,8 @@ def _call(app, path: str, body: bytes, token: str) -> tuple[int, bytes]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--root", default=str(Path(__file__).resolve().parent.parent))
+    parser.add_argument("--cpu", type=int, default=0,
+                        help="then this many decisions in a row: this process's CPU per one")
     args = parser.parse_args()
     root = Path(args.root).resolve()
     sys.path.insert(0, str(root))
@@ -91,6 +93,47 @@ def main() -> None:
         print(f"{kind}: {len(files)} Python files, {len(lua)} Lua files ({root})")
         for f in [*files, *lua]:
             print(f"  {f}")
+    if args.cpu:
+        print(f"authorize: {_cpu_per_decision(application, ask, token, args.cpu):.1f} µs of this "
+              f"process's CPU per decision, in-process, {args.cpu} in a row ({root})")
+
+
+def _cpu_per_decision(app, ask, token: str, n: int) -> float:
+    """CPU (every thread of this process) per decision, the application called on one loop
+    (no HTTP, no load generator: what other load on the machine distorts least)."""
+    import time
+
+    bodies = [ask(f"cpu-{time.time_ns()}-{i}") for i in range(n)]
+
+    async def run():
+        for body in bodies:
+            started, sent = {}, [{"type": "http.request", "body": body, "more_body": False}]
+
+            async def receive(sent=sent):
+                return sent.pop()
+
+            async def send(message, started=started):
+                if message["type"] == "http.response.start":
+                    started.update(message)
+            await app({**_SCOPE, "headers": [*_SCOPE["headers"],
+                                              (b"authorization", f"Bearer {token}".encode()),
+                                              (b"content-length", str(len(body)).encode())]},
+                      receive, send)
+            assert started["status"] == 200, started
+
+    loop = asyncio.new_event_loop()
+    loop.run_until_complete(run())  # warm
+    bodies = [ask(f"cpu-{time.time_ns()}-{i}") for i in range(n)]
+    before = time.process_time()
+    loop.run_until_complete(run())
+    return (time.process_time() - before) * 1e6 / n
+
+
+_SCOPE = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+          "scheme": "http", "path": "/api/gateway/v1/authorize",
+          "raw_path": b"/api/gateway/v1/authorize", "query_string": b"", "root_path": "",
+          "client": ("127.0.0.1", 5000), "server": ("127.0.0.1", 80),
+          "headers": [(b"host", b"127.0.0.1"), (b"content-type", b"application/json")]}
 
 
 if __name__ == "__main__":

@@ -141,11 +141,12 @@ def served_http(django_db_setup, django_db_blocker):
     """The production application (config/asgi.py: the hook on its event loop, Django behind
     the bridge) over real HTTP in this process, for the whole run: what a gateway calls.
     Tests that use it commit their rows (transactional_db), as with live_server."""
-    from tests.hook import served_over_http
+    from tests.hook import served_connections_close, served_over_http
 
     server = served_over_http()
     yield server
     server.stop()
+    served_connections_close()  # before the test database is dropped
 
 
 @pytest.fixture
