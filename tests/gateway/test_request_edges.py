@@ -191,7 +191,9 @@ def test_a_stream_cut_before_its_usage_bills_the_estimate_with_its_tool_payload(
             break
     stream.close()
     event = stored_event(raw.headers["x-request-id"])
-    assert event.status == "cancelled" and event.output_tokens == 1
+    # Billed what the gateway delivered before it saw the close: the token the client read, and
+    # any the upstream sent (5/s) while a busy machine delayed the close.
+    assert event.status == "cancelled" and 1 <= event.output_tokens < 100
     # No usage came: the input billed is the estimate, which counts the tool payloads.
     assert event.input_tokens >= (len(arguments) + 4000) // 4
 
