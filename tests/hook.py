@@ -168,7 +168,11 @@ def served_connections_close() -> None:
     def close_here():
         connections.close_all()
         barrier.wait(timeout=10)
-    for future in [threads.submit(close_here) for _ in range(count)]:
+    try:
+        futures = [threads.submit(close_here) for _ in range(count)]
+    except RuntimeError:  # the threads were shut down already: their connections went with them
+        return
+    for future in futures:
         future.result(timeout=30)
 
 
