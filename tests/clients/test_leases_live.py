@@ -22,25 +22,25 @@ pytestmark = pytest.mark.django_db(transaction=True)
 HEARTBEAT = "/api/gateway/v1/leases/heartbeat"
 
 
-def leased_service(live_server, max_concurrency: int):
+def leased_service(url: str, max_concurrency: int):
     limiter_reset()
     gateway_token_cache_clear()
     t = tenant_create(guaranteed_tps=10_000, burst_tps=10_000, daily_tokens=10**8,
                       max_concurrency=max_concurrency)
     pool_routes_reload()
     _, token = gateway_token_create(name="edge", actor="test")
-    return live_server.url, token, t
+    return url, token, t
 
 
 @pytest.fixture
-def service(live_server, redis_client):
-    yield leased_service(live_server, 2)
+def service(served_url, redis_client):
+    yield leased_service(served_url, 2)
     limiter_reset()
 
 
 @pytest.fixture
-def wide_service(live_server, redis_client):
-    yield leased_service(live_server, 50)
+def wide_service(served_url, redis_client):
+    yield leased_service(served_url, 50)
     limiter_reset()
 
 
