@@ -46,11 +46,12 @@ def test_higher_apps_subscribe_to_what_orgs_announces():
 
 
 def test_higher_apps_subscribe_to_what_quotas_announces():
+    from admission import receivers as admission_receivers
     from metering import receivers as metering_receivers
     from quotas import events as quotas_events
 
     assert quotas_events.limits_publishing.receivers == [
-        billing_receivers.limits_publishing_received]
+        admission_receivers.queue_defaults_publish, billing_receivers.limits_publishing_received]
     assert quotas_events.day_usage_reading.receivers == [
         metering_receivers.day_usage_reading_received]
     assert quotas_events.capacity_freed.receivers == [
