@@ -116,6 +116,42 @@ def _wait_ready(port: int) -> None:
     raise RuntimeError("the web server did not start")
 
 
+def http_wait(url: str, *, seconds: float, process: subprocess.Popen, what: str) -> None:
+    """Until `url` answers 200; fails at once if `process` exits first."""
+    import httpx
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"{what} exited with {process.returncode}")
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        time.sleep(0.25)
+    raise RuntimeError(f"{what} did not answer {url} within {seconds:.0f} s")
+
+
+@contextlib.contextmanager
+def process_served(command: list[str], *, env: dict, cwd: str, log: Path, ready_url: str,
+                   ready_seconds: float = 90, what: str):
+    """`command` started in a process group of its own (output in `log`), yielded once
+    `ready_url` answers; then its group is stopped (SIGTERM, SIGKILL after 20 s)."""
+    with log.open("wb") as out:
+        process = subprocess.Popen(command, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                   start_new_session=True)
+    try:
+        http_wait(ready_url, seconds=ready_seconds, process=process, what=what)
+        yield process
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, 15)  # this process's own group (start_new_session)
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, 9)
+            process.wait()
+
+
 def table(title: str, header: list[str], rows: list[list]) -> None:
     cells = [header] + [[f"{c:,.1f}" if isinstance(c, float) else
                          (f"{c:,}" if isinstance(c, int) else str(c)) for c in row]

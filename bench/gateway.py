@@ -54,6 +54,8 @@ from common import (
     SERVER_PIDS,
     django_setup,
     free_port,
+    http_wait,
+    process_served,
     process_tree_cpu_seconds,
     table,
     tenant_seed,
@@ -76,39 +78,6 @@ class Target:
 
 
 # --- the servers -----------------------------------------------------------------------------
-def _wait_http(url: str, *, seconds: float, process: subprocess.Popen, what: str) -> None:
-    import httpx
-
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"{what} exited with {process.returncode}")
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(url, timeout=2).status_code == 200:
-                return
-        time.sleep(0.25)
-    raise RuntimeError(f"{what} did not answer {url} within {seconds:.0f} s")
-
-
-@contextlib.contextmanager
-def _process(command: list[str], *, env: dict, cwd: str, log: Path, ready_url: str,
-             ready_seconds: float, what: str):
-    with log.open("wb") as out:
-        process = subprocess.Popen(command, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                   start_new_session=True)
-    try:
-        _wait_http(ready_url, seconds=ready_seconds, process=process, what=what)
-        yield process
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, 15)  # this process's own group (start_new_session)
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, 9)
-            process.wait()
-
-
 def litellm_find(explicit: str | None) -> tuple[str | None, str]:
     """The litellm executable, or None and why."""
     if explicit:
@@ -355,7 +324,7 @@ def main() -> None:
     with contextlib.ExitStack() as stack:
         sluice_port = stack.enter_context(web_server(workers=args.sluice_workers))
         sim_port, gateway_port, litellm_port = free_port(), free_port(), free_port()
-        sim = stack.enter_context(_process(
+        sim = stack.enter_context(process_served(
             [sys.executable, "-m", "gateway.sim", "--port", str(sim_port), "--rate",
              str(args.rate), "--ttft-ms", str(args.ttft_ms), "--tick-ms", str(args.tick_ms),
              "--api-key", UPSTREAM_KEY,
@@ -384,7 +353,7 @@ def main() -> None:
             if name in skip:
                 continue
             port = gateway_port if name == "gateway" else free_port()
-            process = stack.enter_context(_process(
+            process = stack.enter_context(process_served(
                 [sys.executable, "-m", "gateway", "--port", str(port), "--workers",
                  str(args.workers)],
                 env={**env, "PYTHONPATH": str(root),
@@ -400,7 +369,7 @@ def main() -> None:
                                  "upstream": sim.pid}))
         if litellm:
             try:
-                _wait_http(f"http://127.0.0.1:{litellm_port}/health/liveliness", seconds=300,
+                http_wait(f"http://127.0.0.1:{litellm_port}/health/liveliness", seconds=300,
                            process=litellm_process, what="LiteLLM")
                 paths.append(Target("LiteLLM", litellm_port, f"Bearer {LITELLM_MASTER_KEY}",
                                    {"proxy": litellm_process.pid, "upstream": sim.pid}))

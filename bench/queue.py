@@ -38,47 +38,22 @@ import argparse  # noqa: E402
 import asyncio  # noqa: E402
 import contextlib  # noqa: E402
 import os  # noqa: E402
-import subprocess  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 import uuid  # noqa: E402
 
-from bench.common import ROOT, django_setup, free_port, org_seed, table, web_server  # noqa: E402
+from bench.common import (  # noqa: E402
+    ROOT,
+    django_setup,
+    free_port,
+    org_seed,
+    process_served,
+    table,
+    web_server,
+)
 
 UPSTREAM_KEY = "sim-bench-upstream"
 WEIGHTS = (1, 2, 5)
-
-
-def _wait_http(url: str, *, seconds: float, process: subprocess.Popen, what: str) -> None:
-    import httpx
-
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"{what} exited with {process.returncode}")
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(url, timeout=2).status_code == 200:
-                return
-        time.sleep(0.25)
-    raise RuntimeError(f"{what} did not answer {url} within {seconds:.0f} s")
-
-
-@contextlib.contextmanager
-def _process(command: list[str], *, env: dict, cwd: str, log: Path, ready_url: str, what: str):
-    with log.open("wb") as out:
-        process = subprocess.Popen(command, cwd=cwd, env=env, stdout=out,  # noqa: S603
-                                   stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        _wait_http(ready_url, seconds=90, process=process, what=what)
-        yield process
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, 15)
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, 9)
-            process.wait()
 
 
 def pool_seed(capacity: int, budget_ms: int):
@@ -249,13 +224,13 @@ def main() -> None:
     with contextlib.ExitStack() as stack:
         sluice_port = stack.enter_context(web_server(workers=args.sluice_workers))
         sim_port, gateway_port = free_port(), free_port()
-        stack.enter_context(_process(
+        stack.enter_context(process_served(
             [sys.executable, "-m", "gateway.sim", "--port", str(sim_port), "--rate", "5000",
              "--ttft-ms", "20", "--api-key", UPSTREAM_KEY,
              "--models", ",".join(pool.model for pool, _ in pools.values())],
             env=env, cwd=str(tmp), log=tmp / "sim.log", what="the simulated upstream",
             ready_url=f"http://127.0.0.1:{sim_port}/v1/models"))
-        stack.enter_context(_process(
+        stack.enter_context(process_served(
             [sys.executable, "-m", "gateway", "--port", str(gateway_port), "--workers", "1"],
             env={**env, "SLUICE_URL": f"http://127.0.0.1:{sluice_port}",
                  "SLUICE_GATEWAY_TOKEN": gateway_token,

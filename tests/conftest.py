@@ -152,3 +152,14 @@ def served_http(django_db_setup, django_db_blocker):
 @pytest.fixture
 def served_url(served_http, transactional_db) -> str:
     return served_http.url
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """A real 3-node Redis Cluster of private redis-servers (tests/private_redis.py), one per
+    test module that asks for it."""
+    from tests.private_redis import PrivateCluster
+
+    started = PrivateCluster(tmp_path_factory.mktemp("cluster")).start()
+    yield started
+    started.stop()

@@ -17,16 +17,8 @@ from tests.admission.test_queue import (  # noqa: F401
     test_an_eta_beyond_the_budget_is_refused_up_front_and_nothing_waits,
     test_waiters_are_admitted_as_their_bucket_refills_first_come_first,
 )
-from tests.private_redis import PrivateCluster
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    started = PrivateCluster(tmp_path_factory.mktemp("cluster")).start()
-    yield started
-    started.stop()
 
 
 @pytest.fixture

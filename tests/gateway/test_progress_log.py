@@ -90,26 +90,38 @@ def test_the_progress_file_is_rewritten_with_only_what_is_live(tmp_path):
     assert os.path.exists(log.path)  # a request is still in flight: kept for a successor
 
 
+def _leased_gateway() -> Gateway:
+    return Gateway(GatewayConfig(sluice_url=_dead_url(), gateway_token="gw_x",
+                                 upstreams={"*": Upstream("http://127.0.0.1:1/v1")}))
+
+
+def _leases_started(gateway: Gateway, spool_path: str) -> GatewayLeases:
+    """The gateway's leases on a client with leases (on the loop: the client's tasks start)."""
+    gateway.sluice = AsyncSluiceClient(gateway.config.sluice_url, token="gw_x",
+                                       spool_path=spool_path, leases=True)
+    leases = GatewayLeases(gateway, interval=3600)
+    leases.start(spool_path)
+    return leases
+
+
+def _admitted(gateway: Gateway, leases: GatewayLeases, lease_id: str) -> Attempt:
+    """An attempt admitted with a lease, held by the client, in flight."""
+    attempt = Attempt(operation="chat", model="m", input_estimate=10)
+    attempt.grant = AuthorizeResult(allowed=True, status_code=200, reservation_id=lease_id,
+                                    lease=Lease(lease_id, 15_000, 5_000))
+    gateway.sluice.leases.hold(attempt.grant.lease)
+    gateway.in_flight[attempt.request_id] = attempt
+    leases.admitted(attempt)
+    return attempt
+
+
 def test_progress_is_appended_where_it_changed_and_handed_to_the_heartbeat(tmp_path):
-    gateway = Gateway(GatewayConfig(sluice_url=_dead_url(), gateway_token="gw_x",
-                                    upstreams={"*": Upstream("http://127.0.0.1:1/v1")}))
+    gateway = _leased_gateway()
     spool_path = str(tmp_path / "usage-0.jsonl")
 
     async def run():
-        gateway.sluice = AsyncSluiceClient(gateway.config.sluice_url, token="gw_x",
-                                           spool_path=spool_path, leases=True)
-        leases = GatewayLeases(gateway, interval=3600)
-        leases.start(spool_path)
-        attempts = []
-        for n in range(3):
-            attempt = Attempt(operation="chat", model="m", input_estimate=10)
-            attempt.grant = AuthorizeResult(allowed=True, status_code=200,
-                                            reservation_id=f"rsv_{n}",
-                                            lease=Lease(f"rsv_{n}", 15_000, 5_000))
-            gateway.sluice.leases.hold(attempt.grant.lease)
-            gateway.in_flight[attempt.request_id] = attempt
-            leases.admitted(attempt)
-            attempts.append(attempt)
+        leases = _leases_started(gateway, spool_path)
+        attempts = [_admitted(gateway, leases, f"rsv_{n}") for n in range(3)]
         attempts[0].delivered_tokens = 7
         attempts[1].delivered_tokens = 3
         leases.tick()
@@ -130,21 +142,12 @@ def test_progress_is_appended_where_it_changed_and_handed_to_the_heartbeat(tmp_p
 
 
 def test_when_the_tick_is_overdue_progress_is_written_before_the_bytes(tmp_path):
-    gateway = Gateway(GatewayConfig(sluice_url=_dead_url(), gateway_token="gw_x",
-                                    upstreams={"*": Upstream("http://127.0.0.1:1/v1")}))
+    gateway = _leased_gateway()
     spool_path = str(tmp_path / "usage-0.jsonl")
 
     async def run():
-        gateway.sluice = AsyncSluiceClient(gateway.config.sluice_url, token="gw_x",
-                                           spool_path=spool_path, leases=True)
-        leases = GatewayLeases(gateway, interval=3600)
-        leases.start(spool_path)
-        attempt = Attempt(operation="chat", model="m", input_estimate=10)
-        attempt.grant = AuthorizeResult(allowed=True, status_code=200, reservation_id="rsv_0",
-                                        lease=Lease("rsv_0", 15_000, 5_000))
-        gateway.sluice.leases.hold(attempt.grant.lease)
-        gateway.in_flight[attempt.request_id] = attempt
-        leases.admitted(attempt)
+        leases = _leases_started(gateway, spool_path)
+        attempt = _admitted(gateway, leases, "rsv_0")
         leases.tick()
         leases.sending(attempt, 8)  # the tick is on time: nothing written ahead
         attempt.delivered_tokens = 8

@@ -17,7 +17,6 @@ from quotas.limiter.schema import KEY, pool_key
 from tests.aio import limiter_authorize
 from tests.factories import PoolFactory
 from tests.hook import HookClient
-from tests.private_redis import PrivateCluster
 from tests.quotas.conftest import tenant_create
 
 # The same tests, collected again in this module: here `redis_client` is the cluster's.
@@ -65,13 +64,6 @@ from tests.quotas.test_publish_sync import (  # noqa: F401
 )
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    started = PrivateCluster(tmp_path_factory.mktemp("cluster")).start()
-    yield started
-    started.stop()
 
 
 @pytest.fixture
