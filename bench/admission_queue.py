@@ -1,6 +1,7 @@
 """Benchmark: the admission queue against today's refusals, through the reference gateway.
 
-    DATABASE_URL=... REDIS_URL=redis://127.0.0.1:6379/4 python bench/admission_queue.py [--seconds 60]
+    DATABASE_URL=... REDIS_URL=redis://127.0.0.1:6379/4 \\
+        python bench/admission_queue.py [--seconds 60]
 
 One run, both modes, one table. Sluice's production server (config/serve.py), the reference
 gateway (`python -m gateway`) and the simulated upstream (`python -m gateway.sim`). Per mode a

@@ -166,15 +166,94 @@ local function publish(message)
   return encoded
 end
 
+-- When a concurrency slot frees for this request. Each in-flight request of its org (of its
+-- key, for a key's slice) ends by an expected instant. A lease's: its output still to come
+-- (its reserved output less its progress; past that, up to its max_output_tokens) at the rate
+-- it delivered so far, first token included; before any progress, from its start, the pool's
+-- TTFT ceiling and then its speed floor; overdue, that rest again from now. A plain
+-- reservation's: its expiry (Sluice knows nothing else of it). The request needs a slot for
+-- each request over the limit, plus one per waiter ahead of it: the ETA is the instant the
+-- n-th frees, a slot freed being taken by the next waiter for as long as this request expects
+-- to run. The SLOTS_READ soonest to expire are read: one not read is counted as never ending.
+local SLOTS_READ = 256
+local FLOOR_MS_PER_TOKEN = 1000 / math.max(tonumber(A.speed_floor_tps), 1)
+local TTFT_MS = tonumber(A.ttft_ceiling_ms)
+
+local function in_flight_end(rid, expires)
+  local r = redis.call('HMGET', key(KEY.reservation, rid), F.res.lease_owner, F.res.cost,
+                       F.res.input, F.res.progress, F.res.progress_at, F.res.started,
+                       F.res.output_bound)
+  if not r[1] then return expires end
+  local p, started, cost = num(r[4], 0), tonumber(r[6]), tonumber(r[2])
+  local at, rest = num(r[5], started), cost - num(r[3], cost) - p
+  if rest <= 0 then  -- it outran its estimate: its bound, else another estimate's worth
+    rest = tonumber(r[7]) >= 0 and tonumber(r[7]) - p or cost - num(r[3], cost)
+  end
+  local per_token, ends = FLOOR_MS_PER_TOKEN, nil
+  if p > 0 and at > started then
+    per_token = (at - started) / p
+    ends = at + rest * per_token
+  else
+    ends = started + TTFT_MS + rest * per_token
+  end
+  if ends < now then ends = now + rest * per_token end
+  return ends
+end
+
+local function slot_eta(d, org, key_id, digest)
+  local zset, limit, ahead
+  if d[D_SCOPE] == 'key' then
+    zset, ahead = key(KEY.key_inflight, key_id), redis.call('LLEN', key_q(digest))
+    limit = num(redis.call('HGET', key(KEY.key_slice, key_id), F.key.max_concurrency), 0)
+  else
+    local org_key = key(KEY.org, org)
+    zset, ahead = key(KEY.inflight, org), num(redis.call('HGET', META, 'n:' .. org), 0)
+    limit = select(2, org_limits_unpack(redis.call('HGET', org_key, F.layout.limits), org_key))
+  end
+  if limit <= 0 then return nil end
+  local held = redis.call('ZRANGEBYSCORE', zset, '(' .. A.now_ms, '+inf', 'WITHSCORES',
+                          'LIMIT', 0, SLOTS_READ)
+  local ends = {}
+  for i = 1, #held, 2 do ends[#ends + 1] = in_flight_end(held[i], tonumber(held[i + 1])) end
+  if #ends == 0 then return 1 end
+  table.sort(ends)
+  local active = #ends
+  if active == SLOTS_READ then active = redis.call('ZCOUNT', zset, '(' .. A.now_ms, '+inf') end
+  local n = math.max(active - limit, 0) + ahead + 1
+  local own = TTFT_MS + d[D_RESERVED_OUT] * FLOOR_MS_PER_TOKEN
+  local rounds = math.floor((n - 1) / #ends)
+  return math.ceil(ends[(n - 1) % #ends + 1] + rounds * own - now)
+end
+
+-- How long the org's guaranteed bucket (output, or input and output metered together) takes
+-- to hold the tokens queued in the org and the request's own: its ETA for the TPS once a slot
+-- frees.
+local function guarantee_eta(d, org)
+  local org_key = key(KEY.org, org)
+  local rate = org_guarantee_at(org_key, now) or 0
+  if rate <= 0 then return 0 end
+  local v = redis.call('HMGET', org_key, F.layout.limits, F.layout.levels)
+  local limits = {org_limits_unpack(v[1], org_key)}
+  local level, _, _, _, at = org_levels_unpack(v[2], org_key)
+  level = refill(rate, limits[4], level, at or now, now)
+  local own = limits[7] > 0 and d[D_RESERVED_OUT] or d[D_RESERVED]
+  local ahead = num(redis.call('HGET', META, 'c:' .. org), 0)
+  return math.max(0, math.ceil((ahead + own - level) * 1000 / rate))
+end
+
 -- The ETA of a request refused now: the tokens it misses (authorize's retry for the bucket
 -- that refused it) and the tokens queued ahead of it, at the rate of what is guaranteed to it
 -- (its org's guaranteed rate, not the burst, or its key's own rate for a key's slice); a
--- pool's headroom is not guaranteed to anyone: its ETA is the org's own guarantee's. A concurrency slot frees when a request ends:
--- its ETA is authorize's estimate. nil: it can never fit.
+-- pool's headroom is not guaranteed to anyone: its ETA is the org's own guarantee's. A
+-- concurrency shortfall: when its slot frees (slot_eta), and its tokens are there by then.
+-- nil: it can never fit.
 local function eta_of(d, org, key_id, digest)
   local retry = num(d[D_RETRY], false)
   if not retry then return nil end
-  if d[D_OUTCOME] == 'concurrency_exceeded' then return retry end
+  if d[D_OUTCOME] == 'concurrency_exceeded' then
+    local slot = slot_eta(d, org, key_id, digest)
+    return slot and math.max(slot, guarantee_eta(d, org))
+  end
   local m = redis.call('HMGET', META, 'c:' .. org, 'ck:' .. digest)
   local rate, ahead
   if d[D_SCOPE] == 'key' then
