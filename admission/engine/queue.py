@@ -87,8 +87,8 @@ class ScriptCall(NamedTuple):
 
 class Joined(NamedTuple):
     """The script's reply. state: decided (authorize's answer, no wait), done (admitted or
-    refused while waiting), refused (ETA beyond the budget), full, queued, left, gone (not
-    waiting: expired or unknown), pumped."""
+    refused while waiting), refused (ETA beyond the budget), full, queued (its decision says
+    whose it is: org, API key), left, gone (not waiting: expired or unknown), pumped."""
     state: str
     decision: Decision | None
     eta_ms: int
@@ -170,8 +170,8 @@ def decision_decode(encoded: str | list | None) -> Decision | None:
         return None
     values = json.loads(encoded) if isinstance(encoded, str) else encoded
     values = [None if v is False else v for v in values]
-    if len(values) < len(Decision._fields):  # queue_timeout, left: an outcome alone
-        return Decision(values[0])
+    if len(values) < len(Decision._fields):  # queue_timeout, left, queued: its first fields
+        return Decision(*values)
     return Decision._make(values)
 
 

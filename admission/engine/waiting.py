@@ -422,6 +422,9 @@ async def _wait(watch: _Watch, ask: dict, joined: Joined,
         if not pool.waiters and pool.timer is not None:
             pool.timer.cancel()
             pool.timer = None
+    if decision.org_id is None and joined.decision is not None:  # queue_timeout: whose
+        decision = decision._replace(org_id=joined.decision.org_id,
+                                     api_key_id=joined.decision.api_key_id)
     return QueueOutcome(decision, budget_ms=joined.budget_ms, eta_ms=joined.eta_ms,
                         queued_ms=round((time.monotonic() - started) * 1000))
 

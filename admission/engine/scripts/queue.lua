@@ -300,9 +300,10 @@ if A.op == 'leave' then  -- the waiter's deadline, or its client went away
 end
 
 -- join
-local v = redis.call('HMGET', w, 's', 'r', 'dl')
+local v = redis.call('HMGET', w, 's', 'r', 'dl', 'o', 'k')
 if v[1] == 'w' then  -- the same request again (a retry): it keeps its place
-  return {'queued', false, 0, tonumber(v[3]) - now, false, false}
+  local who = cjson.encode({'queued', tonumber(v[4]), tonumber(v[5])})
+  return {'queued', who, 0, tonumber(v[3]) - now, false, false}
 elseif v[1] == 'a' or v[1] == 'r' then
   return {'done', v[2], 0, 0, false, false}
 end
@@ -343,6 +344,6 @@ if admits(d) then  -- it fits now, but others wait: their order decides
   local encoded = publish(message)
   local s = redis.call('HMGET', w, 's', 'r')
   if s[1] ~= 'w' then return {'done', s[2], 0, budget, message.n, encoded} end
-  return {'queued', false, eta, budget, message.n, encoded}
+  return {'queued', cjson.encode(d), eta, budget, message.n, encoded}
 end
-return {'queued', false, eta, budget, now + math.max(num(d[D_RETRY], 1), 1), false}
+return {'queued', cjson.encode(d), eta, budget, now + math.max(num(d[D_RETRY], 1), 1), false}
