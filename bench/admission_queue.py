@@ -38,6 +38,7 @@ sys.path.insert(0, str(Path(_HERE).parent))
 import argparse  # noqa: E402
 import asyncio  # noqa: E402
 import contextlib  # noqa: E402
+import json  # noqa: E402
 import os  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
@@ -143,6 +144,10 @@ async def offer(gateway_url: str, model: str, orgs, *, seconds: float, capacity:
             row.update(ok=True, tokens=completion.usage.total_tokens)
         except openai.APIStatusError as exc:
             row["code"] = exc.code or str(exc.status_code)
+            told = exc.response.headers
+            row["told_eta_ms"] = int(told.get("x-sluice-queue-eta-ms") or -1)
+            row["told_queued_ms"] = int(told.get("x-sluice-queued-ms") or -1)
+            row["attempts"] = len(attempts.get(bench_id, ()))
         except openai.APIError as exc:
             row["code"] = type(exc).__name__
         row["done"] = time.monotonic()
@@ -150,6 +155,7 @@ async def offer(gateway_url: str, model: str, orgs, *, seconds: float, capacity:
             started, queued = admitted_at[bench_id]
             row["queued_ms"] = queued
             row["wait_ms"] = (started - first) * 1000 + (queued or 0)
+        row["first"] = first
         results.append(row)
 
     start = time.monotonic()
@@ -247,6 +253,9 @@ def main() -> None:
                                     seconds=args.seconds, capacity=args.capacity,
                                     tokens=args.tokens, budget_ms=budget))
             rows.append(summary(name, run, capacity=args.capacity, budget_ms=budget))
+            if os.environ.get("BENCH_DUMP"):
+                Path(os.environ["BENCH_DUMP"] + f".{len(rows)}.json").write_text(json.dumps(
+                    {**run, "org_ids": [org.pk for org, _ in orgs], "pool": pool.pk}))
     table(f"Three orgs (guarantees 1 : 2 : 5 of 80 % of {args.capacity:,} tokens/s, bursting "
           f"into the rest) offering 2x the pool's capacity for {args.seconds:.0f} s through the "
           "reference gateway and the openai SDK",

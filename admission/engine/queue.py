@@ -108,6 +108,7 @@ def _header() -> str:
         "D_OUTCOME": 1, "D_ORG": decision.index("org_id") + 1,
         "D_KEY": decision.index("api_key_id") + 1,
         "D_RESERVED": decision.index("reserved_tokens") + 1,
+        "D_RESERVED_IN": decision.index("reserved_input_tokens") + 1,
         "D_RESERVED_OUT": decision.index("reserved_output_tokens") + 1,
         "D_RETRY": decision.index("retry_after_ms") + 1, "D_SCOPE": decision.index("scope") + 1,
         "D_LIMIT": decision.index("limit") + 1}

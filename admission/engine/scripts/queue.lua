@@ -153,6 +153,9 @@ local function pump()
   end
   local next_at = false
   if next_retry then next_at = now + math.max(next_retry, 1) end
+  -- Stopped at its limit while still deciding: the next pump at once, not at the next retry
+  -- (none, when every decision admitted) or deadline.
+  if tries >= limit and (next(admitted) or next(refused)) then next_at = now end
   local first = redis.call('ZRANGE', DEADLINES, 0, 0, 'WITHSCORES')
   if first[2] and (not next_at or tonumber(first[2]) < next_at) then
     next_at = tonumber(first[2])
@@ -225,26 +228,34 @@ local function slot_eta(d, org, key_id, digest)
   return math.ceil(ends[(n - 1) % #ends + 1] + rounds * own - now)
 end
 
--- How long the org's guaranteed bucket (output, or input and output metered together) takes
--- to hold the tokens queued in the org and the request's own: its ETA for the TPS once a slot
--- frees.
+-- How long the org's guaranteed buckets take to hold the tokens queued in the org and the
+-- request's own: from their level now, at the guaranteed rates in force (bookings included),
+-- the output (or input and output metered together) and, metered apart, the input. Its burst
+-- and the pool's headroom are left out: other orgs may take the headroom first, and nobody
+-- takes an org's guarantee. nil: the org has no guarantee.
 local function guarantee_eta(d, org)
   local org_key = key(KEY.org, org)
-  local rate = org_guarantee_at(org_key, now) or 0
-  if rate <= 0 then return 0 end
+  local output, input = org_guarantee_at(org_key, now)
+  if (output or 0) <= 0 then return nil end
   local v = redis.call('HMGET', org_key, F.layout.limits, F.layout.levels)
   local limits = {org_limits_unpack(v[1], org_key)}
-  local level, _, _, _, at = org_levels_unpack(v[2], org_key)
-  level = refill(rate, limits[4], level, at or now, now)
-  local own = limits[7] > 0 and d[D_RESERVED_OUT] or d[D_RESERVED]
+  local g, _, gi, _, at = org_levels_unpack(v[2], org_key)
   local ahead = num(redis.call('HGET', META, 'c:' .. org), 0)
-  return math.max(0, math.ceil((ahead + own - level) * 1000 / rate))
+  local function filled(rate, capacity, level, own)
+    level = refill(rate, capacity, level, at or now, now)
+    return math.max(0, math.ceil((ahead + own - level) * 1000 / rate))
+  end
+  local apart = (input or 0) > 0 and limits[7] > 0
+  local eta = filled(output, limits[4], g, apart and d[D_RESERVED_OUT] or d[D_RESERVED])
+  if apart then eta = math.max(eta, filled(input, limits[8], gi, d[D_RESERVED_IN])) end
+  return eta
 end
 
--- The ETA of a request refused now: the tokens it misses (authorize's retry for the bucket
--- that refused it) and the tokens queued ahead of it, at the rate of what is guaranteed to it
--- (its org's guaranteed rate, not the burst, or its key's own rate for a key's slice); a
--- pool's headroom is not guaranteed to anyone: its ETA is the org's own guarantee's. A
+-- The ETA of a request refused now. Refused by its org's TPS or the pool's capacity: when its
+-- org's guarantee alone pays for it and for what is queued ahead of it in the org
+-- (guarantee_eta); an org without a guarantee gets authorize's retry, an estimate (it counts
+-- on the shared headroom). Refused by its key's slice: the tokens it misses in the key's
+-- bucket (authorize's retry) and those queued ahead of it in the key, at the key's rate. A
 -- concurrency shortfall: when its slot frees (slot_eta), and its tokens are there by then.
 -- nil: it can never fit.
 local function eta_of(d, org, key_id, digest)
@@ -252,32 +263,16 @@ local function eta_of(d, org, key_id, digest)
   if not retry then return nil end
   if d[D_OUTCOME] == 'concurrency_exceeded' then
     local slot = slot_eta(d, org, key_id, digest)
-    return slot and math.max(slot, guarantee_eta(d, org))
+    return slot and math.max(slot, guarantee_eta(d, org) or 0)
   end
-  local m = redis.call('HMGET', META, 'c:' .. org, 'ck:' .. digest)
-  local rate, ahead
   if d[D_SCOPE] == 'key' then
     local r = redis.call('HMGET', key(KEY.key_slice, key_id), F.key.output_rate,
                          F.key.input_rate)
-    rate = num(d[D_LIMIT] == 'input' and r[2] or r[1], 0)
-    ahead = num(m[2], 0)
-  else
-    local org_key = key(KEY.org, org)
-    local output, input = org_guarantee_at(org_key, now)
-    local input_apart = d[D_LIMIT] == 'input' and (input or 0) > 0
-    rate = input_apart and input or (output or 0)
-    ahead = num(m[1], 0)
-    if d[D_OUTCOME] == 'pool_capacity_exhausted' and rate > 0 then
-      return math.max(retry, math.ceil((ahead + d[D_RESERVED]) * 1000 / rate))
-    end
-    if rate > 0 then  -- authorize's retry counts on the burst too: at the guarantee alone
-      local limits = {org_limits_unpack(redis.call('HGET', org_key, F.layout.limits), org_key)}
-      local burst = (input_apart and limits[9] or limits[5]) or 0
-      retry = math.ceil(retry * (rate + burst) / rate)
-    end
+    local rate = num(d[D_LIMIT] == 'input' and r[2] or r[1], 0)
+    if rate <= 0 then return retry end
+    return retry + math.ceil(num(redis.call('HGET', META, 'ck:' .. digest), 0) * 1000 / rate)
   end
-  if rate <= 0 then return retry end
-  return retry + math.ceil(ahead * 1000 / rate)
+  return guarantee_eta(d, org) or retry
 end
 
 local rid = A.request_id

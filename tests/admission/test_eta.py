@@ -1,19 +1,22 @@
-"""The ETA of a request waiting for a concurrency slot (queue.lua, slot_eta): from what the
-org's leases say of their ends, the waiters ahead, and a plain reservation's expiry. Real
-Redis, the real clock: the leases' progress is written relative to it, and the ETAs asserted
-are what that progress implies, within the milliseconds the test itself takes."""
+"""The ETA the admission queue tells (queue.lua, eta_of): a concurrency slot's from what the
+org's leases say of their ends, the waiters ahead and a plain reservation's expiry; the TPS's
+from the org's guarantee alone. Real Redis, the real clock: leases' progress and bucket levels
+are written relative to it, and the ETAs asserted are what they imply, within the
+milliseconds the test itself takes."""
 
 import asyncio
 
 import pytest
 
+from admission.engine.waiting import QueueConfig, queue_configure
 from quotas.limiter.clock import clock
 from quotas.limiter.connection import limiter_client
 from quotas.limiter.engine import LeaseNamed, limiter_leases_update
-from quotas.limiter.schema import KEY, RESERVATION, pool_key
+from quotas.limiter.schema import KEY, LAYOUT, RESERVATION, pool_key
 from tests.admission.test_hook_queue import slot_hold
-from tests.admission.test_queue import ask, waiting
+from tests.admission.test_queue import ask, together, waiting
 from tests.aio import limiter_authorize
+from tests.factories import PoolFactory
 from tests.quotas.conftest import tenant_create
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -100,3 +103,46 @@ def test_a_waiter_within_its_budget_is_admitted_when_the_lease_is_released(queue
     outcome = loop.run(run())
     assert outcome.decision.outcome == "allowed" and outcome.queued_ms is not None
     assert 0 < outcome.eta_ms <= 300
+
+
+def levels_set(t, *, guaranteed: float, burst: float, headroom: float) -> None:
+    """The org's guaranteed and burst buckets and the pool's headroom at these levels, now."""
+    script = ("redis.call('HSET', KEYS[1], ARGV[1], cmsgpack.pack(tonumber(ARGV[2]), "
+              "tonumber(ARGV[3]), nil, nil, tonumber(ARGV[5]))) "
+              "redis.call('HSET', KEYS[2], ARGV[1], cmsgpack.pack(tonumber(ARGV[4]), 0, "
+              "tonumber(ARGV[5])))")
+    limiter_client().eval(script, 2, pool_key(t.pool.pk, KEY.org, t.org.pk),
+                          pool_key(t.pool.pk, KEY.pool), LAYOUT.levels, guaranteed, burst,
+                          headroom, clock.now_ms())
+
+
+def test_an_eta_counts_on_the_guarantee_not_on_a_burst_the_headroom_may_not_pay(queue_redis,
+                                                                                 loop):
+    """The org's guaranteed bucket is empty, its burst bucket holds 150 tokens, the pool's
+    headroom nothing (other orgs' bursts took it; it refills at 12 tokens/s). A request of 200
+    tokens is refused for its TPS: counting the burst, it would fit in 0.5 s, but the burst
+    needs the headroom, which other orgs may keep taking. Its guarantee (100 tokens/s) alone
+    pays it in 2 s: beyond its 1 s budget, so it is refused at once."""
+    t = tenant_create(pool=PoolFactory(capacity_tps=112), guaranteed_tps=100, burst_tps=200)
+    levels_set(t, guaranteed=0, burst=150, headroom=0)
+    outcome = loop.run(ask(t, budget_ms=1000))
+    assert outcome.decision.outcome == "tps_exceeded" and outcome.queued_ms is None
+    assert 1900 < outcome.eta_ms <= 2000
+    assert waiting(queue_redis, t.pool.pk) == 0
+
+
+def test_a_pump_stopped_at_its_limit_goes_on_at_once(queue_redis, loop):
+    """One decision per pump: four waiters that fit one after the other (20 tokens each at
+    100 tokens/s) are each admitted by a pump of its own, the next one at once, never left for
+    their deadline."""
+    t = tenant_create(guaranteed_tps=100, burst_tps=100)
+    levels_set(t, guaranteed=0, burst=0, headroom=0)
+    queue_configure(QueueConfig(pump_max=1))
+    try:
+        outcomes = together(loop, *(
+            ask(t, budget_ms=5000, request_id=f"w{i}", input_tokens=10, max_output_tokens=10)
+            for i in range(4)))
+    finally:
+        queue_configure(QueueConfig())
+    assert [o.decision.outcome for o in outcomes] == ["allowed"] * 4
+    assert all(o.queued_ms is not None for o in outcomes)
