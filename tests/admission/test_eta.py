@@ -14,7 +14,7 @@ from quotas.limiter.connection import limiter_client
 from quotas.limiter.engine import LeaseNamed, limiter_leases_update
 from quotas.limiter.schema import KEY, LAYOUT, RESERVATION, pool_key
 from tests.admission.test_hook_queue import slot_hold
-from tests.admission.test_queue import ask, together, waiting
+from tests.admission.test_queue import ask, together, until_waiting, waiting
 from tests.aio import limiter_authorize
 from tests.factories import PoolFactory
 from tests.quotas.conftest import tenant_create
@@ -55,10 +55,7 @@ def test_the_eta_is_when_the_orgs_leases_end_and_counts_the_waiters_ahead(queue_
 
     async def run():
         first = asyncio.ensure_future(ask(t, budget_ms=5000, request_id="first"))
-        for _ in range(1000):
-            if waiting(queue_redis, t.pool.pk) == 1:
-                break
-            await asyncio.sleep(0.01)
+        await until_waiting(queue_redis, t.pool.pk)
         second = await ask(t, budget_ms=2000, request_id="second")
         still = waiting(queue_redis, t.pool.pk)
         await release(t, "fast", progress=600)
@@ -93,10 +90,7 @@ def test_a_waiter_within_its_budget_is_admitted_when_the_lease_is_released(queue
 
     async def run():
         waiter = asyncio.ensure_future(ask(t, budget_ms=10_000, request_id="w"))
-        for _ in range(1000):
-            if waiting(queue_redis, t.pool.pk) == 1:
-                break
-            await asyncio.sleep(0.01)
+        await until_waiting(queue_redis, t.pool.pk)
         await release(t, "held", progress=60)
         return await waiter
 

@@ -9,16 +9,14 @@ import uuid
 import pytest
 
 from admission.engine.queue import QKEY, queue_key
-from quotas.hook.fail_open import fail_open_reset
-from quotas.hook.gateway_tokens import gateway_token_cache_clear, gateway_token_create
 from quotas.hook.routing import pool_routes_reload
 from quotas.limiter.clock import clock
-from quotas.limiter.connection import limiter_client, limiter_reset
+from quotas.limiter.connection import limiter_client
 from quotas.limiter.schema import KEY, RESERVATION, pool_key
 from tests.aio import limiter_authorize
 from tests.factories import PoolFactory
 from tests.hook import AUTHORIZE as URL
-from tests.hook import HookClient, served
+from tests.hook import hook_client, served
 from tests.quotas.conftest import tenant_create
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -26,13 +24,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 @pytest.fixture
 def app(redis_client):
-    limiter_reset()
-    gateway_token_cache_clear()
-    fail_open_reset()
-    _, token = gateway_token_create(name="edge-queue", actor="test")
-    yield HookClient(token)
-    gateway_token_cache_clear()
-    limiter_reset()
+    with hook_client("edge-queue") as client:
+        yield client
 
 
 def queued_tenant(*, max_wait_ms=10_000, guaranteed_tps=100, **limits):

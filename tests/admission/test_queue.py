@@ -40,6 +40,14 @@ def waiting(redis, pool_id) -> int:
     return int(redis.hget(queue_key(pool_id, QKEY.meta), "n") or 0)
 
 
+async def until_waiting(redis, pool_id) -> None:
+    """Until one request waits in the pool's queue (joins are script calls on the loop)."""
+    for _ in range(1000):
+        if waiting(redis, pool_id) == 1:
+            return
+        await asyncio.sleep(0.01)
+
+
 def test_a_request_that_fits_is_admitted_at_once(queue_redis, loop):
     tenant = tenant_create(guaranteed_tps=1000, burst_tps=1000)
     outcome = loop.run(ask(tenant, budget_ms=1000))
@@ -160,10 +168,7 @@ def test_a_key_held_by_its_own_slice_never_blocks_its_orgs_other_keys(queue_redi
     async def run():
         held = asyncio.ensure_future(ask(slow_tenant, budget_ms=20_000, request_id="held",
                                          input_tokens=25, max_output_tokens=25))
-        for _ in range(1000):  # until it waits
-            if waiting(queue_redis, t.pool.pk) == 1:
-                break
-            await asyncio.sleep(0.01)
+        await until_waiting(queue_redis, t.pool.pk)
         assert waiting(queue_redis, t.pool.pk) == 1
         other = await ask(t, budget_ms=20_000, request_id="other")  # the org's other key
         still = waiting(queue_redis, t.pool.pk)
@@ -183,10 +188,7 @@ def test_a_retry_of_a_waiting_request_keeps_its_one_place(queue_redis, loop):
 
     async def run():
         first = asyncio.ensure_future(ask(tenant, budget_ms=1500, request_id="same"))
-        for _ in range(1000):
-            if waiting(queue_redis, tenant.pool.pk) == 1:
-                break
-            await asyncio.sleep(0.01)
+        await until_waiting(queue_redis, tenant.pool.pk)
         again = asyncio.ensure_future(ask(tenant, budget_ms=1500, request_id="same"))
         await asyncio.sleep(0.1)
         count = waiting(queue_redis, tenant.pool.pk)
@@ -208,10 +210,7 @@ def test_the_consoles_dashboard_shows_each_pools_queue_now(queue_redis, loop):
     client = console_client(_staff_in("operator"))
     held = asyncio.run_coroutine_threadsafe(ask(tenant, budget_ms=20_000, request_id="w1"),
                                             loop.loop)
-    for _ in range(1000):
-        if waiting(queue_redis, tenant.pool.pk) == 1:
-            break
-        loop.run(asyncio.sleep(0.01))
+    loop.run(until_waiting(queue_redis, tenant.pool.pk))
     page = client.get("/admin/").content.decode()
     loop.loop.call_soon_threadsafe(held.cancel)
     assert 'data-field="admission-queue">1 <small>requests waiting (200 tokens) from 1 org;' in (

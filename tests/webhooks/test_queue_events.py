@@ -8,14 +8,12 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from metering.refusals import refusals_drain
-from quotas.hook.fail_open import fail_open_reset
-from quotas.hook.gateway_tokens import gateway_token_cache_clear, gateway_token_create
 from quotas.hook.refusals import HASH_KEY, MINUTES_KEY, refusal_count
 from quotas.limiter.clock import clock
 from quotas.limiter.connection import limiter_client, limiter_reset
 from quotas.limiter.schema import Decision
 from tests.admission.test_hook_queue import body, queued_tenant, slot_hold
-from tests.hook import HookClient
+from tests.hook import hook_client
 from tests.quotas.conftest import tenant_create
 from tests.webhooks.test_webhooks import endpoint_for
 from webhooks.models import EventType, WebhookEvent
@@ -26,13 +24,8 @@ QUEUE = [EventType.QUEUE_REFUSED]
 
 @pytest.fixture
 def hook(redis_client):
-    limiter_reset()
-    gateway_token_cache_clear()
-    fail_open_reset()
-    _, token = gateway_token_create(name="edge-queue-events", actor="test")
-    yield HookClient(token)
-    gateway_token_cache_clear()
-    limiter_reset()
+    with hook_client("edge-queue-events") as client:
+        yield client
 
 
 def drained_minutes() -> int:
