@@ -6,6 +6,7 @@ import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.test import Client
 
 from metering.refusals import refusals_drain
 from quotas.hook.refusals import HASH_KEY, MINUTES_KEY, refusal_count
@@ -88,3 +89,18 @@ def test_only_the_queues_refusals_of_subscribed_orgs_are_announced_a_minute_each
     assert [(e["data"]["queue_full"], e["data"]["queue_timeout"]) for e in receiver.received] \
         == [(1, 1), (1, 1)]
     assert WebhookEvent.objects.filter(org=other.org).count() == 0
+
+
+@pytest.mark.django_db
+def test_an_org_subscribes_to_the_queues_refusals_in_the_portal(two_orgs):
+    a, _ = two_orgs
+    browser = Client()
+    browser.force_login(a.owner)
+    form = browser.get(f"/portal/o/{a.org.slug}/webhooks/").content.decode()
+    assert f'value="{EventType.QUEUE_REFUSED}"' in form
+    assert EventType.QUEUE_REFUSED.label in form
+    created = browser.post(f"/portal/o/{a.org.slug}/webhooks/", {
+        "url": "https://hooks.example.com/sluice", "description": "queue",
+        "event_types": [EventType.QUEUE_REFUSED]})
+    assert created.status_code == 201
+    assert a.org.webhook_endpoints.get().event_types == [EventType.QUEUE_REFUSED]
