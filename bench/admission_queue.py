@@ -1,6 +1,6 @@
 """Benchmark: the admission queue against today's refusals, through the reference gateway.
 
-    DATABASE_URL=... REDIS_URL=redis://127.0.0.1:6379/4 \
+    DATABASE_URL=... REDIS_URL=redis://127.0.0.1:6379/4 \\
         python bench/admission_queue.py [--seconds 60]
 
 One run, both modes, one table. Sluice's production server (config/serve.py), the reference
@@ -17,20 +17,21 @@ writes exactly that many):
 (a) today: no budget: a refusal is a 429 the SDK retries, then raises;
 (b) the queue: the header `queue_threshold: --budget-ms` on every request (the pool allows it).
 
-Per mode: admitted tokens/s / capacity (tokens of completed requests finished in the window,
-over the window); requests that finally failed (of which, in (b), `queue_timeout`: refused
-after being told "you fit"); each org's share of the admitted tokens over its weight, Jain's
-fairness index of those; wait p50/p99 of completed requests (from the first attempt until the
-last attempt was admitted: the SDK's back-offs and, in (b), the time queued); how many were
-admitted after queueing and their time in the queue (x-sluice-queued-ms); and requests
-admitted after their budget (x-sluice-queued-ms above it).
+Per mode: admitted tokens/s / capacity (tokens of completed requests finished from 10 s after
+the start to the end of the window, over that time: the buckets hold 10 s of their rates, and
+by then every one is empty); requests that finally failed (of which, in (b), `queue_timeout`:
+refused after being told "you fit", each listed with what it was told); each org's share of the
+admitted tokens over its weight, Jain's fairness index of those; wait p50/p99 of completed
+requests (from the first attempt until the last attempt was admitted: the SDK's back-offs and,
+in (b), the time queued); how many were admitted after queueing and their time in the queue
+(x-sluice-queued-ms); and requests admitted after their budget (x-sluice-queued-ms above it).
 """
 
 import sys
 from pathlib import Path
 
-# This file shares its name with the standard library's `queue`, which asyncio and Django
-# import: its own directory must not be on the path, `bench` the package is.
+# Its own directory must not be on the path (bench/gateway.py would shadow the `gateway`
+# package); `bench` the package is.
 _HERE = str(Path(__file__).resolve().parent)
 sys.path[:] = [p for p in sys.path if p != _HERE]
 sys.path.insert(0, str(Path(_HERE).parent))
@@ -38,6 +39,7 @@ sys.path.insert(0, str(Path(_HERE).parent))
 import argparse  # noqa: E402
 import asyncio  # noqa: E402
 import contextlib  # noqa: E402
+import json  # noqa: E402
 import os  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
@@ -143,6 +145,10 @@ async def offer(gateway_url: str, model: str, orgs, *, seconds: float, capacity:
             row.update(ok=True, tokens=completion.usage.total_tokens)
         except openai.APIStatusError as exc:
             row["code"] = exc.code or str(exc.status_code)
+            told = exc.response.headers
+            row["told_eta_ms"] = int(told.get("x-sluice-queue-eta-ms") or -1)
+            row["told_queued_ms"] = int(told.get("x-sluice-queued-ms") or -1)
+            row["attempts"] = len(attempts.get(bench_id, ()))
         except openai.APIError as exc:
             row["code"] = type(exc).__name__
         row["done"] = time.monotonic()
@@ -150,6 +156,7 @@ async def offer(gateway_url: str, model: str, orgs, *, seconds: float, capacity:
             started, queued = admitted_at[bench_id]
             row["queued_ms"] = queued
             row["wait_ms"] = (started - first) * 1000 + (queued or 0)
+        row["first"] = first
         results.append(row)
 
     start = time.monotonic()
@@ -180,7 +187,14 @@ def pct(values: list[float], p: float) -> float:
 
 
 def summary(name: str, run: dict, *, capacity: int, budget_ms: int | None) -> list:
-    results, start, end = run["results"], run["start"], run["end"]
+    """One row of the table. Admitted tokens and shares are counted over the window from
+    BUCKET_SECONDS after the start to the end: by then, under twice the capacity, every bucket
+    is empty, so the pool cannot admit more than its capacity times that window (what a
+    bucket saves during a stall inside it is capacity of the same window)."""
+    from quotas.limiter.state import BUCKET_SECONDS
+
+    results, end = run["results"], run["end"]
+    start = run["start"] + BUCKET_SECONDS
     inside = [r for r in results if r["ok"] and start <= r["done"] <= end]
     tokens = sum(r["tokens"] for r in inside)
     by_org = [sum(r["tokens"] for r in inside if r["org"] == i) for i in range(len(WEIGHTS))]
@@ -201,6 +215,14 @@ def summary(name: str, run: dict, *, capacity: int, budget_ms: int | None) -> li
             f"{jain:.3f}", round(pct(waits, 50)), round(pct(waits, 99)), len(queued),
             f"{round(pct(queued, 50)):,} / {round(pct(queued, 99)):,}", late,
             ", ".join(f"{c} {n}" for c, n in sorted(codes.items())) or "-"]
+
+
+def promises_broken(name: str, run: dict) -> None:
+    """Each request refused queue_timeout after being told it fits: what it was told."""
+    broken = [r for r in run["results"] if r["code"] == "queue_timeout"]
+    print(f"{name}: {len(broken)} queue_timeout" + "".join(
+        f"\n  org {r['org']}: ETA told {r['told_eta_ms']:,} ms, waited {r['told_queued_ms']:,} "
+        f"ms, attempt {r['attempts']}" for r in broken))
 
 
 def main() -> None:
@@ -247,10 +269,14 @@ def main() -> None:
                                     seconds=args.seconds, capacity=args.capacity,
                                     tokens=args.tokens, budget_ms=budget))
             rows.append(summary(name, run, capacity=args.capacity, budget_ms=budget))
+            promises_broken(name, run)
+            if os.environ.get("BENCH_DUMP"):
+                Path(os.environ["BENCH_DUMP"] + f".{len(rows)}.json").write_text(json.dumps(
+                    {**run, "org_ids": [org.pk for org, _ in orgs], "pool": pool.pk}))
     table(f"Three orgs (guarantees 1 : 2 : 5 of 80 % of {args.capacity:,} tokens/s, bursting "
           f"into the rest) offering 2x the pool's capacity for {args.seconds:.0f} s through the "
           "reference gateway and the openai SDK",
-          ["mode", "requests", "admitted / capacity", "failed (queue_timeout)",
+          ["mode", "requests", "admitted / capacity after 10 s", "failed (queue_timeout)",
            "shares 1 : 2 : 5", "Jain", "wait p50 ms", "wait p99 ms", "queued",
            "queued p50 / p99 ms", "after budget", "final errors"], rows)
 

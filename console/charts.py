@@ -1,9 +1,10 @@
 """The console's charts, built from its selectors for the one chart component
-(sluice/charts.py): a pool's use against its guarantees and capacity, an org's usage against
-its allocations and its pools' speed promise."""
+(sluice/charts.py): a pool's use against its guarantees and capacity and its admission queue's
+waits, an org's usage against its allocations and its pools' speed promise."""
 
 from datetime import datetime, timedelta
 
+from metering.selectors import WaitBucket
 from sluice.charts import Limit, Series, TimeChart
 
 
@@ -22,6 +23,23 @@ def pool_use_charts(*, summary, live: dict) -> list[TimeChart]:
             ("hour", "Live use, last hour (5-minute averages)", live["hour"], 300),
             ("day", "Last 24 hours (hourly averages)", live["day"], 3600))
     ]
+
+
+def pool_wait_charts(*, pool, waits: list[WaitBucket] | None, since: datetime) -> list[TimeChart]:
+    """How long requests admitted after waiting in the pool's admission queue waited over the
+    last hour (pools_wait_series' 5-minute buckets from `since`), p50 and p95, against the
+    pool's longest wait: none for a pool without a queue where nobody waited."""
+    if not waits and not pool.queue_max_wait_ms:
+        return []
+    if not waits:  # a queue nobody waited in: the hour's buckets, empty
+        waits = [WaitBucket(since + timedelta(minutes=5 * i), 0, None, None) for i in range(12)]
+    return [TimeChart(
+        key=f"pool{pool.pk}-wait", title="Admission queue wait, last hour (5-minute p50, p95)",
+        unit="ms", times=[w.start for w in waits], step_seconds=300,
+        limits=[Limit("Longest wait", pool.queue_max_wait_ms)] if pool.queue_max_wait_ms
+        else [],
+        series=[Series("p50", [_rounded(w.p50_ms, 0) for w in waits]),
+                Series("p95", [_rounded(w.p95_ms, 0) for w in waits], color="warn")])]
 
 
 def org_usage_charts(*, rows: list[dict], allocations, bucket: timedelta) -> list[TimeChart]:

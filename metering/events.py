@@ -39,3 +39,10 @@ usage_days_compacting = Event(
         "Receivers add to the set `split_hours` every (pool id, hour) from which the pool's "
         "hours are read differently (billing: a price version starts); a day with one after "
         "its midnight stays hourly for that pool, so reading it per hour stays exact.")
+
+refusals_drained = Event(
+    "metering.refusals_drained", payload=("minute", "rows"),
+    doc="A UTC minute's refusal counts were written to PostgreSQL (`rows`: RefusalMinute, each "
+        "the minute's full count of one org, pool, API key and code), in the drain's "
+        "transaction: a minute drained twice is emitted twice with the same counts. Webhooks "
+        "tells orgs whose requests the admission queue refused.")

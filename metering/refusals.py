@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 from django.db import transaction
 
+from metering.events import refusals_drained
 from metering.models import RefusalMinute
 from quotas.hook.refusals import HASH_KEY, MINUTES_KEY, refusal_minute
 from quotas.limiter.clock import clock
@@ -43,6 +44,7 @@ def refusals_drain(*, now: datetime | None = None) -> int:
             RefusalMinute.objects.bulk_create(
                 rows, update_conflicts=True, update_fields=["count"],
                 unique_fields=["org", "pool", "api_key", "minute", "code"])
+            refusals_drained.emit(minute=datetime.fromtimestamp(minute, tz=UTC), rows=rows)
         client.zrem(MINUTES_KEY, member)
         written += len(rows)
     return written

@@ -3,6 +3,7 @@ per pool. Summed in PostgreSQL (date_bin, percentile_cont), one query each."""
 
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import NamedTuple
 
 from django.db.models import Aggregate, Count, DateTimeField, F, FloatField, Func, Q, Sum, Value
 from django.utils import timezone
@@ -237,6 +238,37 @@ def pools_tps_series(*, since: datetime, bucket: timedelta, until: datetime | No
     seconds = bucket.total_seconds()
     return {pool.pk: [(start, tokens.get((pool.pk, start), 0) / seconds) for start in starts]
             for pool in CapacityPool.objects.only("pk")}
+
+
+class WaitBucket(NamedTuple):
+    start: datetime
+    waited: int  # requests admitted after waiting in the admission queue
+    p50_ms: float | None  # their wait (None: nobody waited)
+    p95_ms: float | None
+
+
+def pools_wait_series(*, since: datetime, bucket: timedelta, until: datetime | None = None
+                      ) -> dict[int, list[WaitBucket]]:
+    """Per pool that admitted anyone after a wait in the window: how many waited and their
+    wait's p50 and p95, per bucket of `bucket` from `since` (aligned on it) to `until`, every
+    bucket present. Raw events (percentiles cannot be rebuilt from rollups), one query, by
+    start time like the speed panels."""
+    until = until or timezone.now()
+    rows = (UsageEvent.objects.filter(started_at__gte=since, started_at__lt=until,
+                                      finished_at__gte=since, queued_ms__isnull=False)
+            .annotate(bucket=_date_bin(bucket, "started_at", since))
+            .values("pool_id", "bucket")
+            .annotate(waited=Count("id"), p50=Percentile("queued_ms", fraction=0.5),
+                      p95=Percentile("queued_ms", fraction=0.95)).order_by())
+    found = {(row["pool_id"], row["bucket"]): row for row in rows}
+    starts = [since + bucket * i for i in range(int((until - since) / bucket) + 1)
+              if since + bucket * i < until]
+    series = {}
+    for pool_id in sorted({pool_id for pool_id, _ in found}):
+        series[pool_id] = [WaitBucket(start, row["waited"], row["p50"], row["p95"])
+                           if (row := found.get((pool_id, start))) else
+                           WaitBucket(start, 0, None, None) for start in starts]
+    return series
 
 
 def org_usage_buckets(*, org, since: datetime, bucket: timedelta,

@@ -15,6 +15,7 @@ the loop.
 
 import asyncio
 import threading
+from contextlib import contextmanager
 
 import httpx
 import orjson
@@ -199,3 +200,20 @@ def served_over_http():
 
     served()  # the application built now (Django, every URLconf), not by the first request
     return ServerThread(_over_http).start()
+
+
+@contextmanager
+def hook_client(name: str):
+    """A client of the served hook with a gateway token of its own (`name`), the engine's
+    connections and the hook's caches fresh before and after."""
+    from quotas.hook.fail_open import fail_open_reset
+    from quotas.hook.gateway_tokens import gateway_token_cache_clear, gateway_token_create
+    from quotas.limiter.connection import limiter_reset
+
+    limiter_reset()
+    gateway_token_cache_clear()
+    fail_open_reset()
+    _, token = gateway_token_create(name=name, actor="test")
+    yield HookClient(token)
+    gateway_token_cache_clear()
+    limiter_reset()

@@ -15,6 +15,7 @@ class WebhooksConfig(AppConfig):
 
         orgs_events.org_transitioned.subscribe(receivers.org_transitioned_received)
         metering_events.usage_recorded.subscribe(receivers.usage_recorded_received)
+        metering_events.refusals_drained.subscribe(receivers.refusals_drained_received)
         rollout_events.wave_opened.subscribe(receivers.wave_opened_received)
         billing_events.invoice_issued.subscribe(receivers.invoice_issued_received)
         billing_events.invoice_paid.subscribe(receivers.invoice_paid_received)

@@ -30,6 +30,7 @@ class EventType(models.TextChoices):
     BOOKING_STARTED = "booking.started", "Booked window started"
     BOOKING_ENDED = "booking.ended", "Booked window ended"
     BOOKING_CANCELLED = "booking.cancelled", "Booking cancelled"
+    QUEUE_REFUSED = "queue.requests_refused", "Requests refused by the admission queue"
 
 
 def event_id_new() -> str:

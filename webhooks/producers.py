@@ -1,8 +1,9 @@
 """Events that no single transaction announces, derived from state: daily-quota thresholds (after
-each usage batch) and waitlist positions (beat). Both record through webhook_event_record, whose
-unique (org, key) makes each occurrence fire once however many workers race."""
+each usage batch), waitlist positions (beat) and the admission queue's refusals (each drained
+minute of refusal counts). All record through webhook_event_record, whose unique (org, key)
+makes each occurrence fire once however many workers race."""
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from datetime import UTC, date, datetime, timedelta
 
 from django.db import connection, transaction
@@ -10,7 +11,7 @@ from django.db.models import F, Sum
 from django.utils import timezone
 
 from metering.events import UsageCell
-from metering.models import UsageHourly
+from metering.models import RefusalMinute, UsageHourly
 from metering.usage_report import SERVICE_TIERS
 from orgs.models import Organization, OrgStatus
 from quotas.models import CapacityPool
@@ -22,6 +23,8 @@ from webhooks.models import EventType, WaitlistPositionNotice, WebhookEndpoint, 
 from webhooks.services import webhook_event_record
 
 THRESHOLDS = (50, 80, 100)
+# What the admission queue refuses a request that asked to wait with (docs/hook.md).
+QUEUE_REFUSALS = ("queue_timeout", "queue_full")
 
 
 def _subscribed(org_ids: set[int], event_type: str) -> set[int]:
@@ -131,4 +134,32 @@ def waitlist_positions_announce(*, now: datetime | None = None) -> int:
                 "estimated_wave": None if wave is None else {
                     "id": wave.pk, "name": wave.name, "opens_at": wave.opens_at.isoformat()},
                 "as_of": now.isoformat()})
+    return announced
+
+
+def queue_refusals_announce(*, minute: datetime, rows: list[RefusalMinute]) -> int:
+    """In the refusal drain's transaction (metering/refusals.py, beat, every minute): one
+    `queue.requests_refused` per org and pool whose requests the admission queue refused in
+    that minute, with the counts by code, to orgs with a subscribed endpoint. Its key names the
+    minute: at most one a minute per org and pool, however many requests, and a minute drained
+    twice announces nothing new."""
+    counts: dict[tuple[int, int], Counter] = defaultdict(Counter)
+    for row in rows:
+        if row.code in QUEUE_REFUSALS:
+            counts[(row.org_id, row.pool_id)][row.code] += row.count
+    org_ids = _subscribed({org_id for org_id, _ in counts}, EventType.QUEUE_REFUSED) \
+        if counts else set()
+    pools = CapacityPool.objects.in_bulk({p for o, p in counts if o in org_ids})
+    announced = 0
+    for (org_id, pool_id), by_code in sorted(counts.items()):
+        if org_id not in org_ids:
+            continue
+        pool = pools[pool_id]
+        announced += webhook_event_record(
+            org_id=org_id, type=EventType.QUEUE_REFUSED,
+            key=f"{EventType.QUEUE_REFUSED}:{pool_id}:{minute:%Y-%m-%dT%H:%M}",
+            data={"minute": minute.isoformat(), "refused": sum(by_code.values()),
+                  **{code: by_code[code] for code in QUEUE_REFUSALS},
+                  "pool": {"id": pool.pk, "model": pool.model, "region": pool.region,
+                           "service_tier": SERVICE_TIERS.get(pool.tier)}}) is not None
     return announced

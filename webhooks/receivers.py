@@ -10,7 +10,7 @@ from orgs.models import Organization
 from quotas.models import Booking
 from rollout.models import RolloutWave
 from webhooks.models import EventType
-from webhooks.producers import daily_quota_thresholds_announce
+from webhooks.producers import daily_quota_thresholds_announce, queue_refusals_announce
 from webhooks.services import webhook_event_record
 
 ORG_ACTIONS = {"admit": EventType.ORG_ADMITTED, "suspend": EventType.ORG_SUSPENDED,
@@ -121,3 +121,8 @@ def booking_ended_received(*, booking: Booking) -> None:
 def usage_recorded_received(*, cells: list[UsageCell]) -> None:
     """After the usage batch committed (outside any transaction)."""
     daily_quota_thresholds_announce(cells=cells)
+
+
+def refusals_drained_received(*, minute, rows) -> None:
+    """In the drain's transaction."""
+    queue_refusals_announce(minute=minute, rows=rows)

@@ -39,6 +39,8 @@ HERE = Path(__file__).parent / "scripts"
 NAME = "queue"
 # A waiter's record outlives its deadline this long: its process still reads its outcome.
 GRACE_MS = 60_000
+# A pool's speed floor and TTFT ceiling when the caller has none (quotas/models.py's defaults).
+SPEED_FLOOR_TPS, TTFT_CEILING_MS = 300, 2000
 
 
 class QueueKeyNames(NamedTuple):
@@ -71,7 +73,9 @@ QueueArgs = NamedTuple("QueueArgs", [*AuthorizeArgs.__annotations__.items(),
                                      ("budget_ms", int),  # -1: the key's or org's default
                                      ("max_wait_ms", int),  # the pool's maximum
                                      ("pool_cap", int), ("org_cap", int),  # waiters at most
-                                     ("pump_max", int)])  # decisions per pump at most
+                                     ("pump_max", int),  # decisions per pump at most
+                                     # the pool's promise: a slot's ETA (queue.lua, slot_eta)
+                                     ("speed_floor_tps", int), ("ttft_ceiling_ms", int)])
 SCRIPT = Script(keys=QueueKeys, args=QueueArgs)
 
 
@@ -83,8 +87,8 @@ class ScriptCall(NamedTuple):
 
 class Joined(NamedTuple):
     """The script's reply. state: decided (authorize's answer, no wait), done (admitted or
-    refused while waiting), refused (ETA beyond the budget), full, queued, left, gone (not
-    waiting: expired or unknown), pumped."""
+    refused while waiting), refused (ETA beyond the budget), full, queued (its decision says
+    whose it is: org, API key), left, gone (not waiting: expired or unknown), pumped."""
     state: str
     decision: Decision | None
     eta_ms: int
@@ -104,6 +108,8 @@ def _header() -> str:
         "D_OUTCOME": 1, "D_ORG": decision.index("org_id") + 1,
         "D_KEY": decision.index("api_key_id") + 1,
         "D_RESERVED": decision.index("reserved_tokens") + 1,
+        "D_RESERVED_IN": decision.index("reserved_input_tokens") + 1,
+        "D_RESERVED_OUT": decision.index("reserved_output_tokens") + 1,
         "D_RETRY": decision.index("retry_after_ms") + 1, "D_SCOPE": decision.index("scope") + 1,
         "D_LIMIT": decision.index("limit") + 1}
     return "\n".join(f"local {name} = {value}" for name, value in constants.items())
@@ -140,7 +146,8 @@ def queue_call(op: str, *, pool_id: int, digest: str, request_id: str, input_tok
                key_tier: str = "unknown", pool_tier: str = "fast", budget_ms: int = -1,
                max_wait_ms: int = 0, pool_cap: int = 0, org_cap: int = 0, pump_max: int = 64,
                lease_owner: str = "", lease_id: str = "", lease_for: str = "",
-               lease_ttl_ms: int = 0, now_ms: int) -> ScriptCall:
+               lease_ttl_ms: int = 0, speed_floor_tps: int = SPEED_FLOOR_TPS,
+               ttft_ceiling_ms: int = TTFT_CEILING_MS, now_ms: int) -> ScriptCall:
     """The queue script's call: authorize's KEYS and ARGV for the request (as engine.py's
     limiter_authorize builds them), then the queue's."""
     ttl_ms = lease_ttl_ms if lease_owner else engine_config().reservation_ttl_s * 1000
@@ -153,7 +160,8 @@ def queue_call(op: str, *, pool_id: int, digest: str, request_id: str, input_tok
                      -1 if max_output_tokens is None else max_output_tokens, tier, key_tier,
                      pool_tier, now_ms, day, month, ttl_ms, 0, ttl_ms + RECORD_GRACE_MS,
                      lease_owner, lease_id, lease_for,
-                     op, budget_ms, max_wait_ms, pool_cap, org_cap, pump_max)
+                     op, budget_ms, max_wait_ms, pool_cap, org_cap, pump_max, speed_floor_tps,
+                     ttft_ceiling_ms)
     return ScriptCall(NAME, keys, args)
 
 
@@ -163,8 +171,8 @@ def decision_decode(encoded: str | list | None) -> Decision | None:
         return None
     values = json.loads(encoded) if isinstance(encoded, str) else encoded
     values = [None if v is False else v for v in values]
-    if len(values) < len(Decision._fields):  # queue_timeout, left: an outcome alone
-        return Decision(values[0])
+    if len(values) < len(Decision._fields):  # queue_timeout, left, queued: its first fields
+        return Decision(*values)
     return Decision._make(values)
 
 

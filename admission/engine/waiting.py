@@ -29,6 +29,8 @@ import hiredis
 import redis
 
 from admission.engine.queue import (
+    SPEED_FLOOR_TPS,
+    TTFT_CEILING_MS,
     Joined,
     decision_decode,
     message_decode,
@@ -328,19 +330,23 @@ async def queue_decide(*, pool_id: int, digest: str, request_id: str, input_toke
                        max_output_tokens: int | None, tier: str, key_tier: str, pool_tier: str,
                        budget_ms: int, max_wait_ms: int, lease_owner: str = "",
                        lease_id: str = "", lease_for: str = "", lease_ttl_ms: int = 0,
+                       speed_floor_tps: int = SPEED_FLOOR_TPS,
+                       ttft_ceiling_ms: int = TTFT_CEILING_MS,
                        gone: Callable[[], Awaitable] | None = None,
                        on_wait: Callable[[int], object] | None = None) -> QueueOutcome:
     """Decide a request that may wait (budget_ms: what it asked, -1 for its key's or org's
     default; the pool's `max_wait_ms` clamps it): admitted now, refused now, or waiting until
     admitted or its budget ends. `gone()`: completes when the client goes away (the waiter then
     leaves at once). `on_wait(1)` when it starts to wait, `on_wait(-1)` when that ends (a
-    gauge). Raises LimiterUnavailable (the pool's failure policy answers)."""
+    gauge). `speed_floor_tps`, `ttft_ceiling_ms`: the pool's promise, which a concurrency
+    shortfall's ETA counts on. Raises LimiterUnavailable (the pool's failure policy answers)."""
     watch = _watch()
     await watch.subscribed(pool_id)
     ask = {"pool_id": pool_id, "digest": digest, "request_id": request_id,
            "input_tokens": input_tokens, "max_output_tokens": max_output_tokens, "tier": tier,
            "key_tier": key_tier, "pool_tier": pool_tier, "lease_owner": lease_owner,
-           "lease_id": lease_id, "lease_for": lease_for, "lease_ttl_ms": lease_ttl_ms}
+           "lease_id": lease_id, "lease_for": lease_for, "lease_ttl_ms": lease_ttl_ms,
+           "speed_floor_tps": speed_floor_tps, "ttft_ceiling_ms": ttft_ceiling_ms}
     joined = await _join(watch, ask, budget_ms=budget_ms, max_wait_ms=max_wait_ms)
     if joined.state in ("decided", "done"):
         return QueueOutcome(joined.decision, budget_ms=joined.budget_ms)
@@ -416,6 +422,9 @@ async def _wait(watch: _Watch, ask: dict, joined: Joined,
         if not pool.waiters and pool.timer is not None:
             pool.timer.cancel()
             pool.timer = None
+    if decision.org_id is None and joined.decision is not None:  # queue_timeout: whose
+        decision = decision._replace(org_id=joined.decision.org_id,
+                                     api_key_id=joined.decision.api_key_id)
     return QueueOutcome(decision, budget_ms=joined.budget_ms, eta_ms=joined.eta_ms,
                         queued_ms=round((time.monotonic() - started) * 1000))
 

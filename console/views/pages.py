@@ -15,7 +15,7 @@ from django.views.decorators.http import require_POST
 from admission.selectors import queues_now
 from billing.selectors import billing_problem_counts, invoices_for_org
 from console import permissions as perm
-from console.charts import org_usage_charts, pool_use_charts
+from console.charts import org_usage_charts, pool_use_charts, pool_wait_charts
 from console.forms import (
     AllocationChangeForm,
     AllocationGrantForm,
@@ -35,7 +35,12 @@ from console.selectors import (
 from console.selectors import (
     audit_search as audit_events,
 )
-from metering.selectors import SPEED_WINDOW, delivered_speed, org_usage_buckets
+from metering.selectors import (
+    SPEED_WINDOW,
+    delivered_speed,
+    org_usage_buckets,
+    pools_wait_series,
+)
 from orgs.models import OrgStatus
 from orgs.selectors import org_api_keys, org_members
 from orgs.services.lifecycle import org_allowed_actions, org_transition
@@ -100,6 +105,8 @@ def dashboard(request, *, site):
     pool_objects = CapacityPool.objects.in_bulk()
     summaries = pool_capacity_summaries()
     admission_queues = queues_now([s.pool_id for s in summaries])
+    wait_since = now - timedelta(hours=1)
+    waits = pools_wait_series(since=wait_since, bucket=timedelta(minutes=5), until=now)
     pools = []
     for summary in summaries:
         entry = board.get(summary.pool_id, {"speed": None, "orgs": []})
@@ -111,7 +118,10 @@ def dashboard(request, *, site):
                       "live": live[summary.pool_id], "used_tps": used,
                       "used_share": used / summary.guaranteed_tps if summary.guaranteed_tps
                       else None,
-                      "charts": pool_use_charts(summary=summary, live=live[summary.pool_id]),
+                      "charts": [*pool_use_charts(summary=summary, live=live[summary.pool_id]),
+                                 *pool_wait_charts(pool=pool_objects[summary.pool_id],
+                                                   waits=waits.get(summary.pool_id),
+                                                   since=wait_since)],
                       "queued": queued.get(summary.pool_id, 0), "speed": entry["speed"],
                       "orgs": entry["orgs"][:BOARD_ORGS],
                       "admission_queue": admission_queues.get(summary.pool_id),

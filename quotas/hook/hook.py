@@ -234,7 +234,8 @@ async def _decide(ask: AuthorizeInput, route: PoolRoute, digest: str, hint: str,
             request_id=ask.request_id, input_tokens=ask.input_tokens,
             max_output_tokens=ask.max_output_tokens, tier=ask.service_tier, key_tier=hint,
             pool_tier=route.tier, budget_ms=ask.queue_threshold_ms,
-            max_wait_ms=route.queue_max_wait_ms, **lease)
+            max_wait_ms=route.queue_max_wait_ms, speed_floor_tps=route.speed_floor_output_tps,
+            ttft_ceiling_ms=route.ttft_ceiling_ms, **lease)
         waits[route] = queued
         return queued.decision
     return await limiter_authorize(

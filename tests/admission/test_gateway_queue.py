@@ -10,7 +10,7 @@ import openai
 import pytest
 from sluice_client import SluiceClient, SluiceUnavailable
 
-from tests.admission.test_hook_queue import drain, waiting
+from tests.admission.test_hook_queue import drain, slot_hold, waiting
 from tests.factories import PoolFactory
 from tests.gateway.conftest import sluice_stack, stored_event, wait_for
 from tests.gateway.test_admission import counting_client
@@ -94,7 +94,7 @@ def test_the_sdk_retries_a_full_queue_and_then_raises(stack_on_server, tmp_path)
     retried after retry-after-ms like any rate limit, and raised once its retries are spent."""
     stack = stack_on_server(env={"SLUICE_QUEUE_ORG_CAP": "1"}, guaranteed_tps=1000,
                             burst_tps=1000, daily_tokens=10**7, max_concurrency=1)
-    drain(stack.tenant, 200)  # holds the one slot: nobody settles it
+    slot_hold(stack.tenant, "held")  # holds the one slot: nobody releases it
     sluice = SluiceClient(stack.sluice_url, token=stack.gateway_token,
                           spool_path=str(tmp_path / "waiter.jsonl"), flush_interval=3600)
 

@@ -9,15 +9,14 @@ import uuid
 import pytest
 
 from admission.engine.queue import QKEY, queue_key
-from quotas.hook.fail_open import fail_open_reset
-from quotas.hook.gateway_tokens import gateway_token_cache_clear, gateway_token_create
 from quotas.hook.routing import pool_routes_reload
-from quotas.limiter.connection import limiter_client, limiter_reset
-from quotas.limiter.schema import KEY, pool_key
+from quotas.limiter.clock import clock
+from quotas.limiter.connection import limiter_client
+from quotas.limiter.schema import KEY, RESERVATION, pool_key
 from tests.aio import limiter_authorize
 from tests.factories import PoolFactory
 from tests.hook import AUTHORIZE as URL
-from tests.hook import HookClient, served
+from tests.hook import hook_client, served
 from tests.quotas.conftest import tenant_create
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -25,13 +24,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 @pytest.fixture
 def app(redis_client):
-    limiter_reset()
-    gateway_token_cache_clear()
-    fail_open_reset()
-    _, token = gateway_token_create(name="edge-queue", actor="test")
-    yield HookClient(token)
-    gateway_token_cache_clear()
-    limiter_reset()
+    with hook_client("edge-queue") as client:
+        yield client
 
 
 def queued_tenant(*, max_wait_ms=10_000, guaranteed_tps=100, **limits):
@@ -46,6 +40,22 @@ def drain(t, tokens: int) -> None:
     d = limiter_authorize(pool_id=t.pool.pk, api_key=t.plaintext, request_id=uuid.uuid4().hex,
                           input_tokens=tokens // 2, max_output_tokens=tokens - tokens // 2)
     assert d.allowed, d
+
+
+def slot_hold(t, request_id: str, *, ends_in_ms: int = 300) -> None:
+    """Take one of the org's concurrency slots with a lease nobody renews or releases (it lives
+    600 s), whose progress says it ends in `ends_in_ms`: half of its 100 output tokens
+    delivered in as long. A request waiting for the slot is told about that ETA (queue.lua,
+    slot_eta) and waits; nothing frees the slot."""
+    d = limiter_authorize(pool_id=t.pool.pk, api_key=t.plaintext, request_id=request_id,
+                          input_tokens=10, max_output_tokens=100, lease_owner="gw-test",
+                          lease_id=f"sig-{request_id}", lease_for=f"{t.org.pk}.{t.key.pk}",
+                          lease_ttl_ms=600_000)
+    assert d.allowed and d.reserved_output_tokens == 100, d
+    now = clock.now_ms()
+    limiter_client().hset(pool_key(t.pool.pk, KEY.reservation, request_id), mapping={
+        RESERVATION.started: now - ends_in_ms, RESERVATION.progress: 50,
+        RESERVATION.progress_at: now})
 
 
 def body(t, **extra) -> dict:
@@ -131,7 +141,7 @@ def test_the_orgs_default_budget_applies_when_the_request_says_nothing(app):
 
 def test_a_client_that_goes_away_leaves_the_queue_at_once(app):
     t = queued_tenant(max_concurrency=1)
-    drain(t, 200)  # holds the one slot
+    slot_hold(t, "held")  # holds the one slot
     gone = asyncio.Event()
     sent = []
     payload = json.dumps(body(t, queue_threshold_ms=10_000)).encode()

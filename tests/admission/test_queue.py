@@ -9,31 +9,14 @@ import pytest
 
 from admission.engine.queue import QKEY, queue_key
 from admission.engine.waiting import queue_decide
-from quotas.limiter.connection import limiter_reset
 from quotas.limiter.schema import KEY
 from sluice.secrets import secret_digest
-from tests.aio import LoopThread, limiter_authorize
+from tests.admission.test_hook_queue import slot_hold
+from tests.aio import limiter_authorize
 from tests.factories import PoolFactory
 from tests.quotas.conftest import tenant_create
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def queue_redis(redis_client):
-    """A flushed Redis, fresh engine connections, the real clock."""
-    limiter_reset()
-    yield redis_client
-    limiter_reset()
-
-
-@pytest.fixture
-def loop():
-    thread = LoopThread()
-    yield thread
-    limiter_reset()
-    thread.run(asyncio.sleep(0.01))
-    thread.close()
 
 
 def ask(tenant, *, budget_ms, input_tokens=100, max_output_tokens=100, request_id=None,
@@ -55,6 +38,14 @@ def drain(tenant, tokens: int) -> None:
 
 def waiting(redis, pool_id) -> int:
     return int(redis.hget(queue_key(pool_id, QKEY.meta), "n") or 0)
+
+
+async def until_waiting(redis, pool_id) -> None:
+    """Until one request waits in the pool's queue (joins are script calls on the loop)."""
+    for _ in range(1000):
+        if waiting(redis, pool_id) == 1:
+            return
+        await asyncio.sleep(0.01)
 
 
 def test_a_request_that_fits_is_admitted_at_once(queue_redis, loop):
@@ -95,8 +86,8 @@ def test_an_eta_beyond_the_budget_is_refused_up_front_and_nothing_waits(queue_re
 
 def test_a_waiter_nobody_makes_room_for_is_refused_when_its_budget_ends(queue_redis, loop):
     tenant = tenant_create(guaranteed_tps=1000, burst_tps=1000, max_concurrency=1)
-    drain(tenant, 200)  # holds the one slot, never settled
-    outcome = loop.run(ask(tenant, budget_ms=1200))  # a slot's ETA: 1 s at most
+    slot_hold(tenant, "held")  # says it ends in 0.3 s, and holds the one slot for good
+    outcome = loop.run(ask(tenant, budget_ms=1200))
     assert outcome.decision.outcome == "queue_timeout"
     assert outcome.queued_ms is not None
     assert waiting(queue_redis, tenant.pool.pk) == 0
@@ -177,10 +168,7 @@ def test_a_key_held_by_its_own_slice_never_blocks_its_orgs_other_keys(queue_redi
     async def run():
         held = asyncio.ensure_future(ask(slow_tenant, budget_ms=20_000, request_id="held",
                                          input_tokens=25, max_output_tokens=25))
-        for _ in range(1000):  # until it waits
-            if waiting(queue_redis, t.pool.pk) == 1:
-                break
-            await asyncio.sleep(0.01)
+        await until_waiting(queue_redis, t.pool.pk)
         assert waiting(queue_redis, t.pool.pk) == 1
         other = await ask(t, budget_ms=20_000, request_id="other")  # the org's other key
         still = waiting(queue_redis, t.pool.pk)
@@ -196,14 +184,11 @@ def test_a_key_held_by_its_own_slice_never_blocks_its_orgs_other_keys(queue_redi
 
 def test_a_retry_of_a_waiting_request_keeps_its_one_place(queue_redis, loop):
     tenant = tenant_create(guaranteed_tps=1000, burst_tps=1000, max_concurrency=1)
-    drain(tenant, 200)  # holds the one slot
+    slot_hold(tenant, "held")  # holds the one slot
 
     async def run():
         first = asyncio.ensure_future(ask(tenant, budget_ms=1500, request_id="same"))
-        for _ in range(1000):
-            if waiting(queue_redis, tenant.pool.pk) == 1:
-                break
-            await asyncio.sleep(0.01)
+        await until_waiting(queue_redis, tenant.pool.pk)
         again = asyncio.ensure_future(ask(tenant, budget_ms=1500, request_id="same"))
         await asyncio.sleep(0.1)
         count = waiting(queue_redis, tenant.pool.pk)
@@ -221,14 +206,11 @@ def test_the_consoles_dashboard_shows_each_pools_queue_now(queue_redis, loop):
     tenant = tenant_create(guaranteed_tps=1000, burst_tps=1000, max_concurrency=1)
     tenant.pool.queue_max_wait_ms = 20_000
     tenant.pool.save()
-    drain(tenant, 200)  # holds the one slot
+    slot_hold(tenant, "held")  # holds the one slot
     client = console_client(_staff_in("operator"))
     held = asyncio.run_coroutine_threadsafe(ask(tenant, budget_ms=20_000, request_id="w1"),
                                             loop.loop)
-    for _ in range(1000):
-        if waiting(queue_redis, tenant.pool.pk) == 1:
-            break
-        loop.run(asyncio.sleep(0.01))
+    loop.run(until_waiting(queue_redis, tenant.pool.pk))
     page = client.get("/admin/").content.decode()
     loop.loop.call_soon_threadsafe(held.cancel)
     assert 'data-field="admission-queue">1 <small>requests waiting (200 tokens) from 1 org;' in (

@@ -10,8 +10,6 @@ from quotas.limiter.connection import limiter_reset
 
 # The same tests, collected again in this module: here `redis_client` is the cluster's.
 from tests.admission.test_queue import (  # noqa: F401
-    loop,
-    queue_redis,
     test_a_retry_of_a_waiting_request_keeps_its_one_place,
     test_a_waiter_nobody_makes_room_for_is_refused_when_its_budget_ends,
     test_an_eta_beyond_the_budget_is_refused_up_front_and_nothing_waits,

@@ -12,7 +12,7 @@ from admission.engine.waiting import queue_decide
 from quotas.hook.gateway_tokens import gateway_token_cache_clear, gateway_token_create
 from quotas.limiter.connection import LimiterUnavailable, limiter_client, limiter_reset
 from sluice.secrets import secret_digest
-from tests.admission.test_hook_queue import body, drain, queued_tenant
+from tests.admission.test_hook_queue import body, drain, queued_tenant, slot_hold
 from tests.aio import shared_loop
 from tests.private_redis import PrivateRedis
 from tests.quotas.hook.test_on_loop import URL
@@ -60,7 +60,7 @@ def test_a_redis_restart_answers_every_waiter_at_once(tmp_path, settings, db):
     loop = shared_loop()  # the served loop: a rebuild runs in the process's threads
     try:
         t = queued_tenant(guaranteed_tps=100, max_concurrency=1)
-        drain(t, 200)  # holds the one slot: the waiters wait for it
+        slot_hold(t, "held")  # holds the one slot: the waiters wait for it
 
         async def one():
             try:

@@ -230,14 +230,14 @@ def test_list_pages_use_a_constant_number_of_queries(operator_console, django_as
     # Session, user, OTP device and the user's two permission reads, then the page's own:
     # count + page (lists), pools + summaries + two live-use series (sums + pools each)
     # (pools), and on the dashboard: summaries, orgs by state, two live-use series, queue
-    # lengths, the speed board (pool speed, org speed, guarantees, org names), the pools'
-    # promises, next wave, three billing counts;
+    # lengths, the queue waits, the speed board (pool speed, org speed, guarantees, org
+    # names), the pools' promises, next wave, three billing counts;
     # org + allocations + keys + members + audit trail + the grant form's pools + quota
     # requests + usage buckets + speed + invoices + bookings not ended (org page).
     _count_queries(django_assert_num_queries, operator_console, "/admin/console/orgs/", 7)
     _count_queries(django_assert_num_queries, operator_console, "/admin/console/audit/", 7)
     _count_queries(django_assert_num_queries, operator_console, "/admin/console/pools/", 11)
-    _count_queries(django_assert_num_queries, operator_console, "/admin/", 21)
+    _count_queries(django_assert_num_queries, operator_console, "/admin/", 22)
     _count_queries(django_assert_num_queries, operator_console,
                    f"/admin/console/orgs/{org.pk}/", 16)
     _count_queries(django_assert_num_queries, operator_console,

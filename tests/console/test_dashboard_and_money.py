@@ -17,7 +17,7 @@ from billing.models import (
 )
 from console.selectors import pools_live_use
 from metering.models import UsageEvent, UsageHourly
-from metering.selectors import org_usage_buckets, pools_tps_series
+from metering.selectors import org_usage_buckets, pools_tps_series, pools_wait_series
 from orgs.models import AuditEvent, OrgStatus
 from rollout.models import PoolAdmission
 from tests.factories import (
@@ -31,11 +31,11 @@ from tests.waitlist import approved_application
 pytestmark = pytest.mark.django_db
 
 
-def _event(org, pool, *, finished_at, tokens: int, n: int):
+def _event(org, pool, *, finished_at, tokens: int, n: int, queued_ms: int | None = None):
     UsageEvent.objects.create(
         request_id=f"r-{n}", org=org, pool=pool, status="completed", input_tokens=tokens // 2,
         output_tokens=tokens - tokens // 2, started_at=finished_at - timedelta(seconds=1),
-        finished_at=finished_at)
+        finished_at=finished_at, queued_ms=queued_ms)
 
 
 def test_pool_tps_series_buckets_events_in_sql_with_empty_buckets_as_zero():
@@ -49,6 +49,24 @@ def test_pool_tps_series_buckets_events_in_sql_with_empty_buckets_as_zero():
                               until=since + timedelta(minutes=15))
     assert [tps for _, tps in series[pool.pk]] == [30.0, 0.0, 2.0]  # 9,000 / 300 s, -, 600/300
     assert [tps for _, tps in series[other.pk]] == [0.0, 0.0, 0.0]
+
+
+def test_pools_wait_series_gives_each_pool_where_requests_waited_its_waits_per_bucket():
+    pool, quiet = PoolFactory(queue_max_wait_ms=10_000), PoolFactory()
+    org = OrganizationFactory(status=OrgStatus.ACTIVE)
+    since = timezone.now().replace(second=0, microsecond=0) - timedelta(minutes=15)
+    for n, queued in enumerate((100, 300, None)):  # the last one did not wait
+        _event(org, pool, finished_at=since + timedelta(minutes=2), tokens=10, n=n,
+               queued_ms=queued)
+    _event(org, pool, finished_at=since + timedelta(minutes=12), tokens=10, n=3, queued_ms=40)
+    _event(org, quiet, finished_at=since + timedelta(minutes=2), tokens=10, n=4)
+    series = pools_wait_series(since=since, bucket=timedelta(minutes=5),
+                               until=since + timedelta(minutes=15))
+    assert list(series) == [pool.pk]
+    assert [(w.waited, w.p50_ms, w.p95_ms) for w in series[pool.pk]] == [
+        (2, 200.0, 290.0), (0, None, None), (1, 40.0, 40.0)]
+    assert [w.start for w in series[pool.pk]] == [since + timedelta(minutes=m)
+                                                  for m in (0, 5, 10)]
 
 
 def test_pool_tps_series_reads_hourly_rollups_for_hour_buckets():

@@ -16,7 +16,7 @@ from orgs.models import OrgStatus
 from quotas.models import Allocation
 from rollout.models import Application, PoolAdmission, QuotaRequest
 from rollout.quota_requests import quota_request_create
-from tests.e2e.conftest import screenshot
+from tests.e2e.conftest import main_page, screenshot
 from tests.factories import (
     PASSWORD,
     AllocationFactory,
@@ -228,3 +228,30 @@ def test_operator_bills_a_paid_months_late_usage_from_the_invoice_list(new_page)
     page.get_by_role("link", name=supplement.number).click()
     expect(page.locator(f"[data-supplements='{main.number}']")).to_contain_text(
         "billed in addition to it")
+
+
+def test_operator_sees_each_pools_admission_queue_waits(new_page):
+    """Ten requests admitted after waiting 100, 200, ... 1,000 ms in the last hour, and one
+    that did not wait: the pool's card says p50 550 ms and p95 955 ms (PostgreSQL's
+    percentile_cont), and charts them per 5 minutes against the pool's longest wait."""
+    pool = PoolFactory(region="eu-west", capacity_tps=1_000, queue_max_wait_ms=10_000)
+    org = OrganizationFactory(name="Queue Co", status=OrgStatus.ACTIVE)
+    AllocationFactory(org=org, pool=pool, guaranteed_tps=400, burst_tps=800)
+    now = timezone.now()
+    for i in range(11):
+        finished = now - timedelta(minutes=2 + i)
+        UsageEvent.objects.create(
+            request_id=f"waited-{i}", org=org, pool=pool, status="completed",
+            input_tokens=100, output_tokens=200, started_at=finished - timedelta(seconds=2),
+            finished_at=finished, queued_ms=None if i == 10 else 100 * (i + 1))
+    user, device = _operator()
+    page = new_page()
+    _signs_in(page, user, device)
+    card = page.locator(f"[data-pool='{pool.pk}']")
+    figures = card.locator("[data-field='queue-wait']")
+    expect(figures).to_have_text("550 ms p50, 955 ms p95, of 10 requests admitted after waiting")
+    chart = card.locator(f"[data-chart='pool{pool.pk}-wait']")
+    expect(chart).to_be_visible()
+    expect(chart.locator("canvas, svg").first).to_be_visible()  # drawn (static/charts.js)
+    expect(chart.locator("[data-limit='Longest wait']")).to_contain_text("10,000")
+    main_page(page, "console-dashboard-queue-wait")

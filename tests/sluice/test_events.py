@@ -73,6 +73,8 @@ def test_higher_apps_subscribe_to_what_metering_announces():
         billing_receivers.usage_month_retiring_received]
     assert metering_events.usage_days_compacting.receivers == [
         billing_receivers.usage_days_compacting_received]
+    assert metering_events.refusals_drained.receivers == [
+        webhooks_receivers.refusals_drained_received]
 
 
 def test_webhooks_subscribe_to_what_billing_announces():

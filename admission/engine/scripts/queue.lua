@@ -153,6 +153,9 @@ local function pump()
   end
   local next_at = false
   if next_retry then next_at = now + math.max(next_retry, 1) end
+  -- Stopped at its limit while still deciding: the next pump at once, not at the next retry
+  -- (none, when every decision admitted) or deadline.
+  if tries >= limit and (next(admitted) or next(refused)) then next_at = now end
   local first = redis.call('ZRANGE', DEADLINES, 0, 0, 'WITHSCORES')
   if first[2] and (not next_at or tonumber(first[2]) < next_at) then
     next_at = tonumber(first[2])
@@ -166,39 +169,110 @@ local function publish(message)
   return encoded
 end
 
--- The ETA of a request refused now: the tokens it misses (authorize's retry for the bucket
--- that refused it) and the tokens queued ahead of it, at the rate of what is guaranteed to it
--- (its org's guaranteed rate, not the burst, or its key's own rate for a key's slice); a
--- pool's headroom is not guaranteed to anyone: its ETA is the org's own guarantee's. A concurrency slot frees when a request ends:
--- its ETA is authorize's estimate. nil: it can never fit.
+-- When a concurrency slot frees for this request. Each in-flight request of its org (of its
+-- key, for a key's slice) ends by an expected instant. A lease's: its output still to come
+-- (its reserved output less its progress; past that, up to its max_output_tokens) at the rate
+-- it delivered so far, first token included; before any progress, from its start, the pool's
+-- TTFT ceiling and then its speed floor; overdue, that rest again from now. A plain
+-- reservation's: its expiry (Sluice knows nothing else of it). The request needs a slot for
+-- each request over the limit, plus one per waiter ahead of it: the ETA is the instant the
+-- n-th frees, a slot freed being taken by the next waiter for as long as this request expects
+-- to run. The SLOTS_READ soonest to expire are read: one not read is counted as never ending.
+local SLOTS_READ = 256
+local FLOOR_MS_PER_TOKEN = 1000 / math.max(tonumber(A.speed_floor_tps), 1)
+local TTFT_MS = tonumber(A.ttft_ceiling_ms)
+
+local function in_flight_end(rid, expires)
+  local r = redis.call('HMGET', key(KEY.reservation, rid), F.res.lease_owner, F.res.cost,
+                       F.res.input, F.res.progress, F.res.progress_at, F.res.started,
+                       F.res.output_bound)
+  if not r[1] then return expires end
+  local p, started, cost = num(r[4], 0), tonumber(r[6]), tonumber(r[2])
+  local at, rest = num(r[5], started), cost - num(r[3], cost) - p
+  if rest <= 0 then  -- it outran its estimate: its bound, else another estimate's worth
+    rest = tonumber(r[7]) >= 0 and tonumber(r[7]) - p or cost - num(r[3], cost)
+  end
+  local per_token, ends = FLOOR_MS_PER_TOKEN, nil
+  if p > 0 and at > started then
+    per_token = (at - started) / p
+    ends = at + rest * per_token
+  else
+    ends = started + TTFT_MS + rest * per_token
+  end
+  if ends < now then ends = now + rest * per_token end
+  return ends
+end
+
+local function slot_eta(d, org, key_id, digest)
+  local zset, limit, ahead
+  if d[D_SCOPE] == 'key' then
+    zset, ahead = key(KEY.key_inflight, key_id), redis.call('LLEN', key_q(digest))
+    limit = num(redis.call('HGET', key(KEY.key_slice, key_id), F.key.max_concurrency), 0)
+  else
+    local org_key = key(KEY.org, org)
+    zset, ahead = key(KEY.inflight, org), num(redis.call('HGET', META, 'n:' .. org), 0)
+    limit = select(2, org_limits_unpack(redis.call('HGET', org_key, F.layout.limits), org_key))
+  end
+  if limit <= 0 then return nil end
+  local held = redis.call('ZRANGEBYSCORE', zset, '(' .. A.now_ms, '+inf', 'WITHSCORES',
+                          'LIMIT', 0, SLOTS_READ)
+  local ends = {}
+  for i = 1, #held, 2 do ends[#ends + 1] = in_flight_end(held[i], tonumber(held[i + 1])) end
+  if #ends == 0 then return 1 end
+  table.sort(ends)
+  local active = #ends
+  if active == SLOTS_READ then active = redis.call('ZCOUNT', zset, '(' .. A.now_ms, '+inf') end
+  local n = math.max(active - limit, 0) + ahead + 1
+  local own = TTFT_MS + d[D_RESERVED_OUT] * FLOOR_MS_PER_TOKEN
+  local rounds = math.floor((n - 1) / #ends)
+  return math.ceil(ends[(n - 1) % #ends + 1] + rounds * own - now)
+end
+
+-- How long the org's guaranteed buckets take to hold the tokens queued in the org and the
+-- request's own: from their level now, at the guaranteed rates in force (bookings included),
+-- the output (or input and output metered together) and, metered apart, the input. Its burst
+-- and the pool's headroom are left out: other orgs may take the headroom first, and nobody
+-- takes an org's guarantee. nil: the org has no guarantee.
+local function guarantee_eta(d, org)
+  local org_key = key(KEY.org, org)
+  local output, input = org_guarantee_at(org_key, now)
+  if (output or 0) <= 0 then return nil end
+  local v = redis.call('HMGET', org_key, F.layout.limits, F.layout.levels)
+  local limits = {org_limits_unpack(v[1], org_key)}
+  local g, _, gi, _, at = org_levels_unpack(v[2], org_key)
+  local ahead = num(redis.call('HGET', META, 'c:' .. org), 0)
+  local function filled(rate, capacity, level, own)
+    level = refill(rate, capacity, level, at or now, now)
+    return math.max(0, math.ceil((ahead + own - level) * 1000 / rate))
+  end
+  local apart = (input or 0) > 0 and limits[7] > 0
+  local eta = filled(output, limits[4], g, apart and d[D_RESERVED_OUT] or d[D_RESERVED])
+  if apart then eta = math.max(eta, filled(input, limits[8], gi, d[D_RESERVED_IN])) end
+  return eta
+end
+
+-- The ETA of a request refused now. Refused by its org's TPS or the pool's capacity: when its
+-- org's guarantee alone pays for it and for what is queued ahead of it in the org
+-- (guarantee_eta); an org without a guarantee gets authorize's retry, an estimate (it counts
+-- on the shared headroom). Refused by its key's slice: the tokens it misses in the key's
+-- bucket (authorize's retry) and those queued ahead of it in the key, at the key's rate. A
+-- concurrency shortfall: when its slot frees (slot_eta), and its tokens are there by then.
+-- nil: it can never fit.
 local function eta_of(d, org, key_id, digest)
   local retry = num(d[D_RETRY], false)
   if not retry then return nil end
-  if d[D_OUTCOME] == 'concurrency_exceeded' then return retry end
-  local m = redis.call('HMGET', META, 'c:' .. org, 'ck:' .. digest)
-  local rate, ahead
+  if d[D_OUTCOME] == 'concurrency_exceeded' then
+    local slot = slot_eta(d, org, key_id, digest)
+    return slot and math.max(slot, guarantee_eta(d, org) or 0)
+  end
   if d[D_SCOPE] == 'key' then
     local r = redis.call('HMGET', key(KEY.key_slice, key_id), F.key.output_rate,
                          F.key.input_rate)
-    rate = num(d[D_LIMIT] == 'input' and r[2] or r[1], 0)
-    ahead = num(m[2], 0)
-  else
-    local org_key = key(KEY.org, org)
-    local output, input = org_guarantee_at(org_key, now)
-    local input_apart = d[D_LIMIT] == 'input' and (input or 0) > 0
-    rate = input_apart and input or (output or 0)
-    ahead = num(m[1], 0)
-    if d[D_OUTCOME] == 'pool_capacity_exhausted' and rate > 0 then
-      return math.max(retry, math.ceil((ahead + d[D_RESERVED]) * 1000 / rate))
-    end
-    if rate > 0 then  -- authorize's retry counts on the burst too: at the guarantee alone
-      local limits = {org_limits_unpack(redis.call('HGET', org_key, F.layout.limits), org_key)}
-      local burst = (input_apart and limits[9] or limits[5]) or 0
-      retry = math.ceil(retry * (rate + burst) / rate)
-    end
+    local rate = num(d[D_LIMIT] == 'input' and r[2] or r[1], 0)
+    if rate <= 0 then return retry end
+    return retry + math.ceil(num(redis.call('HGET', META, 'ck:' .. digest), 0) * 1000 / rate)
   end
-  if rate <= 0 then return retry end
-  return retry + math.ceil(ahead * 1000 / rate)
+  return guarantee_eta(d, org) or retry
 end
 
 local rid = A.request_id
@@ -221,9 +295,10 @@ if A.op == 'leave' then  -- the waiter's deadline, or its client went away
 end
 
 -- join
-local v = redis.call('HMGET', w, 's', 'r', 'dl')
+local v = redis.call('HMGET', w, 's', 'r', 'dl', 'o', 'k')
 if v[1] == 'w' then  -- the same request again (a retry): it keeps its place
-  return {'queued', false, 0, tonumber(v[3]) - now, false, false}
+  local who = cjson.encode({'queued', tonumber(v[4]), tonumber(v[5])})
+  return {'queued', who, 0, tonumber(v[3]) - now, false, false}
 elseif v[1] == 'a' or v[1] == 'r' then
   return {'done', v[2], 0, 0, false, false}
 end
@@ -264,6 +339,6 @@ if admits(d) then  -- it fits now, but others wait: their order decides
   local encoded = publish(message)
   local s = redis.call('HMGET', w, 's', 'r')
   if s[1] ~= 'w' then return {'done', s[2], 0, budget, message.n, encoded} end
-  return {'queued', false, eta, budget, message.n, encoded}
+  return {'queued', cjson.encode(d), eta, budget, message.n, encoded}
 end
-return {'queued', false, eta, budget, now + math.max(num(d[D_RETRY], 1), 1), false}
+return {'queued', cjson.encode(d), eta, budget, now + math.max(num(d[D_RETRY], 1), 1), false}
