@@ -252,9 +252,9 @@ def _columns(rows: list[_Row]) -> dict[str, list]:
 
 # A real event replaces the interrupted record of its request (docs/hook.md, Leases), and so
 # does an interrupted one with more output (a gateway's spool knows more than the sweep's
-# checkpoint): the record's key is locked (a concurrent batch replacing it waits), its event
-# deleted, its rollup taken out and its key deleted, in the batch's transaction, before the
-# batch claims the key anew.
+# checkpoint). Once the batch's insert has skipped its request_id, the record's key is locked
+# (a concurrent batch replacing it waits), its event deleted, its rollup taken out and its key
+# deleted, in the batch's transaction, and the batch claims the key anew.
 _INTERRUPTED_LOCK_SQL = """
 SELECT request_id, interrupted_started_at FROM quotas_usageeventkey
 WHERE request_id = ANY(%(request_ids)s) AND interrupted_started_at IS NOT NULL
@@ -283,10 +283,6 @@ UPDATE quotas_usagehourly SET requests = requests - 1, errors = errors - 1,
 WHERE org_id = %(org_id)s AND pool_id = %(pool_id)s
   AND api_key_id IS NOT DISTINCT FROM %(api_key_id)s AND hours = %(hours)s AND hour = %(hour)s
   AND interrupted >= 1 AND input_tokens >= %(input_tokens)s AND output_tokens >= %(output_tokens)s
-"""
-_INTERRUPTED_KEYS_SQL = """
-SELECT request_id FROM quotas_usageeventkey
-WHERE request_id = ANY(%(request_ids)s) AND interrupted_started_at IS NOT NULL
 """
 
 
@@ -333,20 +329,21 @@ def _interrupted_remove(cursor, rows: list[_Row]) -> list[_Removed]:
 
 def _insert(cursor, rows: list[_Row], received_at: datetime) -> tuple[set[str], list[_Removed]]:
     """Insert the batch, replacing interrupted records: the request_ids inserted, and the
-    interrupted records removed. A record committed by a concurrent batch (the sweep) after
-    this one looked is found when the insert skips its request_id, and replaced then."""
+    interrupted records removed. Interrupted records are looked for only among the request_ids
+    the insert skipped (recorded before: by an earlier batch, or the sweep, committed meanwhile
+    or not), so a batch of new events costs one statement, and a batch replacing some, four
+    more (locked, the event and the key deleted, the rollup taken out) and the insert again."""
     inserted, removed, pending = set(), [], rows
-    for _ in range(2):
-        removed += _interrupted_remove(cursor, pending)
+    for attempt in range(2):
+        if attempt:
+            replaced = _interrupted_remove(cursor, pending)
+            if not replaced:
+                break
+            removed += replaced
         cursor.execute(_INSERT_SQL, {**_columns(pending), "received_at": received_at})
         got = {request_id for (request_id,) in cursor.fetchall()}
         inserted |= got
-        skipped = sorted(r.event.request_id for r in pending if r.event.request_id not in got)
-        if not skipped:
-            break
-        cursor.execute(_INTERRUPTED_KEYS_SQL, {"request_ids": skipped})
-        again = {request_id for (request_id,) in cursor.fetchall()}
-        pending = [r for r in pending if r.event.request_id in again]
+        pending = [r for r in pending if r.event.request_id not in got]
         if not pending:
             break
     return inserted, removed

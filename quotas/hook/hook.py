@@ -11,6 +11,8 @@ with authorize's checks and error answers around it.
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from functools import cache
+from typing import NamedTuple
 
 from django.db import InterfaceError, OperationalError
 
@@ -22,7 +24,7 @@ from quotas.hook.headers import ratelimit_headers, tokens_refill_tps
 from quotas.hook.inputs import AuthorizeInput, BadInput, authorize_input, json_body
 from quotas.hook.metrics import AUTHORIZE_SECONDS, DECISIONS, LIMITER_ERRORS
 from quotas.hook.refusals import refusal_count, refusal_counted
-from quotas.hook.reservations import reservation_id_issue
+from quotas.hook.reservations import SIGNATURE_LENGTH, reservation_id_issue
 from quotas.hook.routing import (
     SERVICE_TIER_OF,
     TIERS_SERVING,
@@ -121,10 +123,12 @@ def hook_handler(handle: Callable[[object, GatewayIdentity], Answer], histogram)
     return handler
 
 
-def lease_answer(*, lease_id: str, ttl_ms: int) -> dict:
-    """authorize's `lease` (docs/hook.md, Leases): a heartbeat every third of the TTL leaves
-    two chances before expiry; 2-5 s keeps it cheap and the loss of a lease prompt."""
-    return {"id": lease_id, "ttl_ms": ttl_ms, "heartbeat_ms": min(5000, max(2000, ttl_ms // 3))}
+@cache
+def lease_heartbeat_ms(ttl_ms: int) -> int:
+    """The heartbeat interval authorize's `lease` advises (docs/hook.md, Leases): every third
+    of the TTL leaves two chances before expiry; 2-5 s keeps it cheap and the loss of a lease
+    prompt. Cached: a pool has one TTL, and this runs once per lease."""
+    return min(5000, max(2000, ttl_ms // 3))
 
 
 def _decision_answer(d: Decision, *, route: PoolRoute, reservation_id: str | None,
@@ -143,7 +147,9 @@ def _decision_answer(d: Decision, *, route: PoolRoute, reservation_id: str | Non
         if dry_run:
             body["dry_run"] = True
         elif d.lease_ttl_ms:
-            body["lease"] = lease_answer(lease_id=reservation_id, ttl_ms=d.lease_ttl_ms)
+            ttl_ms = d.lease_ttl_ms
+            body["lease"] = {"id": reservation_id, "ttl_ms": ttl_ms,
+                             "heartbeat_ms": lease_heartbeat_ms(ttl_ms)}
     else:
         status, message = messages.REFUSALS[d.outcome]
         headers = ratelimit_headers(d) if d.tokens_limit or d.requests_limit else None
@@ -198,9 +204,18 @@ NOT_HERE = frozenset({"no_allocation", "invalid_api_key"})
 # stale one answers TIER_MISMATCH and is corrected), so its size is bounded by clearing.
 KEY_TIER_HINTS_MAX = 50_000
 _key_tier_hints: dict[str, str] = {}
-# API-key digest -> (org id, key id), as the last decision said: a lease's id is then signed
-# before the decision, and authorize maps it in the same call (checked there; else lease_map).
-_key_owners: dict[str, tuple[int, int]] = {}
+
+
+class _KeyOwner(NamedTuple):
+    org_id: int
+    api_key_id: int
+    signed_for: str  # "<org>.<key>", as authorize.lua compares it: built once per key
+
+
+# API-key digest -> its owner, as the last decision said: a lease's id is then signed before
+# the decision, and authorize maps it in the same call (checked there; else lease_map).
+_key_owners: dict[str, _KeyOwner] = {}
+_NOT_SIGNED = ("", "", "")
 
 
 def _lease_signed(ask: AuthorizeInput, digest: str, pool_id: int) -> tuple[str, str, str]:
@@ -208,10 +223,19 @@ def _lease_signed(ask: AuthorizeInput, digest: str, pool_id: int) -> tuple[str, 
     known here, else ("", "", "")."""
     owner = _key_owners.get(digest) if ask.lease_owner and not ask.dry_run else None
     if owner is None:
-        return "", "", ""
-    reservation_id = reservation_id_issue(pool_id=pool_id, org_id=owner[0],
-                                          api_key_id=owner[1], request_id=ask.request_id)
-    return reservation_id, reservation_id.rpartition("_")[2], f"{owner[0]}.{owner[1]}"
+        return _NOT_SIGNED
+    reservation_id = reservation_id_issue(pool_id=pool_id, org_id=owner.org_id,
+                                          api_key_id=owner.api_key_id,
+                                          request_id=ask.request_id)
+    return reservation_id, reservation_id[-SIGNATURE_LENGTH:], owner.signed_for
+
+
+def _key_owner_learn(digest: str, d: Decision) -> None:
+    """Remember who owns the key of a lease its decision could not map (not signed, or signed
+    for another owner): its next leases are signed before the decision."""
+    if len(_key_owners) >= KEY_TIER_HINTS_MAX:
+        _key_owners.clear()
+    _key_owners[digest] = _KeyOwner(d.org_id, d.api_key_id, f"{d.org_id}.{d.api_key_id}")
 
 
 def _candidates(routes: list[PoolRoute], service_tier: str, hint: str) -> list[PoolRoute]:
@@ -225,8 +249,6 @@ async def _decide(ask: AuthorizeInput, route: PoolRoute, digest: str, hint: str,
     """One pool's decision: the admission queue's where the pool has one and the request may
     wait (its budget, or its key's or org's default), else authorize's. `waits`: route ->
     what the queue said."""
-    lease = {"lease_owner": ask.lease_owner, "lease_id": signature, "lease_for": signed_for,
-             "lease_ttl_ms": route.lease_ttl_ms}
     if _queue is not None and route.queue_max_wait_ms and ask.queue_threshold_ms \
             and not ask.dry_run:
         queued = await _queue(
@@ -235,14 +257,16 @@ async def _decide(ask: AuthorizeInput, route: PoolRoute, digest: str, hint: str,
             max_output_tokens=ask.max_output_tokens, tier=ask.service_tier, key_tier=hint,
             pool_tier=route.tier, budget_ms=ask.queue_threshold_ms,
             max_wait_ms=route.queue_max_wait_ms, speed_floor_tps=route.speed_floor_output_tps,
-            ttft_ceiling_ms=route.ttft_ceiling_ms, **lease)
+            ttft_ceiling_ms=route.ttft_ceiling_ms, lease_owner=ask.lease_owner,
+            lease_id=signature, lease_for=signed_for, lease_ttl_ms=route.lease_ttl_ms)
         waits[route] = queued
         return queued.decision
     return await limiter_authorize(
         pool_id=route.pool_id, api_key=ask.api_key, digest=digest,
         request_id=ask.request_id, input_tokens=ask.input_tokens,
         max_output_tokens=ask.max_output_tokens, tier=ask.service_tier,
-        key_tier=hint, pool_tier=route.tier, dry_run=ask.dry_run, **lease)
+        key_tier=hint, pool_tier=route.tier, dry_run=ask.dry_run, lease_owner=ask.lease_owner,
+        lease_id=signature, lease_for=signed_for, lease_ttl_ms=route.lease_ttl_ms)
 
 
 async def _limiter_decide(ask: AuthorizeInput, routes: list[PoolRoute], waits: dict
@@ -261,11 +285,8 @@ async def _limiter_decide(ask: AuthorizeInput, routes: list[PoolRoute], waits: d
                 d = await _decide(ask, route, digest, hint, waits, signature, signed_for)
             except LimiterUnavailable as exc:
                 raise LimiterUnavailable(route) from exc
-            if (ask.lease_owner and d.api_key_id
-                    and _key_owners.get(digest) != (d.org_id, d.api_key_id)):
-                if len(_key_owners) >= KEY_TIER_HINTS_MAX:
-                    _key_owners.clear()
-                _key_owners[digest] = (d.org_id, d.api_key_id)
+            if ask.lease_owner and d.api_key_id and not d.lease_mapped:
+                _key_owner_learn(digest, d)
             if d.key_tier and d.key_tier != hint:
                 if len(_key_tier_hints) >= KEY_TIER_HINTS_MAX:
                     _key_tier_hints.clear()

@@ -14,6 +14,7 @@ from functools import cache, lru_cache
 
 from django.conf import settings
 
+SIGNATURE_LENGTH = 20  # hex digits: an id ends in its signature
 _FORMAT = re.compile(r"^rsv_(\d{1,18})_(\d{1,18})_(\d{0,18})_([0-9a-f]{20})$")
 
 
@@ -37,7 +38,7 @@ def _signer() -> hmac.HMAC:
 def _signature(prefix: bytes, request_id: str) -> str:
     mac = _signer().copy()  # the original is never updated: threads may copy it at once
     mac.update(prefix + request_id.encode())
-    return mac.hexdigest()[:20]
+    return mac.hexdigest()[:SIGNATURE_LENGTH]
 
 
 def reservation_id_issue(*, pool_id: int, org_id: int, api_key_id: int | None,
