@@ -129,7 +129,8 @@ class Gateway:
         self.sluice_transport = sluice_transport
         self.sluice: AsyncSluiceClient | None = None
         self._upstream_pools: dict[str, Http1Pool] = {}
-        self._upstream_lines: dict[Upstream, bytes] = {}
+        # per upstream: its pool, base path and encoded header lines
+        self._upstream_routes: dict[Upstream, tuple[Http1Pool, str, bytes]] = {}
         self._auth_logged: dict[str, float] = {}  # upstream URL -> when its refusal was logged
         self.keys = KeyVerdicts()
         self._models: tuple[float, list[str]] | None = None
@@ -388,13 +389,14 @@ class Gateway:
                              attempt: Attempt) -> Response:
         """The upstream's answer once its headers are in; the body is the caller's to read,
         then to release (or close)."""
-        lines = self._upstream_lines.get(upstream)
-        if lines is None:  # the same on every request to this upstream: encoded once
+        route = self._upstream_routes.get(upstream)
+        if route is None:  # the same on every request to this upstream: made once
             headers = {"content-type": "application/json"}
             if upstream.api_key:
                 headers["authorization"] = f"Bearer {upstream.api_key}"
-            lines = self._upstream_lines[upstream] = header_lines(headers)
-        pool, base = self._upstream_pool(upstream.base_url)
+            route = self._upstream_routes[upstream] = (
+                *self._upstream_pool(upstream.base_url), header_lines(headers))
+        pool, base, lines = route
         return await pool.request(
             "POST", base + path, body=orjson.dumps(body),
             headers=lines + b"x-request-id: " + attempt.request_id.encode() + b"\r\n")
