@@ -21,6 +21,7 @@ gateway read a large body.
 
 import asyncio
 import hashlib
+import logging
 import os
 import time
 import uuid
@@ -61,6 +62,17 @@ KEY_CHECK_BODY_BYTES = 256 * 1024
 SLUICE_FIELDS = ("service_tier",)
 SERVICE_TIERS = {"auto", "default", "priority"}
 OTHER_MODEL = "other"  # the metrics' model label for a model no pool serves
+# The upstream's answers that refuse the gateway's own credential (the caller's key never
+# reaches the upstream): the operator's problem, never passed to the caller as theirs.
+UPSTREAM_AUTH_REFUSALS = (401, 403)
+# At most one log line per upstream in this many seconds about its refused credential.
+UPSTREAM_AUTH_LOG_SECONDS = 60.0
+# The metrics' outcome of each failure code (a few labels, not one per code).
+FAILURE_OUTCOMES = {"upstream_unreachable": "upstream_error",
+                    "upstream_unconfigured": "upstream_error",
+                    "upstream_auth_failed": "upstream_error"}
+
+logger = logging.getLogger("gateway")
 
 
 def key_digest(api_key: str) -> bytes:
@@ -117,7 +129,9 @@ class Gateway:
         self.sluice_transport = sluice_transport
         self.sluice: AsyncSluiceClient | None = None
         self._upstream_pools: dict[str, Http1Pool] = {}
-        self._upstream_lines: dict[Upstream, bytes] = {}
+        # per upstream: its pool, base path and encoded header lines
+        self._upstream_routes: dict[Upstream, tuple[Http1Pool, str, bytes]] = {}
+        self._auth_logged: dict[str, float] = {}  # upstream URL -> when its refusal was logged
         self.keys = KeyVerdicts()
         self._models: tuple[float, list[str]] | None = None
         self.served_models: set[str] = set()  # the models pools were seen serving
@@ -327,7 +341,7 @@ class Gateway:
                                        client_wants_usage=client_wants_usage
                                        or operation != "chat", headers=headers)
                 if response.status != 200:
-                    return await self._upstream_refused(attempt, response, ids)
+                    return await self._upstream_refused(attempt, upstream, response, ids)
                 return await self._whole(attempt, response, headers)
             except TimeoutError:
                 return self._upstream_failed(attempt, 504, "upstream_timeout",
@@ -375,27 +389,35 @@ class Gateway:
                              attempt: Attempt) -> Response:
         """The upstream's answer once its headers are in; the body is the caller's to read,
         then to release (or close)."""
-        lines = self._upstream_lines.get(upstream)
-        if lines is None:  # the same on every request to this upstream: encoded once
+        route = self._upstream_routes.get(upstream)
+        if route is None:  # the same on every request to this upstream: made once
             headers = {"content-type": "application/json"}
             if upstream.api_key:
                 headers["authorization"] = f"Bearer {upstream.api_key}"
-            lines = self._upstream_lines[upstream] = header_lines(headers)
-        pool, base = self._upstream_pool(upstream.base_url)
+            route = self._upstream_routes[upstream] = (
+                *self._upstream_pool(upstream.base_url), header_lines(headers))
+        pool, base, lines = route
         return await pool.request(
             "POST", base + path, body=orjson.dumps(body),
             headers=lines + b"x-request-id: " + attempt.request_id.encode() + b"\r\n")
 
-    async def _upstream_refused(self, attempt: Attempt, response: Response,
-                                ids: dict) -> Answer:
+    async def _upstream_refused(self, attempt: Attempt, upstream: Upstream,
+                                response: Response, ids: dict) -> Answer:
         """The upstream answered an error: its 4xx reach the caller as they are (the request
-        was bad), its 5xx become a 502. Either way nothing was served."""
+        was bad), its 5xx become a 502, and so does its refusal of the gateway's credential.
+        Either way nothing was served."""
         try:
             raw = await response.read()
         except (TimeoutError, HttpError):
             raw = b""
         finally:
             response.release()
+        if response.status in UPSTREAM_AUTH_REFUSALS:
+            self._upstream_auth_log(upstream, response.status, raw)
+            return self._upstream_failed(
+                attempt, 502, "upstream_auth_failed",
+                f"The upstream refused this gateway's own credential (HTTP "
+                f"{response.status}); the gateway's operator must fix it.", ids, retry=False)
         if response.status >= 500:
             return self._upstream_failed(
                 attempt, 502, "upstream_error",
@@ -406,13 +428,24 @@ class Gateway:
                                                       "application/json").encode("latin-1"))
 
     def _upstream_failed(self, attempt: Attempt, status: int, code: str, message: str,
-                         headers: dict) -> Answer:
-        self.attempt_finish(attempt, status="failed", outcome=code.replace(
-            "upstream_unreachable", "upstream_error").replace(
-            "upstream_unconfigured", "upstream_error"))
+                         headers: dict, *, retry: bool = True) -> Answer:
+        self.attempt_finish(attempt, status="failed", outcome=FAILURE_OUTCOMES.get(code, code))
         return error_response(status=status, message=message, code=code,
                               headers={"x-request-id": headers["x-request-id"],
-                                       "x-should-retry": "true"})
+                                       "x-should-retry": "true" if retry else "false"})
+
+    def _upstream_auth_log(self, upstream: Upstream, status: int, raw: bytes) -> None:
+        """Tell the operator, once a minute per upstream: every request fails until fixed."""
+        at = time.monotonic()
+        if at - self._auth_logged.get(upstream.base_url, -UPSTREAM_AUTH_LOG_SECONDS) < (
+                UPSTREAM_AUTH_LOG_SECONDS):
+            return
+        self._auth_logged[upstream.base_url] = at
+        logger.error("the upstream %s refused the gateway's credential (HTTP %s: %s); set "
+                     "GATEWAY_UPSTREAM_API_KEY (or the api_key in GATEWAY_UPSTREAMS) to a key "
+                     "it accepts%s", upstream.base_url, status,
+                     raw[:200].decode("utf-8", "replace"),
+                     "" if upstream.api_key else " (none is set)")
 
     def attempt_finish(self, attempt: Attempt, *, status: str, outcome: str) -> None:
         """Queue the attempt's usage (never waits: batches leave in the background)."""

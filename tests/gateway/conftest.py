@@ -73,7 +73,8 @@ def stored_event(request_id: str) -> UsageEvent:
 
 
 def sluice_stack(*, sluice_url: str, tmp_path, limits: dict, sim_config: SimConfig | None = None,
-                 upstream_timeout: float = 2.0, max_body_bytes: int | None = None):
+                 upstream_timeout: float = 2.0, max_body_bytes: int | None = None,
+                 upstream_api_key: str = UPSTREAM_SECRET):
     limiter_reset()
     gateway_token_cache_clear()
     tenant = tenant_create(**limits)
@@ -84,7 +85,7 @@ def sluice_stack(*, sluice_url: str, tmp_path, limits: dict, sim_config: SimConf
     sim = ServerThread(sim_app(config)).start()
     gateway = ServerThread(create_app(GatewayConfig(
         sluice_url=sluice_url, gateway_token=token,
-        upstreams={"*": Upstream(sim.url + "/v1", UPSTREAM_SECRET)},
+        upstreams={"*": Upstream(sim.url + "/v1", upstream_api_key)},
         spool_path=str(tmp_path / "usage.jsonl"), upstream_timeout=upstream_timeout,
         usage_flush_interval=0.05,
         **({"max_body_bytes": max_body_bytes} if max_body_bytes else {})))).start()

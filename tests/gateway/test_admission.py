@@ -101,6 +101,32 @@ def test_upstream_failure_is_a_502_recorded_failed(stack):
     assert (event.status, event.output_tokens) == ("failed", 0)
 
 
+@pytest.mark.parametrize("upstream_api_key", ["", "sk-not-the-upstreams"])
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_upstream_refusing_the_gateways_credential_is_a_502_billed_nothing(
+        stack_factory, caplog, upstream_api_key, stream):
+    # One request at a time: the second is admitted only if the first one's slot was freed.
+    stack = stack_factory(limits={"guaranteed_tps": 5_000, "burst_tps": 5_000,
+                                  "daily_tokens": 10**7, "max_concurrency": 1},
+                          upstream_api_key=upstream_api_key)
+    statuses: list = []
+    client = counting_client(stack, statuses, max_retries=3)
+    for _ in range(2):
+        with pytest.raises(openai.InternalServerError) as failed:
+            client.chat.completions.create(model=stack.model, messages=HELLO, stream=stream)
+        assert (failed.value.status_code, failed.value.code) == (502, "upstream_auth_failed")
+    # The caller's key is fine and retrying cannot help: the SDK is told not to.
+    assert [s for s, _ in statuses] == [502, 502]
+    assert statuses[0][1]["x-should-retry"] == "false"
+    for _, headers in statuses:
+        event = stored_event(headers["x-request-id"])
+        assert (event.status, event.input_tokens, event.output_tokens) == ("failed", 0, 0)
+    told = [r for r in caplog.records if r.name == "gateway" and "GATEWAY_UPSTREAM_API_KEY"
+            in r.getMessage()]
+    assert len(told) == 1 and told[0].levelname == "ERROR"  # once a minute, not per request
+    assert stack.sim.url in told[0].getMessage()
+
+
 def test_upstream_stall_is_a_504_recorded_failed(stack):
     statuses: list = []
     with pytest.raises(openai.APIStatusError) as failed:
