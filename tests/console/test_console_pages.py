@@ -38,10 +38,10 @@ def test_speed_panels_read_a_fixed_number_of_queries(operator_console, django_as
         AllocationFactory(org=org, pool=pool, guaranteed_tps=1_000, burst_tps=2_000)
         _traffic(org, pool, n=3, output_tps=650.0 if i else 200.0)
     operator_console.get("/admin/")
-    # Session, user, device, the two permission reads, and the dashboard's 16: summaries,
-    # orgs by state, live use (2 x 2), queue lengths, speed board (4), pools, next wave,
-    # billing counts (3).
-    with django_assert_num_queries(21):
+    # Session, user, device, the two permission reads, and the dashboard's 17: summaries,
+    # orgs by state, live use (2 x 2), queue lengths, queue waits, speed board (4), pools,
+    # next wave, billing counts (3).
+    with django_assert_num_queries(22):
         page = operator_console.get("/admin/").content.decode()
     assert page.count("data-speed-org=") == orgs
     assert 'class="below-floor">200.0' in page  # the slow org's output speed, flagged
