@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import orjson
+from asgi_scope import asgi_post_scope
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -29,13 +30,7 @@ from gateway.asgi import Request, json_answer  # noqa: E402
 
 BODY = orjson.dumps({"model": "m", "messages": [{"role": "user", "content": "hello"}]})
 ANSWER = {"id": "x", "object": "chat.completion", "choices": []}
-SCOPE = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
-         "scheme": "http", "path": "/v1/chat/completions", "raw_path": b"/v1/chat/completions",
-         "query_string": b"", "root_path": "", "server": ("127.0.0.1", 8080),
-         "client": ("127.0.0.1", 50000),
-         "headers": [(b"host", b"127.0.0.1"), (b"authorization", b"Bearer sk_x"),
-                     (b"content-type", b"application/json"),
-                     (b"content-length", str(len(BODY)).encode())]}
+SCOPE = asgi_post_scope("/v1/chat/completions", BODY, key="sk_x")
 
 
 def starlette_app():

@@ -26,6 +26,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from asgi_scope import asgi_post_scope
+
 ROOT = Path(__file__).resolve().parent.parent
 WARM = 300
 AUTHORIZE = (b'{"allowed":true,"reservation_id":"res_0123456789abcdef","org":7,'
@@ -43,13 +45,7 @@ ANSWER = (b'{"id":"chatcmpl-x","object":"chat.completion","created":1,"model":"m
           b'"total_tokens":22},"service_tier":"priority"}')
 BODY = (b'{"model":"m1","max_tokens":8,"messages":[{"role":"user",'
         b'"content":"Say hello in a few words."}]}')
-SCOPE = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
-         "scheme": "http", "path": "/v1/chat/completions", "raw_path": b"/v1/chat/completions",
-         "query_string": b"", "root_path": "", "server": ("127.0.0.1", 8080),
-         "client": ("127.0.0.1", 50000),
-         "headers": [(b"host", b"127.0.0.1:8080"), (b"authorization", b"Bearer sk_bench_key"),
-                     (b"content-type", b"application/json"),
-                     (b"content-length", str(len(BODY)).encode())]}
+SCOPE = asgi_post_scope("/v1/chat/completions", BODY, key="sk_bench_key")
 
 
 class CannedUpstream:
