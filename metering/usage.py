@@ -327,25 +327,23 @@ def _interrupted_remove(cursor, rows: list[_Row]) -> list[_Removed]:
     return removed
 
 
+def _insert_rows(cursor, rows: list[_Row], received_at: datetime) -> set[str]:
+    """One INSERT of `rows`, skipping the request_ids already recorded: those it inserted."""
+    cursor.execute(_INSERT_SQL, {**_columns(rows), "received_at": received_at})
+    return {request_id for (request_id,) in cursor.fetchall()}
+
+
 def _insert(cursor, rows: list[_Row], received_at: datetime) -> tuple[set[str], list[_Removed]]:
     """Insert the batch, replacing interrupted records: the request_ids inserted, and the
     interrupted records removed. Interrupted records are looked for only among the request_ids
     the insert skipped (recorded before: by an earlier batch, or the sweep, committed meanwhile
     or not), so a batch of new events costs one statement, and a batch replacing some, four
     more (locked, the event and the key deleted, the rollup taken out) and the insert again."""
-    inserted, removed, pending = set(), [], rows
-    for attempt in range(2):
-        if attempt:
-            replaced = _interrupted_remove(cursor, pending)
-            if not replaced:
-                break
-            removed += replaced
-        cursor.execute(_INSERT_SQL, {**_columns(pending), "received_at": received_at})
-        got = {request_id for (request_id,) in cursor.fetchall()}
-        inserted |= got
-        pending = [r for r in pending if r.event.request_id not in got]
-        if not pending:
-            break
+    inserted = _insert_rows(cursor, rows, received_at)
+    skipped = [r for r in rows if r.event.request_id not in inserted]
+    removed = _interrupted_remove(cursor, skipped) if skipped else []
+    if removed:  # the replaced records' keys are gone: their events claim them now
+        inserted |= _insert_rows(cursor, skipped, received_at)
     return inserted, removed
 
 

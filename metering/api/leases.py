@@ -17,7 +17,6 @@ from django.urls import path
 from drf_spectacular.utils import OpenApiExample, extend_schema
 from prometheus_client import Histogram
 from rest_framework import serializers
-from rest_framework.views import APIView
 
 from quotas.hook import messages, schema
 from quotas.hook.asgi import Answer
@@ -183,11 +182,7 @@ _LEASE_EXAMPLE = OpenApiExample("request", request_only=True, value={
     "leases": [{"id": "rsv_3_17_42_0a1b2c3d4e5f60718293", "delivered_output_tokens": 812}]})
 
 
-class LeaseHeartbeatSchema(APIView):
-    authentication_classes = [schema.GatewayTokenAuthentication]
-    permission_classes: list = []
-    parser_classes = schema.AuthorizeSchema.parser_classes
-
+class LeaseHeartbeatSchema(schema.HookSchemaView):
     @extend_schema(
         operation_id="gateway_lease_heartbeat", tags=["gateway"],
         summary="Renew a gateway process's leases, with their progress",
@@ -201,11 +196,7 @@ class LeaseHeartbeatSchema(APIView):
         raise NotImplementedError("served by lease_heartbeat (config/asgi.py)")
 
 
-class LeaseReleaseSchema(APIView):
-    authentication_classes = [schema.GatewayTokenAuthentication]
-    permission_classes: list = []
-    parser_classes = schema.AuthorizeSchema.parser_classes
-
+class LeaseReleaseSchema(schema.HookSchemaView):
     @extend_schema(
         operation_id="gateway_lease_release", tags=["gateway"],
         summary="Release leases whose streams ended: their slots free at once",

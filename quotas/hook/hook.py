@@ -11,7 +11,6 @@ with authorize's checks and error answers around it.
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from functools import cache
 from typing import NamedTuple
 
 from django.db import InterfaceError, OperationalError
@@ -123,11 +122,10 @@ def hook_handler(handle: Callable[[object, GatewayIdentity], Answer], histogram)
     return handler
 
 
-@cache
 def lease_heartbeat_ms(ttl_ms: int) -> int:
     """The heartbeat interval authorize's `lease` advises (docs/hook.md, Leases): every third
     of the TTL leaves two chances before expiry; 2-5 s keeps it cheap and the loss of a lease
-    prompt. Cached: a pool has one TTL, and this runs once per lease."""
+    prompt."""
     return min(5000, max(2000, ttl_ms // 3))
 
 
@@ -202,7 +200,7 @@ NOT_HERE = frozenset({"no_allocation", "invalid_api_key"})
 # API-key digest -> the key's default service tier, as the last decision about it said: `auto`
 # then asks only the pools that tier allows. A hint, checked by the script on every call (a
 # stale one answers TIER_MISMATCH and is corrected), so its size is bounded by clearing.
-KEY_TIER_HINTS_MAX = 50_000
+PER_KEY_MAX = 50_000  # entries in each per-key map of this module
 _key_tier_hints: dict[str, str] = {}
 
 
@@ -230,12 +228,11 @@ def _lease_signed(ask: AuthorizeInput, digest: str, pool_id: int) -> tuple[str, 
     return reservation_id, reservation_id[-SIGNATURE_LENGTH:], owner.signed_for
 
 
-def _key_owner_learn(digest: str, d: Decision) -> None:
-    """Remember who owns the key of a lease its decision could not map (not signed, or signed
-    for another owner): its next leases are signed before the decision."""
-    if len(_key_owners) >= KEY_TIER_HINTS_MAX:
-        _key_owners.clear()
-    _key_owners[digest] = _KeyOwner(d.org_id, d.api_key_id, f"{d.org_id}.{d.api_key_id}")
+def _remember(per_key: dict, digest: str, value) -> None:
+    """Put `value` in a per-process map by API-key digest, bounded by clearing it when full."""
+    if len(per_key) >= PER_KEY_MAX:
+        per_key.clear()
+    per_key[digest] = value
 
 
 def _candidates(routes: list[PoolRoute], service_tier: str, hint: str) -> list[PoolRoute]:
@@ -286,11 +283,12 @@ async def _limiter_decide(ask: AuthorizeInput, routes: list[PoolRoute], waits: d
             except LimiterUnavailable as exc:
                 raise LimiterUnavailable(route) from exc
             if ask.lease_owner and d.api_key_id and not d.lease_mapped:
-                _key_owner_learn(digest, d)
+                # Its id could not be mapped (not signed, or for another owner): the key's next
+                # leases are signed before the decision.
+                _remember(_key_owners, digest, _KeyOwner(d.org_id, d.api_key_id,
+                                                         f"{d.org_id}.{d.api_key_id}"))
             if d.key_tier and d.key_tier != hint:
-                if len(_key_tier_hints) >= KEY_TIER_HINTS_MAX:
-                    _key_tier_hints.clear()
-                _key_tier_hints[digest] = d.key_tier
+                _remember(_key_tier_hints, digest, d.key_tier)
             if d.outcome in (TIER_MISMATCH, SPILLED):
                 continue
             if d.allowed:

@@ -47,6 +47,15 @@ class GatewayTokenScheme(OpenApiAuthenticationExtension):
                                "(`manage.py gateway_token_create`)."}
 
 
+# Describes one hook endpoint for the OpenAPI schema (its `post`, under `extend_schema`,
+# raises): config/asgi.py serves the endpoint, `schema_only` routes the description. No
+# docstring: the generator would make it the description of every subclass's operation.
+class HookSchemaView(APIView):
+    authentication_classes = [GatewayTokenAuthentication]
+    permission_classes: list = []
+    parser_classes = [JSONParser]
+
+
 def schema_only(schema_view: type[APIView]):
     """A Django view that documents a hook path and serves nothing."""
     def view(request):
@@ -238,11 +247,7 @@ class AuthorizeUnauthorized(AuthorizeRefused):
     headers = RefusalHeaders(required=False)
 
 
-class AuthorizeSchema(APIView):
-    authentication_classes = [GatewayTokenAuthentication]
-    permission_classes: list = []
-    parser_classes = [JSONParser]
-
+class AuthorizeSchema(HookSchemaView):
     @extend_schema(
         operation_id="gateway_authorize", tags=["gateway"],
         summary="Authorize one inference request (one Redis round trip)",
@@ -305,11 +310,7 @@ class UsageResponse(serializers.Serializer):
     rejected = serializers.IntegerField()
 
 
-class UsageSchema(APIView):
-    authentication_classes = [GatewayTokenAuthentication]
-    permission_classes: list = []
-    parser_classes = [JSONParser]
-
+class UsageSchema(HookSchemaView):
     @extend_schema(
         operation_id="gateway_usage", tags=["gateway"],
         summary="Report usage: one event, or {\"events\": [...]} (up to 1,000)",

@@ -11,13 +11,12 @@ from metering.leases import leases_sweep
 from metering.models import UsageEvent, UsageEventKey, UsageHourly
 from quotas.hook import hook
 from quotas.hook.gateway_tokens import gateway_token_cache_clear, gateway_token_create
-from quotas.hook.routing import pool_routes_reload
 from quotas.limiter.clock import clock
 from quotas.limiter.connection import limiter_client
 from quotas.limiter.schema import KEY, pool_key
 from quotas.publish import limiter_sync_pool
 from tests.hook import HookClient
-from tests.quotas.conftest import tenant_create, threads_race
+from tests.quotas.conftest import threads_race
 
 pytestmark = pytest.mark.django_db(transaction=True)
 PROCESS = "proc-1"
@@ -29,14 +28,6 @@ def gateway(limiter):
     hook._key_owners.clear()
     _, plaintext = gateway_token_create(name="edge-1", actor="test")
     return HookClient(plaintext)
-
-
-@pytest.fixture
-def t(limiter):
-    t = tenant_create(guaranteed_tps=1000, burst_tps=1000, daily_tokens=100_000,
-                      max_concurrency=5)
-    pool_routes_reload()
-    return t
 
 
 def admit(client, t, request_id, *, input_tokens=100, max_output_tokens=400) -> str:

@@ -25,14 +25,6 @@ def gateway(limiter):
     return HookClient(HTTP_AUTHORIZATION=f"Bearer {plaintext}")
 
 
-@pytest.fixture
-def t(limiter):
-    t = tenant_create(guaranteed_tps=1000, burst_tps=1000, daily_tokens=100_000,
-                      max_concurrency=5)
-    pool_routes_reload()
-    return t
-
-
 def authorize(client, t, request_id, *, input_tokens=100, max_output_tokens=400):
     r = client.post(AUTHORIZE, {"request_id": request_id, "api_key": t.plaintext,
                                 "model": t.pool.model, "input_tokens": input_tokens,
