@@ -212,6 +212,12 @@ def _date_bin(bucket: timedelta, column: str, origin: datetime) -> Func:
                 output_field=DateTimeField())
 
 
+def _bucket_starts(since: datetime, until: datetime, bucket: timedelta) -> list[datetime]:
+    """Each bucket's start from `since` (aligned on it, as _date_bin bins) before `until`."""
+    return [since + bucket * i for i in range(int((until - since) / bucket) + 1)
+            if since + bucket * i < until]
+
+
 def pools_tps_series(*, since: datetime, bucket: timedelta, until: datetime | None = None
                      ) -> dict[int, list[tuple[datetime, float]]]:
     """Tokens/s (input + output, what the admission engine budgets) per pool, averaged over
@@ -233,8 +239,7 @@ def pools_tps_series(*, since: datetime, bucket: timedelta, until: datetime | No
             .values("pool_id", "bucket")
             .annotate(tokens=Sum(F("input_tokens") + F("output_tokens"))).order_by())
     tokens = {(row["pool_id"], row["bucket"]): row["tokens"] for row in sums}
-    starts = [since + bucket * i for i in range(int((until - since) / bucket) + 1)
-              if since + bucket * i < until]
+    starts = _bucket_starts(since, until, bucket)
     seconds = bucket.total_seconds()
     return {pool.pk: [(start, tokens.get((pool.pk, start), 0) / seconds) for start in starts]
             for pool in CapacityPool.objects.only("pk")}
@@ -261,8 +266,7 @@ def pools_wait_series(*, since: datetime, bucket: timedelta, until: datetime | N
             .annotate(waited=Count("id"), p50=Percentile("queued_ms", fraction=0.5),
                       p95=Percentile("queued_ms", fraction=0.95)).order_by())
     found = {(row["pool_id"], row["bucket"]): row for row in rows}
-    starts = [since + bucket * i for i in range(int((until - since) / bucket) + 1)
-              if since + bucket * i < until]
+    starts = _bucket_starts(since, until, bucket)
     series = {}
     for pool_id in sorted({pool_id for pool_id, _ in found}):
         series[pool_id] = [WaitBucket(start, row["waited"], row["p50"], row["p95"])

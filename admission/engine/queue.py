@@ -170,10 +170,8 @@ def decision_decode(encoded: str | list | None) -> Decision | None:
     if encoded is None:
         return None
     values = json.loads(encoded) if isinstance(encoded, str) else encoded
-    values = [None if v is False else v for v in values]
-    if len(values) < len(Decision._fields):  # queue_timeout, left, queued: its first fields
-        return Decision(*values)
-    return Decision._make(values)
+    # queue_timeout, left, queued: only its first fields, the rest their defaults.
+    return Decision(*(None if v is False else v for v in values))
 
 
 def reply_decode(reply: list) -> Joined:

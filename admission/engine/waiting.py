@@ -212,10 +212,10 @@ class _Watch:
             confirmed.set_result(None)
 
     def on_message(self, channel: str, data: str) -> None:
-        pool = self.pools.get(_pool_of_channel(channel))
+        pool_id = _pool_of_channel(channel)
+        pool = self.pools.get(pool_id)
         if pool is None or not pool.waiters:
             return
-        pool_id = _pool_of_channel(channel)
         message = message_decode(data)
         if "freed" in message:
             self.pump_soon(pool_id)

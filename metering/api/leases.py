@@ -9,7 +9,6 @@ are renewed (or released) in one script call: the cost grows with the leases nam
 all leases. Every lease is answered alone; a malformed body is refused whole, nothing written.
 """
 
-import re
 from collections import defaultdict
 from typing import NamedTuple
 
@@ -24,6 +23,7 @@ from quotas.hook.gateway_tokens import GatewayIdentity
 from quotas.hook.hook import hook_answer
 from quotas.hook.inputs import GATEWAY_PROCESS, MAX_TOKENS, BadInput, json_body
 from quotas.hook.metrics import LATENCY_BUCKETS
+from quotas.hook.reservations import reservation_id_fields
 from quotas.limiter.connection import LimiterUnavailable
 from quotas.limiter.engine import LeaseNamed, limiter_leases_update
 from quotas.limiter.schema import RENEWED, LeaseAnswer
@@ -34,8 +34,6 @@ MAX_LEASES = 1000  # named in one call
 LEASE_SECONDS = Histogram("sluice_lease_update_seconds",
                           "Lease heartbeat and release handling time.", ["call"],
                           buckets=LATENCY_BUCKETS)
-# What a reservation_id is made of (quotas/hook/reservations.py): pool, org, key, signature.
-_LEASE_ID = re.compile(r"^rsv_(\d{1,18})_(\d{1,18})_(\d{0,18})_([0-9a-f]{20})$")
 
 LEASE_MESSAGES = {
     "unknown_lease": "No lease has this id here: never admitted as a lease, already settled, "
@@ -100,11 +98,11 @@ async def leases_update(body: object, gateway: GatewayIdentity, *, release: bool
     by_pool: dict[int, list[tuple[int, LeaseNamed]]] = defaultdict(list)
     answers: list[dict | None] = [None] * len(leases)
     for index, lease in enumerate(leases):
-        match = _LEASE_ID.match(lease.id)
-        if match is None:
+        fields = reservation_id_fields(lease.id)
+        if fields is None:
             answers[index] = _answer(lease.id, LeaseAnswer("unknown_lease"))
             continue
-        pool, org, key, signature = match.groups()
+        pool, org, key, signature = fields
         by_pool[int(pool)].append((index, LeaseNamed(signature, int(org), int(key or 0),
                                                      lease.delivered_output_tokens)))
     for pool_id, named in by_pool.items():

@@ -55,6 +55,13 @@ def reservation_id_pool(reservation_id: str) -> int | None:
     return None if match is None else int(match.group(1))
 
 
+def reservation_id_fields(reservation_id: str) -> tuple[str, str, str, str] | None:
+    """Its pool, org, API key ("" for none) and signature as written, UNVERIFIED (None when
+    malformed): only to name a lease to Redis, which compares it with what it issued."""
+    match = _FORMAT.match(reservation_id)
+    return None if match is None else match.groups()
+
+
 @lru_cache(maxsize=1024)
 def _issued_to(pool: str, org: str, key_part: str) -> tuple[bytes, ReservationRef]:
     """The signed message's prefix ("pool.org.key.", then the request_id) and the reference,
