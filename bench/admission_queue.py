@@ -50,6 +50,7 @@ from bench.common import (  # noqa: E402
     django_setup,
     free_port,
     org_seed,
+    percentile,
     process_served,
     table,
     web_server,
@@ -179,13 +180,6 @@ async def offer(gateway_url: str, model: str, orgs, *, seconds: float, capacity:
     return {"results": results, "start": start, "end": start + seconds}
 
 
-def pct(values: list[float], p: float) -> float:
-    if not values:
-        return 0.0
-    values = sorted(values)
-    return values[min(len(values) - 1, int(p / 100 * len(values)))]
-
-
 def summary(name: str, run: dict, *, capacity: int, budget_ms: int | None) -> list:
     """One row of the table. Admitted tokens and shares are counted over the window from
     BUCKET_SECONDS after the start to the end: by then, under twice the capacity, every bucket
@@ -212,8 +206,8 @@ def summary(name: str, run: dict, *, capacity: int, budget_ms: int | None) -> li
         codes[r["code"]] = codes.get(r["code"], 0) + 1
     return [name, len(results), f"{tokens / (end - start) / capacity:.3f}",
             f"{len(failed)} ({timeouts})", " : ".join(f"{s:.3f}" for s in shares),
-            f"{jain:.3f}", round(pct(waits, 50)), round(pct(waits, 99)), len(queued),
-            f"{round(pct(queued, 50)):,} / {round(pct(queued, 99)):,}", late,
+            f"{jain:.3f}", round(percentile(waits, 50)), round(percentile(waits, 99)), len(queued),
+            f"{round(percentile(queued, 50)):,} / {round(percentile(queued, 99)):,}", late,
             ", ".join(f"{c} {n}" for c, n in sorted(codes.items())) or "-"]
 
 

@@ -1,5 +1,5 @@
 """Shared by the benchmarks: Django set-up with the production settings, a seeded tenant, the
-production web server, and table printing."""
+production web server, percentiles and table printing."""
 
 import contextlib
 import os
@@ -150,6 +150,12 @@ def process_served(command: list[str], *, env: dict, cwd: str, log: Path, ready_
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, 9)
             process.wait()
+
+
+def percentile(values: list[float], p: float) -> float:
+    """The p-th percentile (nearest rank below), 0.0 for no values."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * p / 100))] if ordered else 0.0
 
 
 def table(title: str, header: list[str], rows: list[list]) -> None:

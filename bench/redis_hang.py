@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import django_setup, table, tenant_seed, web_server
+from common import django_setup, percentile, table, tenant_seed, web_server
 
 from tests.private_redis import PrivateRedis
 
@@ -61,11 +61,6 @@ async def _load(port: int, token: str, make_body, args, server_pid: int) -> tupl
     return records, marks
 
 
-def _percentile(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))] if ordered else 0.0
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rate", type=float, default=80, help="decisions/s, all connections")
@@ -101,8 +96,8 @@ def main() -> None:
             # Answered before the stop: a decision in flight when Redis stopped waits for it like
             # one sent during the hang, and may be refused by the pool's policy.
             healthy = sum(1 for at, s, status in records if at + s < stopped and status != 200)
-            rows.append([run + 1, len(records), len(during), _percentile(during, 50) * 1000,
-                         _percentile(during, 95) * 1000, max(during) * 1000,
+            rows.append([run + 1, len(records), len(during), percentile(during, 50) * 1000,
+                         percentile(during, 95) * 1000, max(during) * 1000,
                          sum(1 for s in during if s > 0.010),
                          (first_admit - resumed) * 1000, late, healthy])
     finally:

@@ -17,7 +17,7 @@ import socket
 import threading
 import time
 
-from common import django_setup, table, tenant_seed, web_server
+from common import django_setup, percentile, table, tenant_seed, web_server
 
 PATH = "/api/gateway/v1/authorize"
 
@@ -92,11 +92,6 @@ def _measure(port, headers, body, seconds, connections=4) -> list:
     return out
 
 
-def _percentile(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(len(ordered) * p / 100))] if ordered else 0.0
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=10)
@@ -125,7 +120,7 @@ def main() -> None:
                     ms = [m for m, _ in out if m is not None]
                     ok = sum(1 for _, status in out if status == 200)
                     rows.append([kind, phase, len(out), len(ms) / args.seconds,
-                                 _percentile(ms, 50), _percentile(ms, 99), max(ms, default=0.0),
+                                 percentile(ms, 50), percentile(ms, 99), max(ms, default=0.0),
                                  f"{ok}/{len(out)}",
                                  f"{slow - senders.dropped}/{slow}" if slow else "-"])
     table(f"authorize (4 connections, closed loop, {args.seconds:.0f} s) without and with "

@@ -55,8 +55,6 @@ class GatewayConfig:
     region: str | None = None
     max_body_bytes: int = MAX_BODY_BYTES
     stream_coalesce_seconds: float = STREAM_COALESCE_MS / 1000  # 0: off
-
-
     leases: bool = True
     progress_interval: float = 0.025
 
@@ -91,8 +89,6 @@ class GatewayConfig:
             region=env.get("GATEWAY_REGION") or None,
             max_body_bytes=_bytes(env, "GATEWAY_MAX_BODY_BYTES", MAX_BODY_BYTES),
             stream_coalesce_seconds=_coalesce_ms(env) / 1000,
-
-
             leases=_flag(env, "GATEWAY_LEASES", True),
             progress_interval=_seconds(env, "GATEWAY_PROGRESS_INTERVAL", 0.025,
                                        most=0.25),

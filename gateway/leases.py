@@ -52,6 +52,11 @@ def progress_path(spool_path: str) -> str:
     return spool_path + ".progress"
 
 
+def progress_line(request_id: str, delivered: int, at: float) -> bytes:
+    """A progress record (the tick's and an overdue stream's alike)."""
+    return b'{"p":"%s","o":%d,"t":%.3f}\n' % (request_id.encode(), delivered, at)
+
+
 def recover(spool_path: str) -> int:
     """Turn a dead process's progress file into usage events in its usage spool (fsynced),
     then remove it. Returns how many events were spooled."""
@@ -238,8 +243,7 @@ class GatewayLeases:
         if last is None or delivered <= last or self.log is None:
             return
         self._logged[rid] = delivered
-        self.log.progress(rid, b'{"p":"%s","o":%d,"t":%.3f}\n' % (rid.encode(), delivered,
-                                                                  time.time()))
+        self.log.progress(rid, progress_line(rid, delivered, time.time()))
         self.log.flush()
         self.gateway.sluice.lease_progress(attempt.grant.lease.id, delivered)
 
@@ -268,7 +272,7 @@ class GatewayLeases:
                 continue
             delivered = logged[rid] = attempt.delivered_tokens
             now = now or time.time()
-            log.progress(rid, b'{"p":"%s","o":%d,"t":%.3f}\n' % (rid.encode(), delivered, now))
+            log.progress(rid, progress_line(rid, delivered, now))
             sluice.lease_progress(attempt.grant.lease.id, delivered)
         log.flush()
         self._ticked = time.monotonic()

@@ -198,7 +198,8 @@ class SluiceClient:
                               region=region, dry_run=dry_run, service_tier=service_tier,
                               lease=lease, queue_threshold_ms=queue_threshold_ms)
         read = queue_read_timeout(self._timeout, queue_threshold_ms)
-        timeout = None if read == self._timeout else httpx.Timeout(self._timeout, read=read)
+        timeout = (httpx.USE_CLIENT_DEFAULT if read == self._timeout
+                   else httpx.Timeout(self._timeout, read=read))
         # Releases queued or on their way may free the slot this request needs: they leave at
         # once (no gathering). Near its concurrency limit (as the key's last answer said) the
         # request waits for them; a concurrency refusal is asked again once the releases
@@ -334,7 +335,7 @@ class SluiceClient:
                 lambda: self._releases_done >= target or self._stop.is_set(),
                 timeout=(self._http.timeout.read or 5.0) * (self.retries + 1))
 
-    def _post(self, path: str, body: dict, timeout: httpx.Timeout | None = None
+    def _post(self, path: str, body: dict, timeout: object = httpx.USE_CLIENT_DEFAULT
               ) -> httpx.Response:
         """POST, retrying network errors and 5xx with the same body (same request_id): the
         endpoints are idempotent. A 503 that is a decision (limiter_unavailable) is final."""
@@ -344,9 +345,7 @@ class SluiceClient:
             if attempt:
                 time.sleep(min(0.05 * 2 ** attempt, 1.0))
             try:
-                response = (self._http.post(self.base_url + path, json=body) if timeout is None
-                            else self._http.post(self.base_url + path, json=body,
-                                                 timeout=timeout))
+                response = self._http.post(self.base_url + path, json=body, timeout=timeout)
             except httpx.TransportError as exc:
                 last, status_code = exc, None
                 continue
