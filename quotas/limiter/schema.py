@@ -501,10 +501,11 @@ class Script:
 SCRIPTS = {
     "authorize": Script(keys=AuthorizeKeys, args=AuthorizeArgs, reply=Decision,
                         shared=("buckets",)),
-    "settle": Script(keys=SettleKeys, args=SettleArgs, item=Settlement, shared=("buckets",)),
+    "settle": Script(keys=SettleKeys, args=SettleArgs, item=Settlement,
+                     shared=("buckets", "waiters")),
     "lookup": Script(keys=None, args=LookupArgs, item=LookupItem, reply=HeldReservation),
     "lease_update": Script(keys=LeaseUpdateKeys, args=LeaseUpdateArgs, item=LeaseItem,
-                           reply=LeaseAnswer),
+                           reply=LeaseAnswer, shared=("waiters",)),
     "lease_map": Script(keys=LeaseMapKeys, args=LeaseMapArgs),
     "lease_expire": Script(keys=LeaseExpireKeys, args=LeaseExpireArgs, reply=ExpiredLease),
     "spill_mark": Script(keys=SpillMarkKeys, args=SpillMarkArgs),
