@@ -391,7 +391,7 @@ async def _lease_map(pool_id: int, request_id: str, reservation_id: str) -> None
     """Map a lease's id where authorize could not: once per API key and process."""
     try:
         await limiter_lease_map(pool_id=pool_id, request_id=request_id,
-                                signature=reservation_id.rpartition("_")[2])
+                                signature=reservation_id[-SIGNATURE_LENGTH:])
     except LimiterUnavailable:
         # Admitted all the same: its heartbeats answer unknown_lease, it expires after the
         # TTL (billed from no progress), and its usage event replaces that.

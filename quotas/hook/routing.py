@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from django.db import DatabaseError
 
 from quotas.limiter.aio import Claim, background, in_thread
+from quotas.limiter.schema import LEASE_TTL_DEFAULT_MS
 from quotas.models import CapacityPool, LimiterFailurePolicy, Tier
 
 logger = logging.getLogger(__name__)
@@ -42,7 +43,7 @@ class PoolRoute:
     ttft_ceiling_ms: int
     tier: str = Tier.FAST
     output_estimate_default: int = 4096  # what fail-open reserves without max_output_tokens
-    lease_ttl_ms: int = 15_000  # what a lease admitted here lives without a heartbeat
+    lease_ttl_ms: int = LEASE_TTL_DEFAULT_MS  # what a lease admitted here lives unrenewed
     queue_max_wait_ms: int = 0  # the admission queue's longest wait (0: no queue)
 
 

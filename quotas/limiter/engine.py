@@ -25,6 +25,7 @@ from quotas.limiter.clock import clock, day_stamp, epoch_ms, time_stamps
 from quotas.limiter.connection import engine_config, script_run
 from quotas.limiter.schema import (
     KEY,
+    LEASE_TTL_DEFAULT_MS,
     UNSYNCED,
     AuthorizeArgs,
     AuthorizeKeys,
@@ -50,8 +51,6 @@ from quotas.limiter.schema import (
 )
 from sluice.secrets import secret_digest  # Django-free, like the engine
 
-# A lease's TTL where the caller knows none (quotas/models.py's default; _common.lua's too).
-LEASE_TTL_DEFAULT_MS = 15_000
 # How long a reservation's record outlives its expiry: a late usage report still finds it.
 RECORD_GRACE_MS = 6 * 3600 * 1000
 # A settlement's values in the order settle.lua reads them (attrgetter: one C call each).

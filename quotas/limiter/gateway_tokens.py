@@ -58,7 +58,6 @@ def gateway_tokens_used_read() -> dict[int, int]:
     return {int(k): int(v) for k, v in used.items()}
 
 
-
 def gateway_token_read(digest: str) -> str | None:
     """The entry of the token with this digest, in one round trip: for a token a process's copy
     of the set does not hold yet. Raises LimiterUnavailable."""

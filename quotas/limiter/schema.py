@@ -31,6 +31,8 @@ TIER_MISMATCH = "tier_mismatch"  # the pool's tier is not the one the key's defa
 SPILLED = "spilled"  # the request_id was served by another pool (a spilled request's retry)
 # A key's default service tier, as its registry entry stores it and authorize names it.
 KEY_TIERS = ("auto", "priority", "default")
+# A lease's TTL where none is known: quotas/models.py's default (_common.lua's too).
+LEASE_TTL_DEFAULT_MS = 15_000
 
 
 # Stored hash fields: readable name = the field as stored.
@@ -499,10 +501,11 @@ class Script:
 SCRIPTS = {
     "authorize": Script(keys=AuthorizeKeys, args=AuthorizeArgs, reply=Decision,
                         shared=("buckets",)),
-    "settle": Script(keys=SettleKeys, args=SettleArgs, item=Settlement, shared=("buckets",)),
+    "settle": Script(keys=SettleKeys, args=SettleArgs, item=Settlement,
+                     shared=("buckets", "waiters")),
     "lookup": Script(keys=None, args=LookupArgs, item=LookupItem, reply=HeldReservation),
     "lease_update": Script(keys=LeaseUpdateKeys, args=LeaseUpdateArgs, item=LeaseItem,
-                           reply=LeaseAnswer),
+                           reply=LeaseAnswer, shared=("waiters",)),
     "lease_map": Script(keys=LeaseMapKeys, args=LeaseMapArgs),
     "lease_expire": Script(keys=LeaseExpireKeys, args=LeaseExpireArgs, reply=ExpiredLease),
     "spill_mark": Script(keys=SpillMarkKeys, args=SpillMarkArgs),

@@ -15,6 +15,7 @@ from quotas.limiter.clock import day_stamp, epoch_ms, month_stamp
 from quotas.limiter.connection import LimiterUnavailable, limiter_client, script_run
 from quotas.limiter.schema import (
     KEY,
+    LEASE_TTL_DEFAULT_MS,
     ORG,
     POOL,
     Guarantee,
@@ -99,7 +100,7 @@ class PoolState:
     estimate_default: int  # output tokens
     estimate_floor: int
     input_headroom_tps: int = 0  # 0 with no prefill capacity declared
-    lease_ttl_ms: int = 15_000  # how long a lease lives without a heartbeat
+    lease_ttl_ms: int = LEASE_TTL_DEFAULT_MS  # how long a lease lives without a heartbeat
     # (epoch ms, headroom tokens/s, input headroom tokens/s) from then on, in time order.
     schedule: tuple[tuple[int, int, int], ...] = ()
 

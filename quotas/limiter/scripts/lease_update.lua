@@ -57,8 +57,5 @@ for i, item in ipairs(ITEMS) do
   end
   out[i] = reply{status = status, ttl_ms = status == 'renewed' and ttl or 0}
 end
--- Slots released: the pool's waiters, if any, are told (admission/engine/queue.py).
-if release and redis.call('EXISTS', PREFIX .. ':' .. KEY.queue_orgs) == 1 then
-  redis.call('PUBLISH', PREFIX .. ':' .. KEY.queue_channel, A.now_ms)
-end
+if release then waiters_tell(A.now_ms) end  -- slots freed
 return out

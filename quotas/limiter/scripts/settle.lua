@@ -251,8 +251,5 @@ for hkey, h in pairs(histograms) do
     redis.call('HDEL', key(KEY.org, h.owner), field)
   end
 end
--- Refunds and freed slots: the pool's waiters, if any, are told (admission/engine/queue.py).
-if redis.call('EXISTS', PREFIX .. ':' .. KEY.queue_orgs) == 1 then
-  redis.call('PUBLISH', PREFIX .. ':' .. KEY.queue_channel, A.now_ms)
-end
+waiters_tell(A.now_ms)  -- refunds and freed slots
 return settled
