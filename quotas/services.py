@@ -158,7 +158,8 @@ def pool_create(*, model: str, region: str, tier: str, capacity_tps: int,
                 prefill_capacity_tps: int | None = None,
                 output_estimate_default: int | None = None,
                 output_estimate_floor: int | None = None,
-                lease_ttl_seconds: int | None = None) -> CapacityPool:
+                lease_ttl_seconds: int | None = None,
+                queue_max_wait_ms: int | None = None) -> CapacityPool:
     if CapacityPool.objects.filter(model=model, region=region, tier=tier).exists():
         raise Conflict(f"A pool for {model} in {region} ({tier}) exists already.",
                        code="pool_exists")
@@ -173,6 +174,8 @@ def pool_create(*, model: str, region: str, tier: str, capacity_tps: int,
         pool.output_estimate_floor = output_estimate_floor
     if lease_ttl_seconds is not None:
         pool.lease_ttl_seconds = lease_ttl_seconds
+    if queue_max_wait_ms is not None:
+        pool.queue_max_wait_ms = queue_max_wait_ms
     pool.save()
     audit_record(actor=actor, action="pool.create", target=pool,
                  after={"capacity_tps": capacity_tps, "ratio": str(guaranteeable_ratio),

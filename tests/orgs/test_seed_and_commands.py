@@ -38,6 +38,7 @@ def test_seed_demo_covers_every_state_and_is_idempotent(settings):
     assert snapshot() == first
     assert {s for _, s in first[0]} == set(OrgStatus.values)
     pool = CapacityPool.objects.get(model="gpt-5.6-sol", region="us-east")
+    assert pool.queue_max_wait_ms == 20_000  # the demo's clients can wait (queue_threshold)
     summary = pool_capacity_summary(pool=pool)
     opened = RolloutWave.objects.filter(pool=pool, state="open")
     assert summary.capacity_tps == 120_000 + sum(w.capacity_tps for w in opened)

@@ -133,7 +133,7 @@ class Command(BaseCommand):
                                            tier="fast").first()
         return pool or pool_create(model="gpt-5.6-sol", region="us-east", tier="fast",
                                    capacity_tps=120_000, guaranteeable_ratio=Decimal("0.900"),
-                                   actor=ACTOR)
+                                   queue_max_wait_ms=20_000, actor=ACTOR)  # requests may wait
 
     def _org(self, name: str, target: str, *, pool, tps: int, operator, answers
              ) -> tuple[Organization, bool]:
