@@ -1,4 +1,5 @@
-"""`python -m gateway --port 8080 [--workers N]`: serve the reference gateway with uvicorn.
+"""`python -m gateway --port 8080 [--workers N]`: serve the reference gateway with uvicorn (its
+connections spoken by gateway/server.py).
 
 Configuration comes from the environment (gateway/config.py); `--workers` runs N processes
 on one port (each with its own usage spool), as N containers behind a load balancer would.
@@ -11,6 +12,7 @@ import uvicorn
 
 from gateway.app import Gateway, create_app
 from gateway.config import GatewayConfig
+from gateway.server import PROTOCOL
 
 # Allocations between two collections of the youngest generation (CPython's default: 700).
 # A request makes a few hundred short-lived containers, nearly all freed by reference
@@ -39,7 +41,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     GatewayConfig.from_env()  # fail now, with a clear message, on a bad setting
     uvicorn.run("gateway.__main__:served_app", factory=True, host=args.host, port=args.port,
-                workers=args.workers, log_level="warning", access_log=False,
+                workers=args.workers, http=PROTOCOL, log_level="warning", access_log=False,
                 # No X-Forwarded-* rewriting: the gateway never looks at the client's address.
                 proxy_headers=False)
 

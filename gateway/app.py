@@ -42,6 +42,7 @@ from gateway.headers import answer_headers
 from gateway.leases import GatewayLeases
 from gateway.metrics import GatewayMetrics
 from gateway.relay import StreamRelay, Ticker
+from gateway.server import DISCONNECT_WATCH
 from gateway.spools import spool_claim
 
 # Refusals that still mean "this org may use this model" (for /v1/models).
@@ -559,26 +560,39 @@ class Gateway:
 
 class _ClientWatched:
     """While the body is in: if the client disconnects, cancel this task (and with it the
-    upstream request it awaits); `gone` then says why it was cancelled."""
+    upstream request it awaits); `gone` then says why it was cancelled. Served by the
+    gateway's own protocol, the server calls back (no task); under another ASGI server a task
+    waits for `http.disconnect`."""
 
-    __slots__ = ("receive", "task", "watcher", "gone")
+    __slots__ = ("request", "task", "watcher", "unwatch", "gone")
 
     def __init__(self, request: Request):
-        self.receive, self.gone = request.receive, False
+        self.request, self.gone = request, False
+        self.watcher = self.unwatch = None
 
     async def __aenter__(self) -> "_ClientWatched":
         self.task = asyncio.current_task()
-        self.watcher = asyncio.create_task(self._watch())
+        watch = self.request.scope.get("extensions", {}).get(DISCONNECT_WATCH)
+        if watch is not None:
+            self.unwatch = watch(self._gone)
+        else:
+            self.watcher = asyncio.create_task(self._watch())
         return self
 
     async def __aexit__(self, *exc) -> None:
-        self.watcher.cancel()
+        if self.unwatch is not None:
+            self.unwatch()
+        else:
+            self.watcher.cancel()
         if self.gone:
             self.task.uncancel()
 
     async def _watch(self) -> None:
-        while (await self.receive())["type"] != "http.disconnect":
+        while (await self.request.receive())["type"] != "http.disconnect":
             pass
+        self._gone()
+
+    def _gone(self) -> None:
         self.gone = True
         self.task.cancel()
 

@@ -1,5 +1,6 @@
 """Serving an ASGI app with uvicorn in a thread of this process, on a port of its own (tests,
-benchmarks and `dev.py` use it for the simulated upstream and the gateway)."""
+benchmarks and `dev.py` use it for the simulated upstream and the gateway; `http` names the
+connection protocol: the gateway's is gateway.server.PROTOCOL)."""
 
 import socket
 import threading
@@ -9,12 +10,13 @@ import uvicorn
 
 
 class ServerThread:
-    def __init__(self, app, *, host: str = "127.0.0.1", port: int = 0):
+    def __init__(self, app, *, host: str = "127.0.0.1", port: int = 0, http: str = "httptools"):
         self.socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.socket.bind((host, port))
         self.host, self.port = host, self.socket.getsockname()[1]
-        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False,
+        self.server = uvicorn.Server(uvicorn.Config(app, http=http, log_level="warning",
+                                                    access_log=False,
                                                     timeout_graceful_shutdown=1))
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.socket]},
                                        name=f"uvicorn-{self.port}", daemon=True)

@@ -1,5 +1,6 @@
 """The reference gateway over real HTTP: Sluice's served application (tests/hook.py, with real
-PostgreSQL and Redis), the simulated upstream and the gateway served by uvicorn in threads,
+PostgreSQL and Redis), the simulated upstream and the gateway served by uvicorn in threads (the
+gateway with its own connection protocol, gateway/server.py, as `python -m gateway` serves it),
 driven by the official `openai` SDK."""
 
 import time
@@ -11,6 +12,7 @@ import pytest
 
 from gateway.app import create_app
 from gateway.config import GatewayConfig, Upstream
+from gateway.server import PROTOCOL
 from gateway.serving import ServerThread
 from gateway.sim import SimConfig
 from gateway.sim import create_app as sim_app
@@ -88,7 +90,8 @@ def sluice_stack(*, sluice_url: str, tmp_path, limits: dict, sim_config: SimConf
         upstreams={"*": Upstream(sim.url + "/v1", upstream_api_key)},
         spool_path=str(tmp_path / "usage.jsonl"), upstream_timeout=upstream_timeout,
         usage_flush_interval=0.05,
-        **({"max_body_bytes": max_body_bytes} if max_body_bytes else {})))).start()
+        **({"max_body_bytes": max_body_bytes} if max_body_bytes else {}))),
+        http=PROTOCOL).start()
     return Stack(tenant=tenant, sluice_url=sluice_url, gateway_token=token, sim=sim,
                  gateway=gateway)
 
