@@ -13,7 +13,7 @@ from config.wsgi import application as wsgi_application
 from metering.api.hook import usage
 from metering.api.leases import lease_heartbeat, lease_release
 from quotas.hook.asgi import hook_application, hook_threads, loop_threads_use
-from quotas.hook.hook import authorize, authorize_queue_set
+from quotas.hook.hook import authorize, authorize_batch, authorize_queue_set
 from sluice.asgi_bridge import wsgi_app_as_asgi
 
 # Requests that may wait for capacity wait in the admission queue (admission/).
@@ -22,6 +22,7 @@ authorize_queue_set(hook_queue)
 # The hook: path -> async handler(authorization, body) -> (status, JSON-ready body).
 HOOK_ROUTES = {
     "/api/gateway/v1/authorize": authorize,
+    "/api/gateway/v1/authorize/batch": authorize_batch,
     "/api/gateway/v1/usage": usage,
     "/api/gateway/v1/leases/heartbeat": lease_heartbeat,
     "/api/gateway/v1/leases/release": lease_release,

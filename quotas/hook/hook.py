@@ -8,6 +8,7 @@ makes the handler of an endpoint whose work runs in a thread (usage: metering/ap
 with authorize's checks and error answers around it.
 """
 
+import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -20,8 +21,19 @@ from quotas.hook.asgi import CLIENT_GONE, Answer, Handler
 from quotas.hook.fail_open import fail_open_authorize, fail_open_heartbeat
 from quotas.hook.gateway_tokens import GatewayIdentity, gateway_authenticate_async
 from quotas.hook.headers import ratelimit_headers, tokens_refill_tps
-from quotas.hook.inputs import AuthorizeInput, BadInput, authorize_input, json_body
-from quotas.hook.metrics import AUTHORIZE_SECONDS, DECISIONS, LIMITER_ERRORS
+from quotas.hook.inputs import (
+    AuthorizeInput,
+    BadInput,
+    authorize_batch_input,
+    authorize_input,
+    json_body,
+)
+from quotas.hook.metrics import (
+    AUTHORIZE_BATCH_SECONDS,
+    AUTHORIZE_SECONDS,
+    DECISIONS,
+    LIMITER_ERRORS,
+)
 from quotas.hook.refusals import refusal_count, refusal_counted
 from quotas.hook.reservations import SIGNATURE_LENGTH, reservation_id_issue
 from quotas.hook.routing import (
@@ -73,7 +85,15 @@ async def hook_answer(handle: Callable[[bytes, GatewayIdentity], Awaitable[Answe
         if gateway is None:
             return _error("invalid_gateway_token",
                           "A valid gateway token is required (Bearer gw_...).", 401)
-        return await handle(raw, gateway)
+        return await _answered(handle, raw, gateway)
+    finally:
+        histogram.observe(time.perf_counter() - started)
+
+
+async def _answered(handle, payload, gateway: GatewayIdentity) -> Answer:
+    """`await handle(payload, gateway)`, every failure answered in the one error shape."""
+    try:
+        return await handle(payload, gateway)
     except BadInput as exc:
         return _error(exc.code, exc.message, 400, fields=exc.fields)
     except (OperationalError, InterfaceError):
@@ -85,8 +105,6 @@ async def hook_answer(handle: Callable[[bytes, GatewayIdentity], Awaitable[Answe
     except Exception:
         logger.exception("gateway hook: %s failed", handle.__name__)
         return _error("internal_error", "The server failed to answer; try again.", 500)
-    finally:
-        histogram.observe(time.perf_counter() - started)
 
 
 async def _authorize_raw(raw: bytes, gateway: GatewayIdentity) -> Answer:
@@ -97,11 +115,45 @@ async def authorize(authorization: str, raw: bytes) -> Answer:
     """POST /api/gateway/v1/authorize. Every answer that admits nothing says `allowed: false`,
     whoever refused (the limiter, the input checks, the gateway token), so a gateway reads one
     field."""
-    status, body = await hook_answer(_authorize_raw, AUTHORIZE_SECONDS, authorization, raw)
-    return status, (body if "allowed" in body else {"allowed": False, **body})
+    return _says_allowed(
+        await hook_answer(_authorize_raw, AUTHORIZE_SECONDS, authorization, raw))
 
 
 authorize.refused = {"allowed": False}  # what the server's own refusals (405, 413) add
+
+
+def _says_allowed(answer: Answer) -> Answer:
+    status, body = answer
+    return status, (body if "allowed" in body else {"allowed": False, **body})
+
+
+async def authorize_batch(authorization: str, raw: bytes) -> Answer:
+    """POST /api/gateway/v1/authorize/batch: `{"requests": [authorize body, ...]}` (1 to
+    AUTHORIZE_BATCH_MAX), answered `{"results": [{"status", "body"}, ...]}` in their order, each
+    exactly what /authorize answers that body (docs/hook.md, Batched authorize). One call and
+    one answer for the requests a gateway has in hand at once: the HTTP exchange, most of an
+    authorize's cost on the server, is shared. A gateway token or a batch that is not a list
+    is refused whole (its status, `allowed: false`)."""
+    return _says_allowed(
+        await hook_answer(_authorize_batch_raw, AUTHORIZE_BATCH_SECONDS, authorization, raw))
+
+
+authorize_batch.refused = {"allowed": False}
+
+
+async def _authorize_batch_raw(raw: bytes, gateway: GatewayIdentity) -> Answer:
+    requests = authorize_batch_input(json_body(raw))
+    answers = await asyncio.gather(*(_authorize_one(body, gateway) for body in requests))
+    return 200, {"results": [{"status": status, "body": body} for status, body in answers]}
+
+
+async def _authorize_one(body: object, gateway: GatewayIdentity) -> Answer:
+    """One request of a batch, answered and observed as /authorize answers it."""
+    started = time.perf_counter()
+    try:
+        return _says_allowed(await _answered(authorize_handle, body, gateway))
+    finally:
+        AUTHORIZE_SECONDS.observe(time.perf_counter() - started)
 
 
 def hook_handler(handle: Callable[[object, GatewayIdentity], Answer], histogram) -> Handler:

@@ -15,6 +15,7 @@ REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 GATEWAY_PROCESS = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
 MAX_TOKENS = 10_000_000
 MAX_EVENTS = 1000
+AUTHORIZE_BATCH_MAX = 100  # requests in one batched authorize
 # A usage batch nests three deep (object, events list, event); nothing valid nests deeper.
 MAX_DEPTH = 8
 # interrupted: a stream whose gateway died, billed from its last progress (a replacement
@@ -207,6 +208,17 @@ def _authorize_input_fast(body: object) -> AuthorizeInput | None:
 
 def authorize_input(body: object) -> AuthorizeInput:
     return _authorize_input_fast(body) or _authorize_input_checked(body)
+
+
+def authorize_batch_input(body: object) -> list:
+    """A batched authorize's requests (each checked as /authorize checks its body, alone)."""
+    requests = body.get("requests") if isinstance(body, dict) else None
+    if not isinstance(requests, list) or not 1 <= len(requests) <= AUTHORIZE_BATCH_MAX:
+        if not isinstance(body, dict):
+            raise BadInput("The body must be a JSON object.", code="malformed_request")
+        raise BadInput("The request is invalid.", fields={"requests": [
+            f"A list of 1 to {AUTHORIZE_BATCH_MAX} authorize bodies."]})
+    return requests
 
 
 def _lease_owner(f: "_Fields") -> str:

@@ -24,6 +24,10 @@ DECISIONS = Counter("sluice_authorize_decisions_total",
                     ["outcome", "limiter"])
 AUTHORIZE_SECONDS = Histogram("sluice_authorize_seconds", "Authorize handling time in the view.",
                               buckets=LATENCY_BUCKETS)
+# A batch's whole call (each of its requests is observed in AUTHORIZE_SECONDS too).
+AUTHORIZE_BATCH_SECONDS = Histogram("sluice_authorize_batch_seconds",
+                                    "Batched authorize handling time, the whole batch.",
+                                    buckets=LATENCY_BUCKETS)
 LIMITER_ERRORS = Counter("sluice_limiter_unavailable_total",
                          "Calls that found Redis unreachable, by the pool's policy.", ["policy"])
 

@@ -16,6 +16,7 @@ from rest_framework.views import APIView
 
 from quotas.hook.gateway_tokens import gateway_authenticate
 from quotas.hook.inputs import (
+    AUTHORIZE_BATCH_MAX,
     GATEWAY_PROCESS,
     MAX_EVENTS,
     MAX_TOKENS,
@@ -262,6 +263,40 @@ class AuthorizeSchema(HookSchemaView):
     )
     def post(self, request):
         raise NotImplementedError("served by quotas.hook.hook.authorize")
+
+
+class AuthorizeBatch(serializers.Serializer):
+    requests = serializers.ListField(child=Authorize(), min_length=1,
+                                     max_length=AUTHORIZE_BATCH_MAX,
+                                     help_text=f"1 to {AUTHORIZE_BATCH_MAX} authorize bodies.")
+
+
+class AuthorizeBatchResult(serializers.Serializer):
+    status = serializers.IntegerField(help_text="The HTTP status /authorize answers this "
+                                                "request with.")
+    body = serializers.DictField(help_text="The body /authorize answers it with (an admission "
+                                           "or a refusal, as documented there).")
+
+
+class AuthorizeBatchResponse(serializers.Serializer):
+    results = AuthorizeBatchResult(many=True, help_text="One per request, in their order.")
+
+
+class AuthorizeBatchSchema(HookSchemaView):
+    @extend_schema(
+        operation_id="gateway_authorize_batch", tags=["gateway"],
+        summary="Authorize the requests a gateway has in hand at once, in one call",
+        description="Each request is decided as POST /authorize decides it (its own status "
+                    "and body, in `results`, in order); the call's HTTP exchange is shared. "
+                    "A batch that is not a list of 1 to 100 bodies, or an invalid gateway "
+                    "token, is refused whole. A request that may wait in the admission queue "
+                    "(queue_threshold_ms) holds the whole answer: send those alone.",
+        request=AuthorizeBatch,
+        responses={200: AuthorizeBatchResponse, 400: Error, 401: AuthorizeUnauthorized,
+                   413: Error},
+    )
+    def post(self, request):
+        raise NotImplementedError("served by quotas.hook.hook.authorize_batch")
 
 
 class UsageEvent(serializers.Serializer):

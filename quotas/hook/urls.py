@@ -7,5 +7,7 @@ from quotas.hook import schema
 
 urlpatterns = [
     path("authorize", schema.schema_only(schema.AuthorizeSchema), name="authorize"),
+    path("authorize/batch", schema.schema_only(schema.AuthorizeBatchSchema),
+         name="authorize_batch"),
     path("usage", schema.schema_only(schema.UsageSchema), name="usage"),
 ]

@@ -18,7 +18,8 @@ ALLOWED = {"allowed": True, "reservation_id": "r1", "org": 1, "reserved_tokens":
 class SluiceStandIn:
     """A real HTTP server on loopback playing Sluice: `mode` "drop" reads a request and closes
     the connection without answering (Sluice down behind a proxy, or crashing), "answer"
-    answers after `delay` seconds. `paths` lists the requests it read."""
+    answers after `delay` seconds (every authorize, batched or not, admitted). `paths` lists
+    the requests it read."""
 
     def __init__(self):
         self.mode, self.delay, self.paths = "drop", 0.0, []
@@ -36,12 +37,15 @@ class SluiceStandIn:
                 head = await reader.readuntil(b"\r\n\r\n")
                 length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
                                if line.lower().startswith(b"content-length:")), 0)
-                await reader.readexactly(length)
-                self.paths.append(head.split(b" ")[1].decode())
+                request = await reader.readexactly(length)
+                path = head.split(b" ")[1].decode()
+                self.paths.append(path)
                 if self.mode == "drop":
                     break
                 await asyncio.sleep(self.delay)
-                body = json.dumps(ALLOWED).encode()
+                body = json.dumps(ALLOWED if not path.endswith("/batch") else {"results": [
+                    {"status": 200, "body": ALLOWED}
+                    for _ in json.loads(request)["requests"]]}).encode()
                 writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
                              b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
                 await writer.drain()

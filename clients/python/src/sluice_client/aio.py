@@ -55,6 +55,11 @@ from sluice_client.spool import Spool
 logger = logging.getLogger("sluice_client")
 
 
+def _resolve(future: asyncio.Future, value) -> None:
+    if not future.done():  # a caller that left (cancelled) is answered no more
+        future.set_result(value)
+
+
 @dataclass(frozen=True)
 class Reply:
     """Sluice's answer, read whole (what AuthorizeResult.from_response and the usage results
@@ -68,6 +73,21 @@ class Reply:
     @property
     def text(self) -> str:
         return self.content.decode("utf-8", "replace")
+
+
+@dataclass(frozen=True)
+class ParsedReply:
+    """One request's answer inside a batched authorize's answer (decoded with the batch)."""
+    status_code: int
+    body: object
+
+    def json(self):
+        return self.body
+
+
+AUTHORIZE_PATH = "/api/gateway/v1/authorize"
+AUTHORIZE_BATCH_PATH = "/api/gateway/v1/authorize/batch"
+AUTHORIZE_BATCH_MAX = 100  # Sluice's bound (quotas/hook/inputs.py)
 
 
 class AsyncSluiceClient:
@@ -112,6 +132,11 @@ class AsyncSluiceClient:
         self._releases_answered = asyncio.Event()
         self._releases_taken = self._releases_done = 0  # release batches taken / answered
         self._leases_closing = False
+        # Authorizes asked in this turn of the loop, sent together at its end; whether Sluice
+        # has /authorize/batch (None: not known yet; False: a Sluice from before it).
+        self._authorizing: list[tuple[dict, asyncio.Future]] = []
+        self._batches: bool | None = None
+        self._batch_tasks: set[asyncio.Task] = set()
 
     async def start(self) -> None:
         """Open the connection pool and start the background sender (on the running loop)."""
@@ -160,8 +185,7 @@ class AsyncSluiceClient:
         if pending and self.leases.near_limit(api_key):
             await self._releases_sent(pending)
             pending = self._releases_pending()
-        result = AuthorizeResult.from_response(
-            await self._post("/api/gateway/v1/authorize", body, read_timeout=read_timeout))
+        result = AuthorizeResult.from_response(await self._authorize_call(body, read_timeout))
         for _ in range(ASK_AGAIN):
             if not pending or result.error_code != "concurrency_exceeded":
                 break
@@ -169,13 +193,77 @@ class AsyncSluiceClient:
             self.leases.stats["authorize_asked_again"] += 1
             pending = self._releases_pending()
             result = AuthorizeResult.from_response(
-                await self._post("/api/gateway/v1/authorize", body,
-                                 read_timeout=read_timeout))
+                await self._authorize_call(body, read_timeout))
         if lease:
             self.leases.answered_authorize(api_key, result)
         if lease and result.allowed and result.lease is not None:
             self.leases.hold(result.lease, bound=result.reserved_output_tokens)
         return result
+
+    async def _authorize_call(self, body: dict, read_timeout: float | None):
+        """Sluice's answer to one authorize body. The authorizes asked in one turn of the event
+        loop leave together at its end: one alone as POST /authorize, several as one POST
+        /authorize/batch (its HTTP exchange, most of an authorize's cost on both sides, shared;
+        nothing waits for company). One that may wait in the admission queue (its own
+        `read_timeout`) goes alone: it would hold the others' answers."""
+        if read_timeout is not None or self._batches is False:
+            return await self._post(AUTHORIZE_PATH, body, read_timeout=read_timeout)
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        self._authorizing.append((body, future))
+        if len(self._authorizing) == 1:
+            loop.call_soon(self._authorize_flush)
+        return await future
+
+    def _authorize_flush(self) -> None:
+        asked, self._authorizing = self._authorizing, []
+        for i in range(0, len(asked), AUTHORIZE_BATCH_MAX):
+            # Its own task: a caller cancelled (its client left) must not cancel the others'.
+            task = asyncio.get_running_loop().create_task(
+                self._authorize_send(asked[i:i + AUTHORIZE_BATCH_MAX]))
+            self._batch_tasks.add(task)
+            task.add_done_callback(self._batch_tasks.discard)
+
+    async def _authorize_send(self, asked: list[tuple[dict, asyncio.Future]]) -> None:
+        try:
+            if len(asked) == 1 or self._batches is False:
+                await asyncio.gather(*(self._authorize_alone(body, future)
+                                       for body, future in asked))
+                return
+            reply = await self._post(AUTHORIZE_BATCH_PATH,
+                                     {"requests": [body for body, _ in asked]})
+            if reply.status_code == 404 and not self._batches:  # a Sluice from before batches
+                self._batches = False
+                await asyncio.gather(*(self._authorize_alone(body, future)
+                                       for body, future in asked))
+            elif reply.status_code == 200:
+                self._batches = True
+                try:
+                    answers = [ParsedReply(int(result["status"]), result["body"])
+                               for result in reply.json()["results"]]
+                except (ValueError, TypeError, KeyError) as exc:
+                    raise SluiceUnavailable("Sluice's batched answer is malformed") from exc
+                if len(answers) != len(asked):
+                    raise SluiceUnavailable("Sluice's batched answer is malformed")
+                for (_, future), answer in zip(asked, answers, strict=True):
+                    _resolve(future, answer)
+            else:  # refused whole (the gateway token): that is every request's answer
+                for _, future in asked:
+                    _resolve(future, reply)
+        except Exception as exc:
+            for _, future in asked:
+                if not future.done():
+                    future.set_exception(exc)
+        finally:
+            for _, future in asked:
+                future.cancel()  # (a no-op for those answered)
+
+    async def _authorize_alone(self, body: dict, future: asyncio.Future) -> None:
+        try:
+            _resolve(future, await self._post(AUTHORIZE_PATH, body))
+        except Exception as exc:
+            if not future.done():
+                future.set_exception(exc)
 
     # -- leases ------------------------------------------------------------------------------
 
