@@ -175,7 +175,8 @@ for _, item in ipairs(ITEMS) do
                                tonumber(item.api_key_id)
     local reserved_in, reserved_out, borrowed_out, borrowed_in = 0, 0, 0, 0
     -- From the guaranteed bucket, and of the free part from the burst's level (nil: a record
-    -- without them, F.res.from_burst's).
+    -- without them, F.res.from_burst's; or one that took it all from the guaranteed bucket,
+    -- whose unused tokens all go back there either way).
     local guaranteed_out, free_burst_out, guaranteed_in, free_burst_in = nil, nil, nil, nil
     local reserved = reserved_by and state ~= 'spilled'
     if reserved then

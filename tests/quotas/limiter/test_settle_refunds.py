@@ -166,7 +166,8 @@ def test_input_metered_apart_gets_back_its_own_parts(limiter, db, limiter_clock)
     assert levels(a) == (1_000, 500, 1_000)  # no output reserved, none given back
 
 
-def test_racing_requests_and_settlements_give_back_exactly_what_they_took(overflowing):
+def test_racing_requests_and_settlements_give_back_exactly_what_they_took(overflowing,
+                                                                          patient_redis):
     """At one instant (the clock frozen), with the headroom's and the burst's cut-off refill
     taken by a request F and the guaranteed bucket drained by another (D, all used): six threads
     each authorize and settle (unused) five requests of 50 tokens, borrowed from the burst and
