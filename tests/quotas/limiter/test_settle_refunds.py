@@ -182,15 +182,19 @@ def test_racing_requests_and_settlements_give_back_exactly_what_they_took(overfl
     held = levels(a)
     assert held == (0, 450, 950)
 
+    done = []  # a thread's failure raises in the thread, not here: count what was done
+
     def worker(i: int) -> None:
         for n in range(5):
             authorize(a, f"t{i}-{n}", 50)
             if i == 0 and n == 2:
                 settle(a, "F", used=0)
             settle(a, f"t{i}-{n}", used=0)
+            done.append(n)
 
     threads_race(6, worker)
 
+    assert len(done) == 30
     assert levels(a) == held
     settle(a, "H", used=0)
     assert levels(a) == (0, 500, 1_000)
