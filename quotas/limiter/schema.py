@@ -102,8 +102,19 @@ class ReservationFields(NamedTuple):
     api_key: str = "k"
     cost: str = "c"  # tokens reserved, input and output
     input: str = "i"  # of which input
-    from_burst: str = "b"  # also borrowed from the pool's headroom (absent: 0)
-    input_from_burst: str = "bi"  # (absent: 0)
+    # What authorize took from where, of the output dimension then the input one (0, nil, 0
+    # where input is metered with output), packed (cmsgpack: numbers, not %.17g strings):
+    # borrowed (from the burst and the headroom together), from the guaranteed bucket, and of
+    # the free part (refill the headroom's capacity cut off) what the burst's level paid; the
+    # rest of the free part was refill the burst's capacity cut off, nobody's. Settle gives
+    # unused tokens back in the reverse order and lets that rest go. Absent: all of it came
+    # from the guaranteed bucket (the common case writes nothing).
+    taken: str = "tk"
+    # A record written before `taken`: what came from the burst, free and borrowed together
+    # (absent: 0), refunded to the burst and the headroom, the rest to the guaranteed bucket.
+    # Read by settle until such records expire; written no more.
+    from_burst: str = "b"
+    input_from_burst: str = "bi"
     key_slice: str = "ks"  # 1: the key's own buckets were debited too (absent: no)
     day: str = "d"  # YYYYMMDD the tokens were counted in
     expires: str = "x"  # epoch ms

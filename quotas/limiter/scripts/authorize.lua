@@ -268,8 +268,8 @@ if outcome == 'allowed' then
     redis.call('ZADD', inflight_key, expires, A.request_id)
     redis.call('PEXPIRE', inflight_key, slot_ttl)
     -- The record, kept for hours: what every reservation has, then only where it has them
-    -- (absent reads as 0) what it borrowed and whether its key has a slice: more calls for the
-    -- few, no table of arguments for the many.
+    -- what it took besides its guaranteed bucket (absent: nothing) and whether its key has a
+    -- slice: more calls for the few, no table of arguments for the many.
     if lease then  -- and in the pool's leases by expiry, which the sweep claims from
       redis.call('HSET', K.reservation, F.res.org, org, F.res.api_key, key_id, F.res.cost,
                  total_text, F.res.input, string.format('%d', input), F.res.day, A.day,
@@ -286,10 +286,10 @@ if outcome == 'allowed' then
                  total_text, F.res.input, string.format('%d', input), F.res.day, A.day,
                  F.res.expires, expires)
     end
-    local borrowed_out, borrowed_in = o_borrow + o_free, i_borrow + i_free
-    if borrowed_out > 0 or borrowed_in > 0 then
-      redis.call('HSET', K.reservation, F.res.from_burst, borrowed_out,
-                 F.res.input_from_burst, borrowed_in)
+    if o_borrow > 0 or o_free > 0 or i_borrow > 0 or i_free > 0 then  -- settle's to give back
+      redis.call('HSET', K.reservation, F.res.taken, cmsgpack.pack(
+        o_borrow, o_guaranteed, o_free_burst, i_borrow, apart and i_guaranteed or nil,
+        i_free_burst))
     end
     redis.call('PEXPIRE', K.reservation, A.record_ttl_ms)
     if k then

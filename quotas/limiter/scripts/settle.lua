@@ -45,19 +45,31 @@ local function org_buckets_read(org_key, headroom, now)
 end
 
 -- Give back `unused` tokens of one dimension (what the request did not use of its
--- reservation: refunds go to the burst and headroom up to what was borrowed, the rest to the
--- guaranteed bucket), or take `-unused` more (usage beyond the reservation: a debt the
--- guaranteed rate repays, so the level may go negative). Returns whether the headroom moved.
-local function buckets_settle(d, unused, borrowed)
+-- reservation), or take `-unused` more (usage beyond the reservation: a debt the guaranteed
+-- rate repays, so the level may go negative). Returns whether the headroom moved.
+--
+-- A bucket gets back at most what the request took from its level (F.res.taken), in the
+-- reverse order authorize took it (plan): what it borrowed, to the burst and the headroom;
+-- what came from the guaranteed bucket, to it; what the burst's level paid of the free part,
+-- to the burst. The rest of the free part was refill that the capacities cut off: given back,
+-- it would be capacity nobody had. A record without its parts (`guaranteed` nil) has only
+-- `borrowed`, free and borrowed together: that much goes to the burst and the headroom, the
+-- rest to the guaranteed bucket.
+local function buckets_settle(d, unused, borrowed, guaranteed, free_burst)
   if unused < 0 then
     d.g.level = d.g.level + unused
     return false
   end
-  local to_burst = math.min(unused, borrowed)
+  local to_both = math.min(unused, borrowed)
+  local to_guaranteed, to_burst = unused - to_both, to_both
+  if guaranteed then
+    to_guaranteed = math.min(to_guaranteed, guaranteed)
+    to_burst = to_burst + math.min(unused - to_both - to_guaranteed, free_burst)
+  end
   d.b.level = math.min(d.b.capacity, d.b.level + to_burst)
-  d.h.level = math.min(d.h.capacity, d.h.level + to_burst)
-  d.g.level = math.min(d.g.capacity, d.g.level + unused - to_burst)
-  return to_burst > 0
+  d.h.level = math.min(d.h.capacity, d.h.level + to_both)
+  d.g.level = math.min(d.g.capacity, d.g.level + to_guaranteed)
+  return to_both > 0
 end
 
 local orgs, keys, histograms = {}, {}, {}  -- each read once, written once at the end
@@ -154,7 +166,7 @@ for _, item in ipairs(ITEMS) do
   local prefill = input - tonumber(item.cached_input_tokens)
   local r = redis.call('HMGET', item.key, F.res.org, F.res.cost, F.res.input, F.res.from_burst,
                        F.res.input_from_burst, F.res.key_slice, F.res.day, F.res.state,
-                       F.res.api_key, F.res.lease_owner)
+                       F.res.api_key, F.res.lease_owner, F.res.taken)
   local reserved_by, state = r[1], r[8]
   if state ~= 'settled' then
     -- Without a reservation, usage counts on the day the request started (a late report of
@@ -162,12 +174,21 @@ for _, item in ipairs(ITEMS) do
     local owner, day, key_id = item.org_id, #item.day > 0 and item.day or today,
                                tonumber(item.api_key_id)
     local reserved_in, reserved_out, borrowed_out, borrowed_in = 0, 0, 0, 0
+    -- From the guaranteed bucket, and of the free part from the burst's level (nil: a record
+    -- without them, F.res.from_burst's; or one that took it all from the guaranteed bucket,
+    -- whose unused tokens all go back there either way).
+    local guaranteed_out, free_burst_out, guaranteed_in, free_burst_in = nil, nil, nil, nil
     local reserved = reserved_by and state ~= 'spilled'
     if reserved then
       owner, day, key_id = reserved_by, r[7], num(r[9], 0)
       reserved_in = num(r[3], tonumber(r[2]))
       reserved_out = tonumber(r[2]) - reserved_in
-      borrowed_out, borrowed_in = num(r[4], 0), num(r[5], 0)
+      if r[11] then
+        borrowed_out, guaranteed_out, free_burst_out, borrowed_in, guaranteed_in,
+          free_burst_in = cmsgpack.unpack(r[11])
+      else
+        borrowed_out, borrowed_in = num(r[4], 0), num(r[5], 0)
+      end
       redis.call('ZREM', key(KEY.inflight, owner), item.request_id)
       if r[10] then redis.call('ZREM', LEASES_KEY, item.request_id) end  -- a lease's
       local money_key = key(KEY.money, owner)
@@ -186,10 +207,12 @@ for _, item in ipairs(ITEMS) do
     local finished, age = tonumber(item.finished_ms), 0
     if not reserved and finished > 0 then age = math.max(0, now - finished) end
     headroom_changed = buckets_settle(s.output, still_owed(unused_out, s.output.g.rate, age),
-                                      borrowed_out) or headroom_changed
+                                      borrowed_out, guaranteed_out, free_burst_out)
+                       or headroom_changed
     if s.apart then
       headroom_changed = buckets_settle(s.input, still_owed(unused_in, s.input.g.rate, age),
-                                        borrowed_in) or headroom_changed
+                                        borrowed_in, guaranteed_in, free_burst_in)
+                         or headroom_changed
     end
 
     -- The key's own slice: settled like its reservation debited it, or, without one, debited
