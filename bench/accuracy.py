@@ -20,6 +20,7 @@ does) that refill pays for the requests first.
 """
 
 import argparse
+import asyncio
 import json
 import multiprocessing as mp
 import time
@@ -38,15 +39,16 @@ def _hammer_engine(pool_id, api_key, index, start, seconds, queue):
     from quotas.limiter.connection import LimiterUnavailable
     from quotas.limiter.engine import limiter_authorize
 
+    runner = asyncio.Runner()  # the engine's decision is a coroutine: one loop for the run
     requests = unavailable = 0
     while time.time() < start:
         time.sleep(0.0005)
     while time.time() < start + seconds:
         requests += 1
         try:
-            limiter_authorize(pool_id=pool_id, api_key=api_key,
-                              request_id=f"a{pool_id}-{index}-{requests}",
-                              input_tokens=COST // 2, max_output_tokens=COST // 2)
+            runner.run(limiter_authorize(pool_id=pool_id, api_key=api_key,
+                                         request_id=f"a{pool_id}-{index}-{requests}",
+                                         input_tokens=COST // 2, max_output_tokens=COST // 2))
         except LimiterUnavailable:  # a reply slower than the timeout on a busy machine
             unavailable += 1
     queue.put((requests, unavailable))

@@ -21,6 +21,7 @@ tokens in a pool that meters input apart: they wait for prefill, not decode.
 """
 
 import argparse
+import asyncio
 import math
 import random
 from datetime import timedelta
@@ -60,6 +61,7 @@ def _simulate(pool, org, api_key, *, seconds: float, streams: int, input_tokens:
     from quotas.limiter.engine import limiter_authorize, limiter_settle
     from quotas.limiter.schema import Settlement
 
+    runner = asyncio.Runner()  # the engine's decision is a coroutine: one loop for the run
     start = clock.now()
     ready = [0.0] * streams  # when each stream next acts (s)
     running: dict[int, tuple[float, str, int, int]] = {}  # stream -> (ends, id, output, reserved)
@@ -86,8 +88,9 @@ def _simulate(pool, org, api_key, *, seconds: float, streams: int, input_tokens:
             continue
         n += 1
         rid = f"m{pool.pk}-{n}"
-        d = limiter_authorize(pool_id=pool.pk, api_key=api_key, request_id=rid,
-                              input_tokens=input_tokens, max_output_tokens=max_output_tokens)
+        d = runner.run(limiter_authorize(pool_id=pool.pk, api_key=api_key, request_id=rid,
+                                         input_tokens=input_tokens,
+                                         max_output_tokens=max_output_tokens))
         if d.outcome == "allowed":
             admitted += 1
             first_window += at < FIRST_WINDOW
