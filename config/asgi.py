@@ -11,13 +11,20 @@ from django.conf import settings
 from admission.hook import hook_queue
 from config.wsgi import application as wsgi_application
 from metering.api.hook import usage
-from metering.api.leases import lease_heartbeat, lease_release
+from metering.api.leases import lease_heartbeat, lease_release, leases_ridden_release
 from quotas.hook.asgi import hook_application, hook_threads, loop_threads_use
-from quotas.hook.hook import authorize, authorize_batch, authorize_queue_set
+from quotas.hook.hook import (
+    authorize,
+    authorize_batch,
+    authorize_queue_set,
+    authorize_releases_set,
+)
 from sluice.asgi_bridge import wsgi_app_as_asgi
 
 # Requests that may wait for capacity wait in the admission queue (admission/).
 authorize_queue_set(hook_queue)
+# Lease releases may ride on a batched authorize (metering/ applies them).
+authorize_releases_set(leases_ridden_release)
 
 # The hook: path -> async handler(authorization, body) -> (status, JSON-ready body).
 HOOK_ROUTES = {

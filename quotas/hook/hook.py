@@ -132,8 +132,10 @@ async def authorize_batch(authorization: str, raw: bytes) -> Answer:
     AUTHORIZE_BATCH_MAX), answered `{"results": [{"status", "body"}, ...]}` in their order, each
     exactly what /authorize answers that body (docs/hook.md, Batched authorize). One call and
     one answer for the requests a gateway has in hand at once: the HTTP exchange, most of an
-    authorize's cost on the server, is shared. A gateway token or a batch that is not a list
-    is refused whole (its status, `allowed: false`)."""
+    authorize's cost on the server, is shared. `"releases"`, optional, is a leases/release
+    body applied before the requests are decided, answered in `"releases"` as leases/release
+    answers it. A gateway token or a batch that is not a list is refused whole (its status,
+    `allowed: false`)."""
     return _says_allowed(
         await hook_answer(_authorize_batch_raw, AUTHORIZE_BATCH_SECONDS, authorization, raw))
 
@@ -142,9 +144,29 @@ authorize_batch.refused = {"allowed": False}
 
 
 async def _authorize_batch_raw(raw: bytes, gateway: GatewayIdentity) -> Answer:
-    requests = authorize_batch_input(json_body(raw))
+    body = json_body(raw)
+    requests = authorize_batch_input(body)
+    released = None
+    if body.get("releases") is not None and _releases is not None:
+        # The gateway's queued lease releases, riding along: applied first, so the slots they
+        # free are free for the requests of the same batch.
+        released = await _answered(_releases, body["releases"], gateway)
     answers = await asyncio.gather(*(_authorize_one(body, gateway) for body in requests))
-    return 200, {"results": [{"status": status, "body": body} for status, body in answers]}
+    answer = {"results": [{"status": status, "body": body} for status, body in answers]}
+    if released is not None:
+        answer["releases"] = {"status": released[0], "body": released[1]}
+    return 200, answer
+
+
+# What applies a batch's `releases` (a POST leases/release body): metering's, set by the served
+# application (config/asgi.py). None: a batch's releases are not read.
+_releases: Callable[[object, GatewayIdentity], Awaitable[Answer]] | None = None
+
+
+def authorize_releases_set(releases: Callable[[object, GatewayIdentity], Awaitable[Answer]]
+                           | None) -> None:
+    global _releases
+    _releases = releases
 
 
 async def _authorize_one(body: object, gateway: GatewayIdentity) -> Answer:

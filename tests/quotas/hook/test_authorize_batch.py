@@ -11,6 +11,7 @@ from gateway.serving import ServerThread
 from quotas.hook.gateway_tokens import gateway_token_cache_clear, gateway_token_create
 from quotas.hook.inputs import AUTHORIZE_BATCH_MAX
 from quotas.hook.routing import pool_routes_reload
+from quotas.limiter.connection import limiter_reset
 from tests.aio import run_async
 from tests.hook import HookClient
 from tests.quotas.conftest import tenant_create
@@ -21,10 +22,12 @@ BATCH = "/api/gateway/v1/authorize/batch"
 
 
 @pytest.fixture
-def token():
+def token(redis_client):
+    limiter_reset()  # reservations of earlier runs answer their request ids
     gateway_token_cache_clear()
     _, plaintext = gateway_token_create(name="edge-batch", actor="test")
-    return plaintext
+    yield plaintext
+    limiter_reset()
 
 
 def tenant_new(**limits):
@@ -76,7 +79,7 @@ def test_a_malformed_batch_is_refused_whole_and_reserves_nothing(token, body):
     assert gateway.post(SINGLE, ask(t, "after")).json()["allowed"] is True
 
 
-def test_a_bad_gateway_token_refuses_the_batch_whole():
+def test_a_bad_gateway_token_refuses_the_batch_whole(token):
     tenant = tenant_new()
     r = HookClient("gw_nope_nope").post(BATCH, {"requests": [ask(tenant, "t1")]})
     assert r.status_code == 401
@@ -166,3 +169,38 @@ def test_a_sluice_without_batches_gets_each_authorize_alone(token, served_url, t
         proxy.stop()
     assert transport.paths == [BATCH] + [SINGLE] * 4
     assert sum(d.allowed for d in first) == 3
+
+
+def test_queued_releases_ride_on_the_next_batch_and_free_its_slots(token, served_url,
+                                                                    tmp_path):
+    """A gateway ends three streams and starts three new ones: the releases queued meanwhile
+    leave with the authorizes (no call of their own; not near the limit, nothing waits for
+    them) and are applied first, so the new requests find the slots free."""
+    t = tenant_new(guaranteed_tps=10**7, burst_tps=10**7, daily_tokens=10**9,
+                   max_concurrency=6)
+    transport = Paths()
+
+    async def run():
+        async with AsyncSluiceClient(served_url, token=token, transport=transport,
+                                     spool_path=str(tmp_path / "u.jsonl"), leases=True,
+                                     flush_interval=3600, release_window=3600) as sluice:
+            async def three(prefix):
+                return await asyncio.gather(*(
+                    sluice.authorize(request_id=f"{prefix}{n}", api_key=t.plaintext,
+                                     model=t.pool.model, input_tokens=10,
+                                     max_output_tokens=20) for n in range(3)))
+            first = await three("a")
+            for grant in first:
+                sluice.release(grant.lease.id, 5)
+            second = await three("b")
+            return first, second, dict(sluice.leases.stats)
+
+    first, second, stats = run_async(run())
+    assert all(g.allowed for g in first) and all(g.allowed for g in second)
+    assert transport.paths == [BATCH, BATCH]  # the releases rode; no leases/release call
+    assert stats["release_rides"] == 1 and stats["released"] == 3
+
+    def left(grants):
+        return min(int(g.headers["x-ratelimit-remaining-requests"]) for g in grants)
+    assert left(first) == 3
+    assert left(second) == 3  # decided after the three releases (else 0)

@@ -45,6 +45,7 @@ from sluice_client.http1 import Http1Pool, HttpError, ReadTimeout, header_lines
 from sluice_client.leases import (
     ASK_AGAIN,
     HEARTBEAT_PATH,
+    MAX_PER_CALL,
     RELEASE_PATH,
     RELEASE_WINDOW,
     LeaseBook,
@@ -176,11 +177,12 @@ class AsyncSluiceClient:
                               lease=lease, queue_threshold_ms=queue_threshold_ms)
         if read_timeout is None and queue_threshold_ms:
             read_timeout = queue_read_timeout(self._timeout, queue_threshold_ms)
-        # Releases queued or on their way may free the slot this request needs: they leave at
-        # once (no gathering). Near its concurrency limit (as the key's last answer said) the
-        # request waits for them; a concurrency refusal is asked again once the releases
-        # pending then are answered (a few times at most: streams keep ending meanwhile).
-        # Nothing waits when no release is pending.
+        # Releases queued or on their way may free the slot this request needs. Queued ones
+        # ride with it (its batch carries them, applied first: _authorize_send). Near its
+        # concurrency limit (as the key's last answer said) the request waits for them to be
+        # answered first; a concurrency refusal is asked again once the releases pending then
+        # are answered (a few times at most: streams keep ending meanwhile). Nothing waits
+        # when no release is pending.
         pending = self._releases_pending() if lease else 0
         if pending and self.leases.near_limit(api_key):
             await self._releases_sent(pending)
@@ -225,13 +227,17 @@ class AsyncSluiceClient:
             task.add_done_callback(self._batch_tasks.discard)
 
     async def _authorize_send(self, asked: list[tuple[dict, asyncio.Future]]) -> None:
+        riding = None  # lease releases sent with the batch, until Sluice answers for them
         try:
-            if len(asked) == 1 or self._batches is False:
+            riding = self._releases_ride() if self._batches else None
+            if riding is None and (len(asked) == 1 or self._batches is False):
                 await asyncio.gather(*(self._authorize_alone(body, future)
                                        for body, future in asked))
                 return
-            reply = await self._post(AUTHORIZE_BATCH_PATH,
-                                     {"requests": [body for body, _ in asked]})
+            payload = {"requests": [body for body, _ in asked]}
+            if riding is not None:
+                payload["releases"] = riding[0]
+            reply = await self._post(AUTHORIZE_BATCH_PATH, payload)
             if reply.status_code == 404 and not self._batches:  # a Sluice from before batches
                 self._batches = False
                 await asyncio.gather(*(self._authorize_alone(body, future)
@@ -239,12 +245,16 @@ class AsyncSluiceClient:
             elif reply.status_code == 200:
                 self._batches = True
                 try:
+                    whole = reply.json()
                     answers = [ParsedReply(int(result["status"]), result["body"])
-                               for result in reply.json()["results"]]
+                               for result in whole["results"]]
                 except (ValueError, TypeError, KeyError) as exc:
                     raise SluiceUnavailable("Sluice's batched answer is malformed") from exc
                 if len(answers) != len(asked):
                     raise SluiceUnavailable("Sluice's batched answer is malformed")
+                if riding is not None:
+                    self._releases_rode(whole.get("releases"), *riding)
+                    riding = None
                 for (_, future), answer in zip(asked, answers, strict=True):
                     _resolve(future, answer)
             else:  # refused whole (the gateway token): that is every request's answer
@@ -255,8 +265,31 @@ class AsyncSluiceClient:
                 if not future.done():
                     future.set_exception(exc)
         finally:
+            if riding is not None:  # the releases did not reach Sluice: queued again
+                self._releases_rode(None, *riding)
             for _, future in asked:
                 future.cancel()  # (a no-op for those answered)
+
+    def _releases_ride(self) -> tuple[dict, int] | None:
+        """The queued lease releases, to ride on an authorize batch (one body's worth at
+        most; more leave with the release task), and the release batch they make."""
+        book = self.leases
+        if book is None or not book.releasing or book.releasing_count > MAX_PER_CALL:
+            return None
+        bodies = book.releases_take(process_id())
+        self._releases_taken += 1
+        book.stats["release_rides"] += 1
+        return bodies[0], self._releases_taken
+
+    def _releases_rode(self, answer, body: dict, batch: int) -> None:
+        """A ride's end: Sluice's answer to the releases (None: they did not arrive, and are
+        queued again for the release task)."""
+        if isinstance(answer, dict) and answer.get("status") == 200:
+            self.leases.answered(answer.get("body"), kind="release")
+        else:
+            self.leases.releases_return(body)
+            self._release_wake.set()
+        self._releases_answer(batch)
 
     async def _authorize_alone(self, body: dict, future: asyncio.Future) -> None:
         try:
@@ -279,18 +312,16 @@ class AsyncSluiceClient:
             self._release_wake.set()
 
     def _releases_pending(self) -> int:
-        """The release batch that carries every release queued so far (0: none pending), sent
-        at once."""
+        """The release batch that carries every release queued so far (0: none pending)."""
         target = self._releases_taken + (1 if self.leases.releasing else 0)
-        if self._releases_done >= target:
-            return 0
+        return 0 if self._releases_done >= target else target
+
+    async def _releases_sent(self, target: int) -> None:
+        """Until release batch `target` is answered (at most the calls' own timeout); the
+        releases still queued leave at once."""
         if self.leases.releasing:
             self._release_urgent.set()
             self._release_wake.set()
-        return target
-
-    async def _releases_sent(self, target: int) -> None:
-        """Until release batch `target` is answered (at most the calls' own timeout)."""
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(self._timeout * (self.retries + 1)):
                 while self._releases_done < target and self._lease_tasks:
@@ -341,9 +372,13 @@ class AsyncSluiceClient:
         except Exception:
             logger.exception("sluice lease release failed")
         finally:
-            self._releases_done = max(self._releases_done, batch)
-            answered, self._releases_answered = self._releases_answered, asyncio.Event()
-            answered.set()
+            self._releases_answer(batch)
+
+    def _releases_answer(self, batch: int) -> None:
+        """Release batch `batch` is answered (or will not be): who waits for it goes on."""
+        self._releases_done = max(self._releases_done, batch)
+        answered, self._releases_answered = self._releases_answered, asyncio.Event()
+        answered.set()
 
     async def _lease_call(self, path: str, body: dict, *, kind: str) -> None:
         book = self.leases

@@ -138,6 +138,17 @@ class LeaseBook:
             items = [{"id": k, "delivered_output_tokens": v[0]} for k, v in self._held.items()]
         return _bodies(process, items)
 
+    def releases_return(self, body: dict) -> None:
+        """A release body that did not reach Sluice: queued again (a release queued since for
+        the same lease keeps its own count)."""
+        with self._lock:
+            for item in body["leases"]:
+                self._releasing.setdefault(item["id"], item["delivered_output_tokens"])
+
+    @property
+    def releasing_count(self) -> int:
+        return len(self._releasing)
+
     def releases_take(self, process: str) -> list[dict]:
         """The release bodies of everything queued (now no longer queued)."""
         with self._lock:
