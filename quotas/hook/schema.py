@@ -269,6 +269,10 @@ class AuthorizeBatch(serializers.Serializer):
     requests = serializers.ListField(child=Authorize(), min_length=1,
                                      max_length=AUTHORIZE_BATCH_MAX,
                                      help_text=f"1 to {AUTHORIZE_BATCH_MAX} authorize bodies.")
+    releases = serializers.DictField(
+        required=False, help_text="A POST leases/release body (gateway_process and leases), "
+                                  "applied before the requests are decided: the slots it "
+                                  "frees are free for them.")
 
 
 class AuthorizeBatchResult(serializers.Serializer):
@@ -280,6 +284,8 @@ class AuthorizeBatchResult(serializers.Serializer):
 
 class AuthorizeBatchResponse(serializers.Serializer):
     results = AuthorizeBatchResult(many=True, help_text="One per request, in their order.")
+    releases = AuthorizeBatchResult(required=False, help_text="With `releases`: what POST "
+                                                              "leases/release answers them.")
 
 
 class AuthorizeBatchSchema(HookSchemaView):
