@@ -30,7 +30,7 @@ class App:
         if path == "/early":
             return await _answer(send, b"early", headers=[(b"connection", b"close")])
         if path == "/badheader":
-            return await _answer(send, b"x", headers=[(b"x-evil", b"a\nb")])
+            return await _answer(send, b"x", headers=[BAD_HEADERS[scope["query_string"]]])
         if path == "/watch":
             gone = asyncio.Event()
             scope["extensions"][DISCONNECT_WATCH](gone.set)
@@ -56,6 +56,10 @@ class App:
             return
         await _answer(send, b"%s %d %s" % (scope["method"].encode(), len(body),
                                            scope["query_string"] or b"-"))
+
+
+BAD_HEADERS = {b"lf": (b"x-evil", b"a\nb"), b"cr": (b"x-evil", b"a\rb"),
+               b"crlf": (b"x-evil", b"a\r\nset-cookie: x=1"), b"name": (b"x-evil\r\nx", b"1")}
 
 
 async def _answer(send, body: bytes, headers=()):
@@ -222,7 +226,8 @@ def test_bad_requests_and_bad_applications(served):
     sock.sendall(b"NOT HTTP AT ALL\r\n\r\n")
     status, headers, _ = read_answer(sock, bytearray())
     assert status.startswith(b"HTTP/1.1 400") and headers[b"connection"] == b"close"
-    for path in ("/boom", "/badheader"):  # the application fails before its answer started
+    for path in ("/boom", *(f"/badheader?{k.decode()}" for k in BAD_HEADERS)):
+        # the application fails before its answer started
         sock = connect(server)
         sock.sendall(post(path))
         status, headers, body = read_answer(sock, bytearray())
