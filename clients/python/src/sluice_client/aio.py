@@ -178,7 +178,7 @@ class AsyncSluiceClient:
         if read_timeout is None and queue_threshold_ms:
             read_timeout = queue_read_timeout(self._timeout, queue_threshold_ms)
         # Releases queued or on their way may free the slot this request needs. Queued ones
-        # ride with it (its batch carries them, applied first: _authorize_send). Near its
+        # ride with it when it leaves in a batch (applied first: _authorize_send). Near its
         # concurrency limit (as the key's last answer said) the request waits for them to be
         # answered first; a concurrency refusal is asked again once the releases pending then
         # are answered (a few times at most: streams keep ending meanwhile). Nothing waits
@@ -229,12 +229,14 @@ class AsyncSluiceClient:
     async def _authorize_send(self, asked: list[tuple[dict, asyncio.Future]]) -> None:
         riding = None  # lease releases sent with the batch, until Sluice answers for them
         try:
-            riding = self._releases_ride() if self._batches else None
-            if riding is None and (len(asked) == 1 or self._batches is False):
+            if len(asked) == 1 or self._batches is False:
                 await asyncio.gather(*(self._authorize_alone(body, future)
                                        for body, future in asked))
                 return
             payload = {"requests": [body for body, _ in asked]}
+            # Releases ride on a batch (under load), never turn a lone authorize into one:
+            # Sluice applies them first, a round trip to Redis the lone request would wait.
+            riding = self._releases_ride() if self._batches else None
             if riding is not None:
                 payload["releases"] = riding[0]
             reply = await self._post(AUTHORIZE_BATCH_PATH, payload)
