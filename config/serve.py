@@ -10,10 +10,10 @@ collects each body on the event loop and only then runs the request in a thread,
 trickling their bodies cost 40 coroutines and nothing else (bench/slow_clients.py). It is one
 pip package: no buffering proxy to run. Django's own ASGI handler was measured too: it also
 reads bodies first, but runs every sync view of a process in one thread, and answered /healthz
-about 4x slower than this bridge. Why uvicorn: its workers parse HTTP in C (httptools) on the
-worker's own loop (uvloop), with no hand-off between threads per request; authorize through
-the reference gateway cost Sluice 230-239 µs of CPU per request on uvicorn against 312-317 µs
-on granian (Rust), whose runtime and thread hand-offs were ~70 % of a worker's CPU.
+about 4x slower than this bridge. Why uvicorn: its workers parse HTTP in C (httptools) on their
+own event loop (uvloop), with no hand-off between threads per request. Through the reference
+gateway it costs Sluice a quarter less CPU per request than granian (Rust, tokio), whose runtime
+and thread hand-offs were most of a worker's CPU (bench/README.md).
 
 The server, as configured in main():
 
@@ -26,7 +26,8 @@ The server, as configured in main():
   every worker, whichever worker's loop wakes first accepts every connection waiting (uvloop
   accepts until none is left): 24 connections opened at once all went to one of two workers,
   and half the cores idled. The supervisor binds the address first (without listening) so that
-  a port in use fails the start at once.
+  a port in use fails the start at once. A worker's socket dies with it: connections it had
+  not accepted yet are reset, as its accepted ones are.
 - Each worker runs the application's lifespan startup once (config/asgi.py's worker_ready).
 - X-Forwarded-* headers are passed to the application untouched: the client's address is
   ClientAddressMiddleware's business (sluice/client_address.py, its own trusted proxies) and
