@@ -572,7 +572,7 @@ def cmd_run(stack: ExitStack, verbose: bool) -> int:
             say(f"{argv[2]} failed (exit {rc}); stopping")
             return rc
 
-    # The production web server (config/serve.py: granian; bodies are read before a thread
+    # The production web server (config/serve.py: uvicorn; bodies are read before a thread
     # runs a request). Its Prometheus multiprocess directory must exist and be empty at every
     # start, and belongs to the web process only.
     import json

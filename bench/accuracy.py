@@ -186,7 +186,7 @@ def main() -> None:
             run(port)
     else:
         run()
-    how = ("through the HTTP hook (granian "
+    how = ("through the HTTP hook (uvicorn "
            f"{args.workers}x{args.threads}, {THREADS_PER_PROCESS} connections each)"
            if args.via == "http" else "through the engine in-process")
     table(f"accuracy: {args.processes} processes saturate one org {how}",

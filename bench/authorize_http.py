@@ -2,7 +2,7 @@
 
     DATABASE_URL=... REDIS_URL=redis://127.0.0.1:6379/4 python bench/authorize_http.py
 
-The production server (config/serve.py: granian; authorize decided on its event loop, every
+The production server (config/serve.py: uvicorn; authorize decided on its event loop, every
 other request through the bridge's threads; DEBUG off). Limits are set high so every decision
 runs the whole script and is an admission; every request_id is new.
 
@@ -148,7 +148,7 @@ def with_wrk(args, port, pool, headers, head, tail) -> None:
             mark = (" <- peak" if r is peak else "") + (" <- ~half of peak" if r is half else "")
             rows.append([name + mark, r.connections, r.rps, f"{r.p50_ms:.2f}",
                          f"{r.p99_ms:.2f}", r.errors])
-    table(f"authorize over HTTP, wrk -t1 (closed loop): granian {args.workers} worker(s) x "
+    table(f"authorize over HTTP, wrk -t1 (closed loop): uvicorn {args.workers} worker(s) x "
           f"{args.threads} thread(s), {args.seconds:.0f} s per row",
           ["endpoint", "conns", "req/s", "p50 ms", "p99 ms", "errors"], rows)
     print(f"\npeak authorize: {peak.rps:,.0f} decisions/s at {peak.connections} connections "
@@ -276,7 +276,7 @@ def with_python(args, port, pool, headers, head: bytes, tail: bytes) -> None:
                     (f"POST authorize, open loop at {peak.rps / 2:,.0f}/s", half)):
         ok = r.statuses.get(200, 0) / max(r.requests, 1) * 100
         rows.append([name, r.rps, r.percentile(50), r.percentile(99), f"{ok:.1f}%"])
-    table(f"authorize over HTTP, Python load generator: granian {args.workers} worker(s) x "
+    table(f"authorize over HTTP, Python load generator: uvicorn {args.workers} worker(s) x "
           f"{args.threads} thread(s), {args.processes}x{args.connections} connections, "
           f"{args.seconds:.0f} s each",
           ["endpoint", "req/s", "p50 ms", "p99 ms", "200s"], rows)

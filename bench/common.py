@@ -85,7 +85,7 @@ def process_tree_cpu_seconds(pid: int) -> float:
 
 @contextlib.contextmanager
 def web_server(*, workers: int, threads: int = 8, env: dict | None = None):
-    """The production server (config/serve.py: granian, the hook on the event loop, bodies
+    """The production server (config/serve.py: uvicorn, the hook on the event loop, bodies
     read before a thread runs a request; DEBUG off), with the benchmark endpoints
     (bench/asgi_ceiling.py)."""
     port = free_port()

@@ -6,7 +6,7 @@ The engine's Redis here is a private redis-server (SLUICE_LIMITER_REDIS_URL), so
 made busy without disturbing anyone: every 0.5 s another client runs a command that keeps it
 busy for --stall-ms (a Lua busy loop: the cost of a KEYS, a FLUSHDB of a big database or a
 heavy script from another tenant of a shared Redis). Redis stays healthy: it answers everything,
-some replies just wait behind that command. Meanwhile the production server (granian, --workers
+some replies just wait behind that command. Meanwhile the production server (uvicorn, --workers
 x 8 threads) is saturated over HTTP by the Python load generator (2 processes x 32
 connections, closed loop) for --seconds; `--burn N` adds N CPU-spinning processes.
 

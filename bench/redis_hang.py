@@ -3,7 +3,7 @@
     DATABASE_URL=... REDIS_URL=redis://127.0.0.1:6379/14 python bench/redis_hang.py
 
 The engine's Redis is a private redis-server (SLUICE_LIMITER_REDIS_URL). The production server
-(granian, --workers) takes --rate decisions/s from --connections keep-alive connections (each
+(uvicorn, --workers) takes --rate decisions/s from --connections keep-alive connections (each
 paced, closed loop) in a fail_closed pool: --before s healthy, then Redis stopped with SIGSTOP
 for --hang s, then resumed (SIGCONT) for --after s. Printed: the latency of the decisions sent
 during the hang (a process waits for the first reply's deadline, then answers by the pool's

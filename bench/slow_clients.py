@@ -7,7 +7,7 @@ announcing a 1,000-byte body, then one byte of it every second, for the whole ru
 closed-loop client (4 connections, each a thread with http.client and a 5 s timeout, so that a
 stalled server shows as timeouts instead of hanging the benchmark) asks authorize as fast as
 answers come. The table compares authorize without and with the slow clients, on the
-production server (config/serve.py: granian, bodies read on the event loop).
+production server (config/serve.py: uvicorn, bodies read on the event loop).
 """
 
 import argparse
@@ -104,7 +104,7 @@ def main() -> None:
     head, tail = json.dumps({"request_id": "@", "api_key": api_key, "model": pool.model,
                              "input_tokens": 200, "max_output_tokens": 300}).encode().split(b"@")
     rows = []
-    for kind in ("granian",):
+    for kind in ("uvicorn",):
         with web_server(workers=args.workers) as port:
             for phase, slow in (("warm-up", 0), ("alone", 0), (f"{args.slow} slow", args.slow)):
                 tag = f"{kind}-{slow}-{time.time_ns()}"

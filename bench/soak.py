@@ -53,8 +53,8 @@ AUTHORIZE = "/api/gateway/v1/authorize"
 USAGE = "/api/gateway/v1/usage"
 FLUSH_SECONDS = 0.1  # usage batches: what the Python client does, roughly
 TIMEOUT_SECONDS = 10
-# The server closes a kept-alive connection that waited 30 s for its next request (granian's
-# HTTP/1 header read timeout); a client must not reuse one that old, as httpx does not.
+# The server closes a kept-alive connection that waited 75 s for its next request
+# (config/serve.py, KEEP_ALIVE_SECONDS); a client must not reuse one that old, as httpx does not.
 IDLE_SECONDS = 15
 
 

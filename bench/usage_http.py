@@ -118,7 +118,7 @@ def main() -> None:
                                  f"{r.p50_ms:.2f}", f"{r.p99_ms:.2f}",
                                  *(f"{1e6 * c / max(events, 1):.1f}" for c in spent),
                                  f"{2 * events / sum(spent):,.0f}", note])
-        title = "usage ingestion over HTTP, wrk -t1 (closed loop): granian " \
+        title = "usage ingestion over HTTP, wrk -t1 (closed loop): uvicorn " \
                 f"{args.workers}x{args.threads}, {args.seconds:.0f} s each"
     else:
         with web_server(workers=args.workers, threads=args.threads) as port:
@@ -133,7 +133,7 @@ def main() -> None:
                              r.rps, r.rps * size, stored(tag) / args.seconds,
                              r.percentile(50), r.percentile(99),
                              ", ".join(f"{k}: {v}" for k, v in r.statuses.items())])
-        title = "usage ingestion over HTTP, Python load generator: granian " \
+        title = "usage ingestion over HTTP, Python load generator: uvicorn " \
                 f"{args.workers}x{args.threads}, {args.seconds:.0f} s each"
     cpu = ["web CPU µs/event", "PostgreSQL CPU µs/event", "Redis CPU µs/event",
            "wrk CPU µs/event", "2 cores / CPU: events/s"] if args.loadgen == "wrk" else []

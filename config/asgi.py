@@ -1,4 +1,4 @@
-"""The production application, served by granian (config/serve.py): the hook's routes answered
+"""The production application, served by uvicorn (config/serve.py): the hook's routes answered
 on the event loop (quotas/hook/asgi.py), and every other request to Django's WSGI application
 behind a bridge that reads each request's whole body on the event loop before a thread runs it
 (sluice/asgi_bridge.py). The `web` and `hook` processes of the Procfile serve this same

@@ -27,22 +27,27 @@ class BodyTooLarge(Exception):
 
 
 def content_length(headers) -> int | None:
-    """The Content-Length an ASGI scope's `headers` declare, or None (chunked, or none)."""
+    """The Content-Length an ASGI scope's `headers` declare, or None: none, or a body sent with
+    Transfer-Encoding, whose chunks say its length whatever Content-Length says (RFC 9112 6.3;
+    uvicorn refuses such a request, a server that passes it on must not have us trust it)."""
+    length = None
     for name, value in headers:
         if name == b"content-length":
-            return int(value) if value.isdigit() else None
-    return None
+            length = int(value) if value.isdigit() else None
+        elif name == b"transfer-encoding":
+            return None
+    return length
 
 
 async def body_receive(scope, receive, limit: int) -> bytes | None:
     """The whole body; None if the client went away first. BodyTooLarge past `limit` bytes.
 
     The Content-Length the request declared (content_length) ends the reading as soon as that
-    many bytes are in: granian answers each receive() from its own thread, and marks the last
-    chunk of a body only on one more call (that chunk says more_body, the next one an empty
-    end), which would cost a second trip between the threads for every body. (A request that
-    declares Transfer-Encoding too reaches the application without its Content-Length: hyper
-    drops it.)"""
+    many bytes are in, whatever the last chunk says of more_body. uvicorn marks the chunk that
+    completes a body itself (more_body false), but ASGI lets a server mark the end only on one
+    more receive() (granian does: the last chunk says more_body, the next is an empty end),
+    which would cost a second receive, and a wait, for every body. A chunked body has no length
+    and is read to the end the server marks."""
     length = content_length(scope["headers"])
     chunks, size = [], 0
     while True:

@@ -1,4 +1,4 @@
-"""The production web server (config/serve.py: granian, authorize on its event loop, the rest
+"""The production web server (config/serve.py: uvicorn, authorize on its event loop, the rest
 through the bridge) as a real process on a free port, on the test's databases. Tests that use
 it commit their rows (django_db(transaction=True)): the server's processes read them."""
 
@@ -21,9 +21,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @contextlib.contextmanager
-def sluice_server(*, workers: int = 1, threads: int = 4, env: dict | None = None):
+def sluice_server(*, workers: int = 1, threads: int = 4, env: dict | None = None,
+                  log: Path | None = None):
     """(base URL, port) of the server, in debug mode as `dev.py run` starts it (production
-    settings want a deployment's environment). `env`: more of it (SLUICE_* settings)."""
+    settings want a deployment's environment). `env`: more of it (SLUICE_* settings); `log`:
+    a file for what the server logs (else the test's stderr)."""
     db = connection.settings_dict
     port = free_port()
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("SLUICE_")},
@@ -35,9 +37,10 @@ def sluice_server(*, workers: int = 1, threads: int = 4, env: dict | None = None
            "REDIS_URL": settings.REDIS_URL, "SLUICE_WEB_CONCURRENCY": str(workers),
            "SLUICE_WEB_THREADS": str(threads), "PROMETHEUS_MULTIPROC_DIR": tempfile.mkdtemp(),
            **(env or {})}
+    stderr = log.open("ab") if log is not None else None
     process = subprocess.Popen(  # noqa: S603 - our own server
         [sys.executable, "-m", "config.serve", "--bind", f"127.0.0.1:{port}"], cwd=ROOT,
-        env=env, stdout=subprocess.DEVNULL)
+        env=env, stdout=subprocess.DEVNULL, stderr=stderr)
     base = f"http://127.0.0.1:{port}"
     try:
         for _ in range(600):
@@ -50,3 +53,5 @@ def sluice_server(*, workers: int = 1, threads: int = 4, env: dict | None = None
     finally:
         process.terminate()
         process.wait()
+        if stderr is not None:
+            stderr.close()

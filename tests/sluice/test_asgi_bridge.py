@@ -85,7 +85,7 @@ def _received(messages, limit=100, length=None):
 
 
 def test_a_body_whose_declared_length_is_in_is_not_asked_for_again():
-    # Granian marks a body's last chunk only on one more receive(), a trip between its threads.
+    # A server may mark a body's end only on one more receive() (ASGI allows it; granian does).
     chunks = [{"type": "http.request", "body": b"ab", "more_body": True},
               {"type": "http.request", "body": b"cd", "more_body": True},
               {"type": "http.request", "body": b"", "more_body": False}]
@@ -100,6 +100,7 @@ def test_a_body_whose_declared_length_is_in_is_not_asked_for_again():
 def test_the_declared_length_is_read_off_the_headers():
     assert content_length([(b"host", b"a"), (b"content-length", b"17")]) == 17
     assert content_length([(b"transfer-encoding", b"chunked")]) is None
+    assert content_length([(b"content-length", b"3"), (b"transfer-encoding", b"chunked")]) is None
     assert content_length([(b"content-length", b"-1")]) is None
     assert content_length([(b"content-length", b"1e3")]) is None
 
@@ -109,3 +110,19 @@ def test_the_bridge_reads_a_body_by_its_declared_length():
                  headers=[(b"content-length", b"4")])
     assert sent[0]["status"] == 201
     assert b"".join(m.get("body", b"") for m in sent[1:]) == b"ABCD"
+
+
+def test_the_lifespan_startup_runs_on_startup_once_before_it_completes():
+    started, sent = [], []
+    messages = [{"type": "lifespan.startup"}, {"type": "lifespan.shutdown"}]
+
+    async def receive():
+        return messages.pop(0)
+
+    async def send(message):
+        sent.append((message["type"], len(started)))
+
+    application = wsgi_app_as_asgi(_echo, executor=wsgi_executor(1), max_body=100,
+                                   on_startup=lambda: started.append(1))
+    _run(application({"type": "lifespan"}, receive, send))
+    assert sent == [("lifespan.startup.complete", 1), ("lifespan.shutdown.complete", 1)]

@@ -1,4 +1,4 @@
-"""Authorize through the production server process (granian, decided on its event loops), as
+"""Authorize through the production server process (uvicorn, decided on its event loops), as
 a gateway calls it: the official Python client, hundreds of decisions in flight across two
 worker processes, exact limits, and usage reported after them."""
 
