@@ -136,6 +136,7 @@ class AsyncSluiceClient:
         # Authorizes asked in this turn of the loop, sent together at its end; whether Sluice
         # has /authorize/batch (None: not known yet; False: a Sluice from before it).
         self._authorizing: list[tuple[dict, asyncio.Future]] = []
+        self._authorize_calls = 0  # authorize calls in flight (alone or batched)
         self._batches: bool | None = None
         self._batch_tasks: set[asyncio.Task] = set()
 
@@ -203,13 +204,22 @@ class AsyncSluiceClient:
         return result
 
     async def _authorize_call(self, body: dict, read_timeout: float | None):
-        """Sluice's answer to one authorize body. The authorizes asked in one turn of the event
-        loop leave together at its end: one alone as POST /authorize, several as one POST
-        /authorize/batch (its HTTP exchange, most of an authorize's cost on both sides, shared;
-        nothing waits for company). One that may wait in the admission queue (its own
+        """Sluice's answer to one authorize body. While authorize calls are in flight (under
+        load), the authorizes asked in one turn of the event loop leave together at its end:
+        one alone as POST /authorize, several as one POST /authorize/batch (its HTTP exchange,
+        most of an authorize's cost on both sides, shared; nothing waits for company). When
+        none is (idle), it leaves at once. One that may wait in the admission queue (its own
         `read_timeout`) goes alone: it would hold the others' answers."""
         if read_timeout is not None or self._batches is False:
             return await self._post(AUTHORIZE_PATH, body, read_timeout=read_timeout)
+        if not self._authorizing and not self._authorize_calls:
+            # Nothing in flight, nothing gathered: idle, as at light load. Sent now, from
+            # this task: waiting for the turn's end would only add a hop to its latency.
+            self._authorize_calls += 1
+            try:
+                return await self._post(AUTHORIZE_PATH, body)
+            finally:
+                self._authorize_calls -= 1
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         self._authorizing.append((body, future))
@@ -228,6 +238,7 @@ class AsyncSluiceClient:
 
     async def _authorize_send(self, asked: list[tuple[dict, asyncio.Future]]) -> None:
         riding = None  # lease releases sent with the batch, until Sluice answers for them
+        self._authorize_calls += 1
         try:
             if len(asked) == 1 or self._batches is False:
                 await asyncio.gather(*(self._authorize_alone(body, future)
@@ -267,6 +278,7 @@ class AsyncSluiceClient:
                 if not future.done():
                     future.set_exception(exc)
         finally:
+            self._authorize_calls -= 1
             if riding is not None:  # the releases did not reach Sluice: queued again
                 self._releases_rode(None, *riding)
             for _, future in asked:
