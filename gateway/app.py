@@ -133,6 +133,7 @@ class Gateway:
         # per upstream: its pool, base path and encoded header lines
         self._upstream_routes: dict[Upstream, tuple[Http1Pool, str, bytes]] = {}
         self._auth_logged: dict[str, float] = {}  # upstream URL -> when its refusal was logged
+        self._pool_upstreams: dict[tuple, Upstream | None] = {}  # Sluice's pool -> upstream
         self.keys = KeyVerdicts()
         self._models: tuple[float, list[str]] | None = None
         self.served_models: set[str] = set()  # the models pools were seen serving
@@ -321,7 +322,7 @@ class Gateway:
             self.leases.admitted(attempt)
         if grant.pool and grant.pool.get("model"):
             self.served_models.add(grant.pool["model"])
-        upstream = self.config.upstream_for(grant.pool or {})
+        upstream = self._upstream_of(grant.pool or {})
         if upstream is None:
             return self._upstream_failed(attempt, 502, "upstream_unconfigured",
                                          "No upstream is configured for this pool.", ids)
@@ -385,6 +386,18 @@ class Gateway:
             raw = orjson.dumps(data)
         self.attempt_finish(attempt, status="completed", outcome="completed")
         return Answer(raw, headers=headers)
+
+    def _upstream_of(self, pool: dict) -> Upstream | None:
+        """The upstream of Sluice's pool (GatewayConfig.upstream_for), looked up once per
+        pool."""
+        key = (pool.get("id"), pool.get("model"), pool.get("region"), pool.get("tier"))
+        try:
+            return self._pool_upstreams[key]
+        except KeyError:
+            if len(self._pool_upstreams) >= KEY_VERDICTS_MAX:
+                self._pool_upstreams.clear()  # pools are few: only odd answers fill it
+            found = self._pool_upstreams[key] = self.config.upstream_for(pool)
+            return found
 
     async def _upstream_send(self, upstream: Upstream, path: str, body: dict,
                              attempt: Attempt) -> Response:

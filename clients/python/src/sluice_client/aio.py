@@ -576,6 +576,8 @@ class AsyncSluiceClient:
             if result["result"] == "rejected":
                 code = result.get("error", {}).get("code")
                 (retry if code in RETRYABLE_REJECTIONS else dead).append(event)
-        await asyncio.to_thread(self.spool.append, retry)
-        await asyncio.to_thread(self.spool.append, dead, dead=True)
+        if retry:  # (a thread hop for nothing is the common case's cost otherwise)
+            await asyncio.to_thread(self.spool.append, retry)
+        if dead:
+            await asyncio.to_thread(self.spool.append, dead, dead=True)
         return True
