@@ -151,8 +151,8 @@ async def _authorize_batch_raw(raw: bytes, gateway: GatewayIdentity) -> Answer:
         # The gateway's queued lease releases, riding along: applied first, so the slots they
         # free are free for the requests of the same batch.
         released = await _answered(_releases, body["releases"], gateway)
-    answers = await asyncio.gather(*(_authorize_one(body, gateway) for body in requests))
-    answer = {"results": [{"status": status, "body": body} for status, body in answers]}
+    answers = await asyncio.gather(*(_authorize_one(item, gateway) for item in requests))
+    answer = {"results": [{"status": status, "body": decided} for status, decided in answers]}
     if released is not None:
         answer["releases"] = {"status": released[0], "body": released[1]}
     return 200, answer
