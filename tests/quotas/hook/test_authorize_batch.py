@@ -13,6 +13,7 @@ from quotas.hook.inputs import AUTHORIZE_BATCH_MAX
 from quotas.hook.routing import pool_routes_reload
 from quotas.limiter.connection import limiter_reset
 from tests.aio import run_async
+from tests.clients.test_python_client_aio import CountingTransport
 from tests.hook import HookClient
 from tests.quotas.conftest import tenant_create
 
@@ -100,16 +101,6 @@ def test_racing_batches_admit_exactly_the_concurrency(token):
         "concurrency_exceeded"}
 
 
-class Paths(httpx.AsyncHTTPTransport):
-    def __init__(self):
-        super().__init__()
-        self.paths: list[str] = []
-
-    async def handle_async_request(self, request):
-        self.paths.append(request.url.path)
-        return await super().handle_async_request(request)
-
-
 def _decide(url: str, token: str, tenant, tmp_path, count: int, **client) -> list:
     async def run():
         async with AsyncSluiceClient(url, token=token, spool_path=str(tmp_path / "u.jsonl"),
@@ -126,7 +117,7 @@ def test_the_client_sends_one_turns_authorizes_in_one_call(token, served_url, tm
     flight, leave together."""
     t = tenant_new(guaranteed_tps=10**7, burst_tps=10**7, daily_tokens=10**9,
                    max_concurrency=5)
-    transport = Paths()
+    transport = CountingTransport()
     decided = _decide(served_url, token, t, tmp_path, 12, transport=transport)
     assert transport.paths == [SINGLE, BATCH]
     assert sum(d.allowed for d in decided) == 5
@@ -165,7 +156,7 @@ def test_a_sluice_without_batches_gets_each_authorize_alone(token, served_url, t
                    max_concurrency=3)
     proxy = ServerThread(before_batches).start()
     try:
-        transport = Paths()
+        transport = CountingTransport()
         first = _decide(proxy.url, token, t, tmp_path, 4, transport=transport)
     finally:
         proxy.stop()
@@ -181,7 +172,7 @@ def test_queued_releases_ride_on_the_next_batch_and_free_its_slots(token, served
     first of a turn leaves alone, at once, without them.)"""
     t = tenant_new(guaranteed_tps=10**7, burst_tps=10**7, daily_tokens=10**9,
                    max_concurrency=6)
-    transport = Paths()
+    transport = CountingTransport()
 
     async def run():
         async with AsyncSluiceClient(served_url, token=token, transport=transport,
