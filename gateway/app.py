@@ -33,7 +33,7 @@ from sluice_client import AuthorizeResult, SluiceUnavailable
 from sluice_client.aio import AsyncSluiceClient
 from sluice_client.http1 import Http1Pool, HttpError, Response, header_lines
 
-from gateway.asgi import Answer, BodyTooLarge, ClientGone, Request, json_answer
+from gateway.asgi import Answer, BodyTooLarge, ClientGone, ClientWatched, Request, json_answer
 from gateway.attempt import Attempt, now
 from gateway.config import GatewayConfig, Upstream
 from gateway.errors import error_response
@@ -42,7 +42,6 @@ from gateway.headers import answer_headers
 from gateway.leases import GatewayLeases
 from gateway.metrics import GatewayMetrics
 from gateway.relay import StreamRelay, Ticker
-from gateway.server import DISCONNECT_WATCH
 from gateway.spools import spool_claim
 
 # Refusals that still mean "this org may use this model" (for /v1/models).
@@ -334,7 +333,7 @@ class Gateway:
             forwarded["stream_options"] = {**(body.get("stream_options") or {}),
                                            "include_usage": True}
         headers = {**answer_headers(grant.headers or {}, grant.tokens_refill_tps), **ids}
-        async with _ClientWatched(request) as watch:
+        async with ClientWatched(request.scope, request.receive) as watch:
             try:
                 response = await self._upstream_send(upstream, path, forwarded, attempt)
                 if stream and response.status == 200 and response.headers.get(
@@ -569,45 +568,6 @@ class Gateway:
         self._models = (time.monotonic(), found)
         self.served_models.update(found)
         return found
-
-
-class _ClientWatched:
-    """While the body is in: if the client disconnects, cancel this task (and with it the
-    upstream request it awaits); `gone` then says why it was cancelled. Served by the
-    gateway's own protocol, the server calls back (no task); under another ASGI server a task
-    waits for `http.disconnect`."""
-
-    __slots__ = ("request", "task", "watcher", "unwatch", "gone")
-
-    def __init__(self, request: Request):
-        self.request, self.gone = request, False
-        self.watcher = self.unwatch = None
-
-    async def __aenter__(self) -> "_ClientWatched":
-        self.task = asyncio.current_task()
-        watch = self.request.scope.get("extensions", {}).get(DISCONNECT_WATCH)
-        if watch is not None:
-            self.unwatch = watch(self._gone)
-        else:
-            self.watcher = asyncio.create_task(self._watch())
-        return self
-
-    async def __aexit__(self, *exc) -> None:
-        if self.unwatch is not None:
-            self.unwatch()
-        else:
-            self.watcher.cancel()
-        if self.gone:
-            self.task.uncancel()
-
-    async def _watch(self) -> None:
-        while (await self.request.receive())["type"] != "http.disconnect":
-            pass
-        self._gone()
-
-    def _gone(self) -> None:
-        self.gone = True
-        self.task.cancel()
 
 
 def _queue_threshold(header: str | None) -> int | str | None:

@@ -6,9 +6,12 @@ Starlette's routing, middleware stack and Request/Response objects cost more CPU
 than this whole module (bench/gateway_asgi.py measures both).
 """
 
+import asyncio
 from collections.abc import Awaitable, Callable
 
 import orjson
+
+from gateway.server import DISCONNECT_WATCH
 
 JSON = b"application/json"
 
@@ -94,3 +97,43 @@ class Answer:
 
 def json_answer(data, *, status: int = 200, headers: dict | None = None) -> Answer:
     return Answer(orjson.dumps(data), status=status, headers=headers)
+
+
+class ClientWatched:
+    """While in it: if the client disconnects before its answer is complete, cancel this task
+    (and with it what it awaits: the upstream's answer, a stream's next read); `gone` then
+    says why it was cancelled. Served by the
+    gateway's own protocol, the server calls back (no task); under another ASGI server a task
+    waits for `http.disconnect`."""
+
+    __slots__ = ("scope", "receive", "task", "watcher", "unwatch", "gone")
+
+    def __init__(self, scope: dict, receive):
+        self.scope, self.receive, self.gone = scope, receive, False
+        self.watcher = self.unwatch = None
+
+    async def __aenter__(self) -> "ClientWatched":
+        self.task = asyncio.current_task()
+        watch = self.scope.get("extensions", {}).get(DISCONNECT_WATCH)
+        if watch is not None:
+            self.unwatch = watch(self._gone)
+        else:
+            self.watcher = asyncio.create_task(self._watch())
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        if self.unwatch is not None:
+            self.unwatch()
+        else:
+            self.watcher.cancel()
+        if self.gone:
+            self.task.uncancel()
+
+    async def _watch(self) -> None:
+        while (await self.receive())["type"] != "http.disconnect":
+            pass
+        self._gone()
+
+    def _gone(self) -> None:
+        self.gone = True
+        self.task.cancel()

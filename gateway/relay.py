@@ -1,8 +1,10 @@
 """Relaying an upstream's SSE stream to the client while watching both ends.
 
-The relay is a raw ASGI response so that it sees the client leave at once: a task waits on
-`receive()` for `http.disconnect` and cancels the pump, which closes the upstream connection
-(the upstream stops generating) and reports the request `cancelled` with what was sent.
+The relay is a raw ASGI response so that it sees the client leave at once: the server's
+disconnect callback (gateway/server.py; under another server, a task waiting on `receive()`
+for `http.disconnect`: gateway/asgi.py, ClientWatched) cancels the pump, which closes the
+upstream connection (the upstream stops generating) and reports the request `cancelled` with
+what was sent.
 
 Whatever one read from the upstream brings (its complete events) goes to the client in one
 write, the bytes as they came, and no chunk is decoded (gateway/sse.py meters the bytes).
@@ -23,6 +25,7 @@ import asyncio
 import anyio
 from sluice_client.http1 import HttpError, Response
 
+from gateway.asgi import ClientWatched
 from gateway.attempt import Attempt
 from gateway.errors import sse_error
 from gateway.sse import EVENT_END, StreamMeter
@@ -85,14 +88,18 @@ class StreamRelay:
 
     async def __call__(self, scope, receive, send) -> None:
         try:
-            await send({"type": "http.response.start", "status": 200, "headers": [
-                *HEADERS, *((k.encode(), str(v).encode()) for k, v in self.headers.items())]})
-            async with anyio.create_task_group() as group:
-                group.start_soon(self._watch_disconnect, receive, group.cancel_scope)
-                await self._pump(send)
-                group.cancel_scope.cancel()
-        except* OSError:  # the client went away while we were writing to it
-            pass
+            async with ClientWatched(scope, receive) as watch:
+                try:
+                    await send({"type": "http.response.start", "status": 200, "headers": [
+                        *HEADERS,
+                        *((k.encode(), str(v).encode()) for k, v in self.headers.items())]})
+                    await self._pump(send)
+                except asyncio.CancelledError:
+                    if not watch.gone:
+                        raise
+                    # The client left: the pump stopped where it was (status `cancelled`).
+                except OSError:  # the client went away while we were writing to it
+                    pass
         finally:
             with anyio.CancelScope(shield=True):
                 self._metered()
@@ -102,12 +109,6 @@ class StreamRelay:
                     self.upstream.release()  # read to its end: back to the pool
                 else:
                     self.upstream.close()  # the upstream sees the connection close and stops
-
-    @staticmethod
-    async def _watch_disconnect(receive, scope: anyio.CancelScope) -> None:
-        while (await receive())["type"] != "http.disconnect":
-            pass
-        scope.cancel()
 
     async def _pump(self, send) -> None:
         upstream, meter, attempt = self.upstream, self.meter, self.attempt

@@ -76,7 +76,7 @@ def stored_event(request_id: str) -> UsageEvent:
 
 def sluice_stack(*, sluice_url: str, tmp_path, limits: dict, sim_config: SimConfig | None = None,
                  upstream_timeout: float = 2.0, max_body_bytes: int | None = None,
-                 upstream_api_key: str = UPSTREAM_SECRET):
+                 upstream_api_key: str = UPSTREAM_SECRET, http: str = PROTOCOL):
     limiter_reset()
     gateway_token_cache_clear()
     tenant = tenant_create(**limits)
@@ -91,7 +91,7 @@ def sluice_stack(*, sluice_url: str, tmp_path, limits: dict, sim_config: SimConf
         spool_path=str(tmp_path / "usage.jsonl"), upstream_timeout=upstream_timeout,
         usage_flush_interval=0.05,
         **({"max_body_bytes": max_body_bytes} if max_body_bytes else {}))),
-        http=PROTOCOL).start()
+        http=http).start()
     return Stack(tenant=tenant, sluice_url=sluice_url, gateway_token=token, sim=sim,
                  gateway=gateway)
 
@@ -111,7 +111,10 @@ def stack_factory(served_url, redis_client, tmp_path):
     limiter_reset()
 
 
+STACK_LIMITS = {"guaranteed_tps": 5_000, "burst_tps": 5_000, "daily_tokens": 10**7,
+                "max_concurrency": 20}
+
+
 @pytest.fixture
 def stack(stack_factory) -> Stack:
-    return stack_factory(limits={"guaranteed_tps": 5_000, "burst_tps": 5_000,
-                                 "daily_tokens": 10**7, "max_concurrency": 20})
+    return stack_factory(limits=STACK_LIMITS)

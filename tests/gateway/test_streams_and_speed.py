@@ -15,8 +15,9 @@ import pytest
 
 from billing.models import PriceVersion
 from billing.selectors import month_rated_lines
+from gateway.server import PROTOCOL
 from metering.models import UsageEvent
-from tests.gateway.conftest import stored_event, wait_for
+from tests.gateway.conftest import STACK_LIMITS, stored_event, wait_for
 from tests.quotas.conftest import threads_race
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -25,7 +26,12 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("chunks", [1, 4])
-def test_disconnect_after_n_chunks_is_cancelled_with_their_tokens(stack, chunks):
+@pytest.mark.parametrize("server", [PROTOCOL, "httptools"])
+def test_disconnect_after_n_chunks_is_cancelled_with_their_tokens(stack_factory, chunks,
+                                                                  server):
+    """Under the gateway's own protocol the server calls back when the client leaves; under
+    uvicorn's a task waits for http.disconnect: either way the stream stops."""
+    stack = stack_factory(limits=STACK_LIMITS, http=server)
     raw = stack.client(max_retries=0).chat.completions.with_raw_response.create(
         model=stack.model, messages=HELLO, max_tokens=100, stream=True,
         extra_body={"sim": {"rate": 5}})  # 200 ms between tokens: no chunk in flight
