@@ -245,10 +245,10 @@ def _quoted(values: list[str]) -> str:
     """An array literal of strings, every element quoted (so "NULL" stays a string)."""
     if not values:
         return "{}"
-    joined = '","'.join(values)
-    if '"' in joined or "\\" in joined:  # request_ids never hold them (REQUEST_ID): be exact
-        joined = '","'.join(v.replace("\\", "\\\\").replace('"', '\\"') for v in values)
-    return '{"' + joined + '"}'
+    text = "".join(values)
+    if '"' in text or "\\" in text:  # request_ids never hold them (REQUEST_ID): be exact
+        values = [v.replace("\\", "\\\\").replace('"', '\\"') for v in values]
+    return '{"' + '","'.join(values) + '"}'
 
 
 def _columns(rows: list[_Row]) -> dict[str, object]:

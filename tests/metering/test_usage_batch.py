@@ -4,9 +4,10 @@ exactly what was reported (NULLs, strings that look like NULL, floats, offsets).
 from datetime import UTC, timedelta, timezone
 
 import pytest
+from django.db import connection
 
 from metering.models import UsageEvent, UsageHourly
-from metering.usage import usage_record
+from metering.usage import _literal, _quoted, usage_record
 from quotas.hook.inputs import UsageInput
 from quotas.hook.reservations import reservation_id_issue
 
@@ -71,3 +72,20 @@ def test_a_batch_of_new_duplicate_and_rejected_events(t, limiter_clock,
     unkeyed = rollups[(None, hour)]
     assert (unkeyed.requests, unkeyed.errors, unkeyed.interrupted) == (1, 1, 1)
     assert (unkeyed.input_tokens, unkeyed.cached_input_tokens) == (800, 300)
+
+
+@pytest.mark.parametrize("values", [
+    ['a"b', "c\\d", "NULL", "", "x,y", " {sp} "], ["rq-1", "null"], []])
+def test_string_array_literals_read_back_as_sent(values):
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT %s::varchar[]", [_quoted(values)])
+        assert cursor.fetchone()[0] == values
+
+
+@pytest.mark.parametrize("values", [[1, None, -3, 2**62], [7 / 0.3, None, 1e-7, 1e22],
+                                    [True, None, False], []])
+def test_scalar_array_literals_read_back_as_sent(values):
+    kind = {int: "bigint", float: "float8", bool: "boolean"}[type(values[0])] if values else "int"
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT %s::{kind}[]", [_literal(values)])
+        assert cursor.fetchone()[0] == values
