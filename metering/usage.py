@@ -16,6 +16,7 @@ import logging
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from functools import lru_cache
 
 import psycopg
 from django.conf import settings
@@ -60,6 +61,18 @@ class _Row:
     ttft_ms: int | None
     output_tps: float | None
     premium_eligible: bool
+    started_ms: int  # epoch ms of started_at: its UTC hour (rollup cell) and day (settle)
+
+
+# epoch ms // this: the UTC hour a cell of the hourly rollups holds.
+_HOUR_MS = 3_600_000
+
+
+@lru_cache(maxsize=256)
+def _hour(hour_number: int) -> datetime:
+    """The UTC hour starting `hour_number` hours after the epoch, built once per hour: a
+    batch's events fall in an hour or two."""
+    return datetime.fromtimestamp(hour_number * 3600, UTC)
 
 
 def usage_speed(event: UsageInput, route: PoolRoute) -> tuple[int | None, float | None, bool]:
@@ -154,7 +167,7 @@ def _attribute(events: list[UsageInput]) -> tuple[list[_Row], list[UsageResult]]
             rejected.append(UsageResult(e.request_id, REJECTED, "implausible_usage",
                                         implausible))
             continue
-        rows.append(_Row(e, ref, not live, *usage_speed(e, route)))
+        rows.append(_Row(e, ref, not live, *usage_speed(e, route), epoch_ms(e.started_at)))
     return rows, rejected
 
 
@@ -379,7 +392,7 @@ def _settle(rows: list[_Row]) -> None:
             request_id=e.request_id, org_id=r.ref.org_id, input_tokens=e.input_tokens,
             output_tokens=e.output_tokens, cached_input_tokens=e.cached_input_tokens,
             api_key_id=r.ref.api_key_id or 0, completed=int(e.status == "completed"),
-            day=day_stamp_of_ms(epoch_ms(e.started_at)), finished_ms=epoch_ms(e.finished_at)))
+            day=day_stamp_of_ms(r.started_ms), finished_ms=epoch_ms(e.finished_at)))
     for pool_id, settlements in by_pool.items():
         try:
             limiter_settle(pool_id=pool_id, settlements=settlements)
@@ -401,8 +414,7 @@ def _usage_cells(rows: list[_Row], removed: list[_Removed] = ()) -> list[UsageCe
         cell[1] -= old.output_tokens
         cell[4] -= old.cached_input_tokens
     for r in rows:
-        hour = r.event.started_at.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
-        cell = cells[(r.ref.org_id, r.ref.pool_id, hour)]
+        cell = cells[(r.ref.org_id, r.ref.pool_id, _hour(r.started_ms // _HOUR_MS))]
         cell[0] += r.event.input_tokens
         cell[1] += r.event.output_tokens
         if r.premium_eligible:
@@ -454,10 +466,8 @@ def _store(rows: list[_Row], *, settle_all: bool = False) -> set[str]:
             inserted, removed = _insert(cursor, rows, now)
     finally:
         conn.prepare_threshold = threshold
-    keys = {r.ref.api_key_id for r in rows
-            if r.event.request_id in inserted and r.ref.api_key_id is not None}
-    _keys_touch(keys, now)
     fresh = [r for r in rows if r.event.request_id in inserted]
+    _keys_touch({r.ref.api_key_id for r in fresh if r.ref.api_key_id is not None}, now)
     transaction.on_commit(lambda: _after_commit(fresh, removed, rows if settle_all else fresh))
     return inserted
 
@@ -538,5 +548,6 @@ def usage_record_attributed(*, events: list[UsageInput], refs: dict[str, Reserva
     sweep's interrupted leases), never premium-eligible, then settle every one of them in
     Redis, recorded now or before. (The request_ids inserted, the events rejected.)"""
     kept, rejected = _timely(events)
-    rows = [_Row(e, refs[e.request_id], False, None, None, False) for e in kept]
+    rows = [_Row(e, refs[e.request_id], False, None, None, False, epoch_ms(e.started_at))
+            for e in kept]
     return (_store(rows, settle_all=True) if rows else set()), rejected
